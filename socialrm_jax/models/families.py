@@ -1,0 +1,36 @@
+"""Which module implements which HuggingFace architecture.
+
+Each family module (`decoder`, `gpt2`, `bert`) exports `ARCHITECTURES`, a dict from a HF
+architecture name (as in `config.json`'s `architectures`) to the head it carries: `"score"`
+(sequence classification), `"lm"` (causal language model) or `"none"` (bare encoder). Family
+modules are imported lazily, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+FAMILY_MODULES = ("decoder", "gpt2", "bert")
+
+
+def family_modules() -> list[types.ModuleType]:
+  return [importlib.import_module(f"socialrm_jax.models.{name}") for name in FAMILY_MODULES]
+
+
+def supported_architectures() -> dict[str, str]:
+  """Every supported HF architecture name -> its head kind."""
+  out: dict[str, str] = {}
+  for module in family_modules():
+    out.update(module.ARCHITECTURES)
+  return dict(sorted(out.items()))
+
+
+def family_for(architecture: str) -> types.ModuleType:
+  """The family module implementing `architecture`, or a ValueError listing the supported ones."""
+  for module in family_modules():
+    if architecture in module.ARCHITECTURES:
+      return module
+  raise ValueError(
+      f"unsupported architecture {architecture!r}; supported: "
+      + ", ".join(supported_architectures()))
