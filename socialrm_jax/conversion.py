@@ -1,0 +1,119 @@
+"""The convert stage as a library: datasets -> items, pairs and a conversion report.
+
+Generic rules live here, not in the adapters (SPEC sec. 2): an item whose candidates are all
+identical is dropped, a pair whose two texts are identical is dropped, and every drop is counted
+with its reason in the report, per dataset and subset.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import pathlib
+from typing import Any
+
+from socialrm_jax import datasets, records, tables
+from socialrm_jax.datasets.reading import SourceReader
+from socialrm_jax.errors import InputError
+
+IDENTICAL_CANDIDATES = "identical_candidates"
+IDENTICAL_PAIR_TEXTS = "identical_pair_texts"
+
+
+@dataclasses.dataclass
+class Conversion:
+  items: list[dict[str, Any]]
+  pairs: list[dict[str, Any]]
+  report: dict[str, Any]
+
+
+def _subset_report() -> dict[str, Any]:
+  return {"rows_read": 0, "items": 0, "pairs": collections.Counter(), "drops": collections.Counter()}
+
+
+def _finish(counts: dict[str, Any]) -> dict[str, Any]:
+  return {"rows_read": counts["rows_read"], "items": counts["items"],
+          "pairs": dict(sorted(counts["pairs"].items())),
+          "drops": dict(sorted(counts["drops"].items()))}
+
+
+def _sum(reports: list[dict[str, Any]]) -> dict[str, Any]:
+  total = _subset_report()
+  for r in reports:
+    total["rows_read"] += r["rows_read"]
+    total["items"] += r["items"]
+    total["pairs"].update(r["pairs"])
+    total["drops"].update(r["drops"])
+  return _finish(total)
+
+
+def convert_dataset(name: str, data_dir: pathlib.Path, *, on_error: str = "raise",
+                    template: str | None = None) -> Conversion:
+  reader = SourceReader(name, pathlib.Path(data_dir) / name, on_error=on_error, template=template)
+  subsets: dict[str, dict[str, Any]] = collections.defaultdict(_subset_report)
+  items, pairs, seen_ids = [], [], set()
+  for item in datasets.adapter(name).convert(reader):
+    counts = subsets[item.subset]
+    if item.item_id in seen_ids:
+      raise InputError(f"two items get the id {item.item_id!r}: the source repeats a key",
+                       reader.dataset_dir)
+    seen_ids.add(item.item_id)
+    if len(set(item.candidates)) == 1:
+      counts["drops"][IDENTICAL_CANDIDATES] += 1
+      continue
+    counts["items"] += 1
+    items.append(item.row())
+    for chosen, rejected, source in item.pairs:
+      if item.candidates[chosen] == item.candidates[rejected]:
+        counts["drops"][IDENTICAL_PAIR_TEXTS] += 1
+        continue
+      counts["pairs"][source] += 1
+      pairs.append(records.pair_row(item, chosen, rejected, source))
+  for subset, n in reader.rows_read.items():
+    subsets[subset]["rows_read"] += n
+  for (subset, reason), n in reader.drops.items():
+    subsets[subset]["drops"][reason] += n
+  by_subset = {s: _finish(subsets[s]) for s in sorted(subsets)}
+  report = {**_sum(list(by_subset.values())), "template": reader.template.name,
+            "template_version": reader.template.version, "subsets": by_subset}
+  if reader.errors:
+    report["skipped_row_errors"] = reader.errors
+  return Conversion(items, pairs, report)
+
+
+def convert_all(data_dir: str | pathlib.Path, names: str | list[str], *, on_error: str = "raise",
+                templates: dict[str, str] | None = None) -> Conversion:
+  """Converts the named datasets found under `data_dir` (one folder per dataset)."""
+  data_dir = pathlib.Path(data_dir)
+  if not data_dir.is_dir():
+    raise InputError("no such data folder", data_dir)
+  templates = templates or {}
+  unknown = set(templates) - set(datasets.DATASETS)
+  if unknown:
+    raise InputError(f"templates given for unknown dataset(s) {sorted(unknown)}")
+  items, pairs, per_dataset = [], [], {}
+  for name in datasets.resolve(names):
+    part = convert_dataset(name, data_dir, on_error=on_error, template=templates.get(name))
+    items += part.items
+    pairs += part.pairs
+    per_dataset[name] = part.report
+  report = {"on_error": on_error, "totals": _sum(list(per_dataset.values())),
+            "datasets": per_dataset}
+  return Conversion(items, pairs, report)
+
+
+def write(conversion: Conversion, output_dir: str | pathlib.Path, fmt: str = "parquet") -> None:
+  """Writes `items.<fmt>`, `pairs.<fmt>` and `conversion_report.json`, each atomically; files of
+  the other format from an earlier run are removed so readers never see two item sets."""
+  if fmt not in tables.FORMATS:
+    raise InputError(f"unknown format {fmt!r}; known: {', '.join(tables.FORMATS)}")
+  output_dir = pathlib.Path(output_dir)
+  output_dir.mkdir(parents=True, exist_ok=True)
+  tables.write_rows(output_dir / f"items.{fmt}", conversion.items, fmt, records.ITEMS_SCHEMA)
+  tables.write_rows(output_dir / f"pairs.{fmt}", conversion.pairs, fmt, records.PAIRS_SCHEMA)
+  tables.atomic_write_json(output_dir / "conversion_report.json",
+                           {"format": fmt, **conversion.report})
+  for other in tables.FORMATS:
+    if other != fmt:
+      for stem in ("items", "pairs"):
+        (output_dir / f"{stem}.{other}").unlink(missing_ok=True)

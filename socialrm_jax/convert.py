@@ -1,0 +1,55 @@
+"""Converts social evaluation datasets into items and preference pairs (SPEC sec. 3, 6).
+
+  python -m socialrm_jax.convert --data_dir=DIR --datasets=all --output_dir=OUT [--format=jsonl]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from absl import app, flags, logging
+
+from socialrm_jax import conversion, tables
+from socialrm_jax.datasets import DATASETS
+from socialrm_jax.datasets.reading import ON_ERROR
+from socialrm_jax.errors import InputError
+
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder with one sub-folder per dataset.",
+                                required=True)
+_DATASETS = flags.DEFINE_string("datasets", "all",
+                                f"'all' or a comma-separated list of: {', '.join(DATASETS)}.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where items, pairs and the report go.",
+                                  required=True)
+_FORMAT = flags.DEFINE_enum("format", "parquet", tables.FORMATS, "Output table format.")
+_ON_ERROR = flags.DEFINE_enum("on_error", "raise", ON_ERROR,
+                              "'raise' stops at the first malformed row; 'skip' counts it.")
+_TEMPLATES = flags.DEFINE_list("templates", [],
+                               "Non-default prompt templates, as dataset=template_name.")
+
+
+def main(argv):
+  del argv
+  start = time.perf_counter()
+  try:
+    templates = dict(t.split("=", 1) for t in _TEMPLATES.value)
+    result = conversion.convert_all(_DATA_DIR.value, _DATASETS.value, on_error=_ON_ERROR.value,
+                                    templates=templates)
+    conversion.write(result, _OUTPUT_DIR.value, _FORMAT.value)
+  except (InputError, KeyError) as e:
+    print(f"socialrm-convert: error: {e.args[0] if isinstance(e, KeyError) else e}",
+          file=sys.stderr)
+    sys.exit(2)
+  totals = result.report["totals"]
+  logging.info("converted in %.1f s", time.perf_counter() - start)
+  print(json.dumps({"output_dir": _OUTPUT_DIR.value, "seconds": round(time.perf_counter() - start, 1),
+                    **totals}, indent=2))
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
