@@ -14,9 +14,13 @@ from socialrm_jax.errors import InputError
 DATASETS = ("bbq", "crows_pairs", "stereoset", "hh_rlhf", "xstest", "ethics", "moral_stories")
 
 
-def adapter(name: str) -> types.ModuleType:
+def _check(name: str) -> None:
   if name not in DATASETS:
     raise InputError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} (or 'all')")
+
+
+def adapter(name: str) -> types.ModuleType:
+  _check(name)
   return importlib.import_module(f"socialrm_jax.datasets.{name}")
 
 
@@ -27,7 +31,7 @@ def resolve(names: str | list[str]) -> list[str]:
   if names == ["all"]:
     return list(DATASETS)
   for name in names:
-    adapter(name)  # raises for an unknown name
+    _check(name)
   if not names:
     raise InputError(f"no dataset named; known: {', '.join(DATASETS)} (or 'all')")
   return [n for n in DATASETS if n in names]

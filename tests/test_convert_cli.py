@@ -1,0 +1,72 @@
+"""The convert command: outputs, reproducibility, and bad input that leaves nothing behind."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from socialrm_jax import tables
+
+BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax" / "bundled"
+
+
+def _convert(*args):
+  return subprocess.run([sys.executable, "-m", "socialrm_jax.convert", *args],
+                        capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_bundled_suite_converts_identically_twice(tmp_path, fmt):
+  outputs = []
+  for run in ("a", "b"):
+    out = tmp_path / run
+    proc = _convert(f"--data_dir={BUNDLED}", "--datasets=all", f"--output_dir={out}",
+                    f"--format={fmt}")
+    assert proc.returncode == 0, proc.stderr
+    outputs.append(out)
+  for name in (f"items.{fmt}", f"pairs.{fmt}", "conversion_report.json"):
+    assert (outputs[0] / name).read_bytes() == (outputs[1] / name).read_bytes(), name
+  report = json.loads((outputs[0] / "conversion_report.json").read_text())
+  assert set(report["datasets"]) == {"bbq", "crows_pairs", "stereoset", "hh_rlhf", "xstest",
+                                     "ethics", "moral_stories"}
+  items = tables.read_rows(outputs[0], "items")
+  pairs = tables.read_rows(outputs[0], "pairs")
+  assert len(items) == report["totals"]["items"]
+  assert len(pairs) == sum(report["totals"]["pairs"].values())
+  assert isinstance(items[0]["attributes"], dict)
+  assert sorted(p["pair_id"] for p in pairs) == sorted(set(p["pair_id"] for p in pairs))
+
+
+def _broken_bbq(tmp_path):
+  folder = tmp_path / "data" / "bbq"
+  folder.mkdir(parents=True)
+  (folder / "Age.jsonl").write_text('{"example_id": 0}\n')
+  return tmp_path / "data"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--datasets=bbq,nope"], "unknown dataset 'nope'; known: bbq, crows_pairs"),
+    (["--datasets=crows_pairs"], "no folder for dataset 'crows_pairs'"),
+    (["--datasets=bbq"], "Age.jsonl, row 1: missing field 'question_polarity'"),
+])
+def test_bad_input_exits_nonzero_and_writes_nothing(tmp_path, args, message):
+  out = tmp_path / "out"
+  proc = _convert(f"--data_dir={_broken_bbq(tmp_path)}", f"--output_dir={out}", *args)
+  assert proc.returncode == 2
+  assert message in proc.stderr
+  assert len(proc.stderr.strip().splitlines()) == 1
+  assert not out.exists()
+
+
+def test_skip_mode_writes_and_counts(tmp_path):
+  out = tmp_path / "out"
+  proc = _convert(f"--data_dir={_broken_bbq(tmp_path)}", f"--output_dir={out}", "--datasets=bbq",
+                  "--on_error=skip", "--format=jsonl")
+  assert proc.returncode == 0, proc.stderr
+  report = json.loads((out / "conversion_report.json").read_text())
+  assert report["datasets"]["bbq"]["drops"] == {"malformed_row": 1}
+  assert (out / "items.jsonl").read_text() == ""
+  assert sorted(p.name for p in out.iterdir()) == [
+      "conversion_report.json", "items.jsonl", "pairs.jsonl"]
