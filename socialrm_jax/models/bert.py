@@ -1,0 +1,312 @@
+"""BERT-style bidirectional encoders (post-LayerNorm, learned absolute positions) in Flax NNX.
+
+Covers `BertForSequenceClassification` (pooler + classifier on the [CLS] hidden) and `BertModel`
+(a bare encoder such as all-MiniLM-L6-v2). For `BertModel` the head kind is `"none"` and `head`
+returns HF's `pooler_output`: tanh(dense([CLS] hidden)), the encoder's own pooled summary of the
+sequence. A reward model built on a bare encoder therefore returns that [B, D] vector; callers
+that want token states use `Model.__call__`.
+
+Positions come from the caller (`positions`), so packed rows restart their positions per segment
+and padding on either side does not shift them. Token types default to zeros (one segment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from socialrm_jax.models.weights import WeightSource
+
+ARCHITECTURES = {
+    "BertForSequenceClassification": "score",
+    "BertModel": "none",
+}
+IS_CAUSAL = False
+
+# HF's `hidden_act` names -> the function they compute. BERT's "gelu" is the exact (erf) one.
+ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+# PretrainedConfig's default when a config.json carries neither `id2label` nor `num_labels`.
+HF_DEFAULT_NUM_LABELS = 2
+INIT_STDDEV = 0.02  # HF's `initializer_range` for BERT; only matters before weights are loaded.
+# Where each HF class keeps the encoder's tensors: the classifier wraps it as `bert`.
+ENCODER_PREFIX = {
+    "BertForSequenceClassification": "bert.",
+    "BertModel": "",
+}
+
+
+def num_labels_from_hf(hf_config: dict[str, Any]) -> int:
+  """How many outputs HF's classifier has: `id2label` wins, as in `PretrainedConfig`."""
+  if hf_config.get("id2label"):
+    return len(hf_config["id2label"])
+  return int(hf_config.get("num_labels", HF_DEFAULT_NUM_LABELS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """What a BERT checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
+  architecture: str
+  head: str  # "score" | "none"
+  num_labels: int
+  pad_token_id: int | None
+  vocab_size: int
+  max_positions: int
+  type_vocab_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  layer_norm_eps: float
+  activation: str
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> Config:
+    return cls(**d)
+
+
+def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
+  """Our config from a HF BERT `config.json` dict."""
+  if architecture not in ARCHITECTURES:
+    raise ValueError(f"{architecture!r} is not a BERT architecture; known: {sorted(ARCHITECTURES)}")
+  activation = hf_config.get("hidden_act", "gelu")
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"BERT hidden_act {activation!r} is not supported; known: {sorted(ACTIVATIONS)}")
+  position_type = hf_config.get("position_embedding_type", "absolute")
+  if position_type != "absolute":
+    raise ValueError(f"BERT position_embedding_type {position_type!r} is not supported; only "
+                     "'absolute' is")
+  if hf_config.get("is_decoder") or hf_config.get("add_cross_attention"):
+    raise ValueError("BERT configured as a decoder is not a bidirectional encoder; not supported")
+  hidden_size = int(hf_config["hidden_size"])
+  num_heads = int(hf_config["num_attention_heads"])
+  if hidden_size % num_heads:
+    raise ValueError(f"hidden_size={hidden_size} is not a multiple of "
+                     f"num_attention_heads={num_heads}")
+  return Config(
+      architecture=architecture,
+      head=ARCHITECTURES[architecture],
+      num_labels=num_labels_from_hf(hf_config),
+      pad_token_id=hf_config.get("pad_token_id"),
+      vocab_size=int(hf_config["vocab_size"]),
+      max_positions=int(hf_config["max_position_embeddings"]),
+      type_vocab_size=int(hf_config.get("type_vocab_size", 2)),
+      hidden_size=hidden_size,
+      num_layers=int(hf_config["num_hidden_layers"]),
+      num_heads=num_heads,
+      intermediate_size=int(hf_config["intermediate_size"]),
+      layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
+      activation=activation,
+  )
+
+
+def _normal(stddev: float = INIT_STDDEV):
+  return jax.nn.initializers.normal(stddev)
+
+
+class HeadsProjection(nnx.Module):
+  """[B, T, D] -> [B, T, N, H]: a dense layer whose output is split into heads."""
+
+  def __init__(self, d: int, n: int, h: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.dtype = dtype
+    self.kernel = nnx.Param(_normal()(rngs.params(), (d, n, h), param_dtype))  # [D, N, H]
+    self.bias = nnx.Param(jnp.zeros((n, h), param_dtype))  # [N, H]
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.kernel[...].astype(self.dtype)
+    return jnp.einsum("BTD,DNH->BTNH", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
+
+
+class HeadsOutput(nnx.Module):
+  """[B, T, N, H] -> [B, T, D]: the attention output projection, heads merged."""
+
+  def __init__(self, n: int, h: int, d: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.dtype = dtype
+    self.kernel = nnx.Param(_normal()(rngs.params(), (n, h, d), param_dtype))  # [N, H, D]
+    self.bias = nnx.Param(jnp.zeros((d,), param_dtype))  # [D]
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.kernel[...].astype(self.dtype)
+    return jnp.einsum("BTNH,NHD->BTD", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
+
+
+class Attention(nnx.Module):
+  """Multi-head self-attention with biases, under a caller-given [B, T, T] mask."""
+
+  def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+    d, n, h = config.hidden_size, config.num_heads, config.head_dim
+    self.dtype = dtype
+    self.scale = 1.0 / np.sqrt(h)
+    self.q_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.k_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.v_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.o_proj = HeadsOutput(n, h, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+  def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    q = self.q_proj(x)  # [B, T, N, H]
+    k = self.k_proj(x)  # [B, S, N, H]
+    v = self.v_proj(x)  # [B, S, N, H]
+    # Logits and softmax in float32: bf16 logits lose the small differences that decide rewards.
+    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k, preferred_element_type=jnp.float32) * self.scale
+    # A finite minimum, not -inf: fully masked query rows (padding) stay finite instead of NaN.
+    logits = jnp.where(attention_mask[:, None, :, :], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)  # [B, N, T, S]
+    attended = jnp.einsum("BNTS,BSNH->BTNH", probs, v)  # [B, T, N, H]
+    return self.o_proj(attended)  # [B, T, D]
+
+
+class Mlp(nnx.Module):
+  """Position-wise feed-forward: D -> F -> D."""
+
+  def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+    d, f = config.hidden_size, config.intermediate_size
+    self.activation = ACTIVATIONS[config.activation]
+    self.up = nnx.Linear(d, f, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+    self.down = nnx.Linear(f, d, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.down(self.activation(self.up(x)))  # [B, T, D]
+
+
+class Block(nnx.Module):
+  """Post-LayerNorm block: x = norm(x + attn(x)), then x = norm(x + mlp(x))."""
+
+  def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+    norm = functools.partial(nnx.LayerNorm, config.hidden_size, epsilon=config.layer_norm_eps,
+                             dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.attn = Attention(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.attn_norm = norm()
+    self.mlp = Mlp(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.mlp_norm = norm()
+
+  def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    x = self.attn_norm(x + self.attn(x, attention_mask))  # [B, T, D]
+    return self.mlp_norm(x + self.mlp(x))  # [B, T, D]
+
+
+class Model(nnx.Module):
+  """BERT encoder plus its head (pooler + classifier, or the pooler alone), per the contract."""
+
+  def __init__(self, config: Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
+               rngs: nnx.Rngs | None = None):
+    rngs = nnx.Rngs(0) if rngs is None else rngs
+    self.config = config
+    d = config.hidden_size
+    embed = functools.partial(nnx.Embed, features=d, dtype=dtype, param_dtype=param_dtype,
+                              embedding_init=_normal(), rngs=rngs)
+    self.embed = embed(config.vocab_size)
+    self.position_embed = embed(config.max_positions)
+    self.token_type_embed = embed(config.type_vocab_size)
+    self.embed_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
+                                    param_dtype=param_dtype, rngs=rngs)
+    self.layers = nnx.List([
+        Block(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        for _ in range(config.num_layers)])
+    self.pooler = nnx.Linear(d, d, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(),
+                             rngs=rngs)
+    if config.head == "score":
+      self.classifier = nnx.Linear(d, config.num_labels, dtype=dtype, param_dtype=param_dtype,
+                                   kernel_init=_normal(), rngs=rngs)
+
+  def __call__(self, input_ids: jax.Array, positions: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32; attention_mask [B, T, T] bool -> hidden [B, T, D].
+
+    The hidden states are the last layer's output (BERT is post-LayerNorm: its last norm is the
+    final norm), i.e. HF's `last_hidden_state`.
+    """
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros_like(input_ids)
+    x = (self.embed(input_ids) + self.position_embed(positions)
+         + self.token_type_embed(token_type_ids))  # [B, T, D]
+    x = self.embed_norm(x)
+    for layer in self.layers:
+      x = layer(x, attention_mask)
+    return x  # [B, T, D]
+
+  def head(self, cls_hidden: jax.Array) -> jax.Array:
+    """[..., D] ([CLS] hidden) -> [..., num_labels] (classifier) or [..., D] (pooler output)."""
+    pooled = jnp.tanh(self.pooler(cls_hidden))  # [..., D]
+    if self.config.head == "score":
+      return self.classifier(pooled)
+    return pooled
+
+
+def _transpose(w: np.ndarray) -> np.ndarray:
+  return w.T
+
+
+def _transpose_reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
+  return w.T.reshape(shape)
+
+
+def _reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
+  return w.reshape(shape)
+
+
+def weight_sources(config: Config) -> dict[str, WeightSource]:
+  """Every parameter of `Model(config)` -> the HF tensor it is read from.
+
+  `BertModel` saves the encoder at the top level; `BertForSequenceClassification` under `bert.`,
+  with its `classifier` beside it. HF stores dense weights as nn.Linear [out, in]; ours are
+  [in, out] (and [in, heads, head_dim] / [heads, head_dim, out] for attention).
+  """
+  d, n, h = config.hidden_size, config.num_heads, config.head_dim
+  prefix = ENCODER_PREFIX[config.architecture]
+  embeddings = f"{prefix}embeddings"
+  sources = {
+      "embed/embedding": WeightSource(f"{embeddings}.word_embeddings.weight", model_axis=0),
+      "position_embed/embedding": WeightSource(f"{embeddings}.position_embeddings.weight"),
+      "token_type_embed/embedding": WeightSource(f"{embeddings}.token_type_embeddings.weight"),
+      "embed_norm/scale": WeightSource(f"{embeddings}.LayerNorm.weight"),
+      "embed_norm/bias": WeightSource(f"{embeddings}.LayerNorm.bias"),
+      "pooler/kernel": WeightSource(f"{prefix}pooler.dense.weight", _transpose),
+      "pooler/bias": WeightSource(f"{prefix}pooler.dense.bias"),
+  }
+  for i in range(config.num_layers):
+    hf = f"{prefix}encoder.layer.{i}"
+    ours = f"layers/{i}"
+    for name, hf_name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
+      sources[f"{ours}/attn/{name}/kernel"] = WeightSource(
+          f"{hf}.attention.self.{hf_name}.weight",
+          functools.partial(_transpose_reshape, (d, n, h)), model_axis=1)  # [D, N, H]
+      sources[f"{ours}/attn/{name}/bias"] = WeightSource(
+          f"{hf}.attention.self.{hf_name}.bias", functools.partial(_reshape, (n, h)),
+          model_axis=0)  # [N, H]
+    sources[f"{ours}/attn/o_proj/kernel"] = WeightSource(
+        f"{hf}.attention.output.dense.weight", functools.partial(_transpose_reshape, (n, h, d)),
+        model_axis=0)  # [N, H, D]
+    sources[f"{ours}/attn/o_proj/bias"] = WeightSource(f"{hf}.attention.output.dense.bias")
+    sources[f"{ours}/attn_norm/scale"] = WeightSource(f"{hf}.attention.output.LayerNorm.weight")
+    sources[f"{ours}/attn_norm/bias"] = WeightSource(f"{hf}.attention.output.LayerNorm.bias")
+    sources[f"{ours}/mlp/up/kernel"] = WeightSource(
+        f"{hf}.intermediate.dense.weight", _transpose, model_axis=1)  # [D, F]
+    sources[f"{ours}/mlp/up/bias"] = WeightSource(f"{hf}.intermediate.dense.bias", model_axis=0)
+    sources[f"{ours}/mlp/down/kernel"] = WeightSource(
+        f"{hf}.output.dense.weight", _transpose, model_axis=0)  # [F, D]
+    sources[f"{ours}/mlp/down/bias"] = WeightSource(f"{hf}.output.dense.bias")
+    sources[f"{ours}/mlp_norm/scale"] = WeightSource(f"{hf}.output.LayerNorm.weight")
+    sources[f"{ours}/mlp_norm/bias"] = WeightSource(f"{hf}.output.LayerNorm.bias")
+  if config.head == "score":
+    sources["classifier/kernel"] = WeightSource("classifier.weight", _transpose)  # [D, L]
+    sources["classifier/bias"] = WeightSource("classifier.bias")
+  return sources

@@ -1,0 +1,290 @@
+"""GPT-2 (pre-LayerNorm causal transformer, learned absolute positions) in Flax NNX.
+
+Covers `GPT2ForSequenceClassification` (a bias-free linear score head) and `GPT2LMHeadModel`
+(the LM head tied to the token embedding). HF GPT-2 stores its projections as `Conv1D` weights,
+laid out [in, out] (the transpose of `nn.Linear`); `weight_sources` reads them as such and splits
+the fused `c_attn` [D, 3D] into our separate query, key and value projections.
+
+Positions come from the caller (`positions`), not from the token index, so left padding and
+packed rows see the same position embeddings as the sequence scored alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from socialrm_jax.models.weights import WeightSource
+
+ARCHITECTURES = {
+    "GPT2ForSequenceClassification": "score",
+    "GPT2LMHeadModel": "lm",
+}
+IS_CAUSAL = True
+
+# HF's `activation_function` names -> the function they compute.
+ACTIVATIONS = {
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+# PretrainedConfig's default when a config.json carries neither `id2label` nor `num_labels`.
+HF_DEFAULT_NUM_LABELS = 2
+INIT_STDDEV = 0.02  # HF's `initializer_range` for GPT-2; only matters before weights are loaded.
+
+
+def num_labels_from_hf(hf_config: dict[str, Any]) -> int:
+  """How many outputs HF's score head has: `id2label` wins, as in `PretrainedConfig`."""
+  if hf_config.get("id2label"):
+    return len(hf_config["id2label"])
+  return int(hf_config.get("num_labels", HF_DEFAULT_NUM_LABELS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """What a GPT-2 checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
+  architecture: str
+  head: str  # "score" | "lm"
+  num_labels: int
+  pad_token_id: int | None
+  vocab_size: int
+  max_positions: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  layer_norm_eps: float
+  activation: str
+  scale_attn_weights: bool = True
+  scale_attn_by_inverse_layer_idx: bool = False
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> Config:
+    return cls(**d)
+
+
+def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
+  """Our config from a HF GPT-2 `config.json` dict."""
+  if architecture not in ARCHITECTURES:
+    raise ValueError(f"{architecture!r} is not a GPT-2 architecture; known: {sorted(ARCHITECTURES)}")
+  activation = hf_config.get("activation_function", "gelu_new")
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"GPT-2 activation {activation!r} is not supported; known: {sorted(ACTIVATIONS)}")
+  if hf_config.get("add_cross_attention"):
+    raise ValueError("GPT-2 with cross-attention is an encoder-decoder part, not a reward model")
+  hidden_size = int(hf_config["n_embd"])
+  num_heads = int(hf_config["n_head"])
+  if hidden_size % num_heads:
+    raise ValueError(f"n_embd={hidden_size} is not a multiple of n_head={num_heads}")
+  return Config(
+      architecture=architecture,
+      head=ARCHITECTURES[architecture],
+      num_labels=num_labels_from_hf(hf_config),
+      pad_token_id=hf_config.get("pad_token_id"),
+      vocab_size=int(hf_config["vocab_size"]),
+      max_positions=int(hf_config["n_positions"]),
+      hidden_size=hidden_size,
+      num_layers=int(hf_config["n_layer"]),
+      num_heads=num_heads,
+      intermediate_size=int(hf_config.get("n_inner") or 4 * hidden_size),
+      layer_norm_eps=float(hf_config.get("layer_norm_epsilon", 1e-5)),
+      activation=activation,
+      scale_attn_weights=bool(hf_config.get("scale_attn_weights", True)),
+      scale_attn_by_inverse_layer_idx=bool(hf_config.get("scale_attn_by_inverse_layer_idx", False)),
+  )
+
+
+def _normal(stddev: float = INIT_STDDEV):
+  return jax.nn.initializers.normal(stddev)
+
+
+class Attention(nnx.Module):
+  """Multi-head self-attention with biases, under a caller-given [B, T, T] mask."""
+
+  def __init__(self, config: Config, layer_index: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    d, n, h = config.hidden_size, config.num_heads, config.head_dim
+    self.dtype = dtype
+    self.scale = (1.0 / np.sqrt(h)) if config.scale_attn_weights else 1.0
+    if config.scale_attn_by_inverse_layer_idx:
+      self.scale /= layer_index + 1
+    self.q_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.k_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.v_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.o_proj = HeadsOutput(n, h, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+  def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    q = self.q_proj(x)  # [B, T, N, H]
+    k = self.k_proj(x)  # [B, S, N, H]
+    v = self.v_proj(x)  # [B, S, N, H]
+    # Logits and softmax in float32: bf16 logits lose the small differences that decide rewards.
+    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k, preferred_element_type=jnp.float32) * self.scale
+    # A finite minimum, not -inf: fully masked query rows (padding) stay finite instead of NaN.
+    logits = jnp.where(attention_mask[:, None, :, :], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)  # [B, N, T, S]
+    attended = jnp.einsum("BNTS,BSNH->BTNH", probs, v)  # [B, T, N, H]
+    return self.o_proj(attended)  # [B, T, D]
+
+
+class HeadsProjection(nnx.Module):
+  """[B, T, D] -> [B, T, N, H]: a dense layer whose output is split into heads."""
+
+  def __init__(self, d: int, n: int, h: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.dtype = dtype
+    self.kernel = nnx.Param(_normal()(rngs.params(), (d, n, h), param_dtype))  # [D, N, H]
+    self.bias = nnx.Param(jnp.zeros((n, h), param_dtype))  # [N, H]
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.kernel[...].astype(self.dtype)
+    return jnp.einsum("BTD,DNH->BTNH", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
+
+
+class HeadsOutput(nnx.Module):
+  """[B, T, N, H] -> [B, T, D]: the attention output projection, heads merged."""
+
+  def __init__(self, n: int, h: int, d: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.dtype = dtype
+    self.kernel = nnx.Param(_normal()(rngs.params(), (n, h, d), param_dtype))  # [N, H, D]
+    self.bias = nnx.Param(jnp.zeros((d,), param_dtype))  # [D]
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kernel = self.kernel[...].astype(self.dtype)
+    return jnp.einsum("BTNH,NHD->BTD", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
+
+
+class Mlp(nnx.Module):
+  """Position-wise feed-forward: D -> F -> D."""
+
+  def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+    d, f = config.hidden_size, config.intermediate_size
+    self.activation = ACTIVATIONS[config.activation]
+    self.up = nnx.Linear(d, f, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+    self.down = nnx.Linear(f, d, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.down(self.activation(self.up(x)))  # [B, T, D]
+
+
+class Block(nnx.Module):
+  """Pre-LayerNorm block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+  def __init__(self, config: Config, layer_index: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    norm = functools.partial(nnx.LayerNorm, config.hidden_size, epsilon=config.layer_norm_eps,
+                             dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.ln_1 = norm()
+    self.attn = Attention(config, layer_index, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.ln_2 = norm()
+    self.mlp = Mlp(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+  def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    x = x + self.attn(self.ln_1(x), attention_mask)  # [B, T, D]
+    return x + self.mlp(self.ln_2(x))  # [B, T, D]
+
+
+class Model(nnx.Module):
+  """GPT-2 trunk plus its head (`score` or tied `lm`), per the model contract."""
+
+  def __init__(self, config: Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
+               rngs: nnx.Rngs | None = None):
+    rngs = nnx.Rngs(0) if rngs is None else rngs
+    self.config = config
+    self.dtype = dtype
+    d = config.hidden_size
+    self.embed = nnx.Embed(config.vocab_size, d, dtype=dtype, param_dtype=param_dtype,
+                           embedding_init=_normal(), rngs=rngs)
+    self.position_embed = nnx.Embed(config.max_positions, d, dtype=dtype, param_dtype=param_dtype,
+                                    embedding_init=_normal(), rngs=rngs)
+    self.layers = nnx.List([
+        Block(config, i, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        for i in range(config.num_layers)])
+    self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
+                                    param_dtype=param_dtype, rngs=rngs)
+    if config.head == "score":
+      self.score = nnx.Linear(d, config.num_labels, use_bias=False, dtype=dtype,
+                              param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+
+  def __call__(self, input_ids: jax.Array, positions: jax.Array, attention_mask: jax.Array,
+               token_type_ids: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32; attention_mask [B, T, T] bool -> hidden [B, T, D]."""
+    x = self.embed(input_ids) + self.position_embed(positions)  # [B, T, D]
+    if token_type_ids is not None:
+      # HF GPT-2 embeds token types with the token embedding table itself.
+      x = x + self.embed(token_type_ids)
+    for layer in self.layers:
+      x = layer(x, attention_mask)
+    return self.final_norm(x)  # [B, T, D]
+
+  def head(self, hidden: jax.Array) -> jax.Array:
+    """[..., D] -> [..., num_labels] (score head) or [..., vocab] (tied LM head)."""
+    if self.config.head == "score":
+      return self.score(hidden)
+    return self.embed.attend(hidden)
+
+
+def _columns(start: int, stop: int, shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
+  """A column block [:, start:stop] of a Conv1D weight (or a slice of its bias), reshaped."""
+  return w[..., start:stop].reshape(shape)
+
+
+def _reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
+  return w.reshape(shape)
+
+
+def _transpose(w: np.ndarray) -> np.ndarray:
+  return w.T
+
+
+def weight_sources(config: Config) -> dict[str, WeightSource]:
+  """Every parameter of `Model(config)` -> the HF tensor it is read from.
+
+  Both HF classes save the trunk under `transformer.`; the LM head is tied to `transformer.wte`,
+  so `lm_head.weight` is never asked for.
+  """
+  d, n, h = config.hidden_size, config.num_heads, config.head_dim
+  sources = {
+      "embed/embedding": WeightSource("transformer.wte.weight", model_axis=0),  # [V, D]
+      "position_embed/embedding": WeightSource("transformer.wpe.weight"),  # [P, D]
+      "final_norm/scale": WeightSource("transformer.ln_f.weight"),
+      "final_norm/bias": WeightSource("transformer.ln_f.bias"),
+  }
+  for i in range(config.num_layers):
+    hf = f"transformer.h.{i}"
+    ours = f"layers/{i}"
+    for norm in ("ln_1", "ln_2"):
+      sources[f"{ours}/{norm}/scale"] = WeightSource(f"{hf}.{norm}.weight")
+      sources[f"{ours}/{norm}/bias"] = WeightSource(f"{hf}.{norm}.bias")
+    # c_attn is Conv1D [D, 3D]: columns [0, D) are the queries, then keys, then values.
+    for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
+      start, stop = index * d, (index + 1) * d
+      sources[f"{ours}/attn/{name}/kernel"] = WeightSource(
+          f"{hf}.attn.c_attn.weight", functools.partial(_columns, start, stop, (d, n, h)),
+          model_axis=1)  # [D, N, H]
+      sources[f"{ours}/attn/{name}/bias"] = WeightSource(
+          f"{hf}.attn.c_attn.bias", functools.partial(_columns, start, stop, (n, h)),
+          model_axis=0)  # [N, H]
+    sources[f"{ours}/attn/o_proj/kernel"] = WeightSource(
+        f"{hf}.attn.c_proj.weight", functools.partial(_reshape, (n, h, d)), model_axis=0)  # [N, H, D]
+    sources[f"{ours}/attn/o_proj/bias"] = WeightSource(f"{hf}.attn.c_proj.bias")
+    sources[f"{ours}/mlp/up/kernel"] = WeightSource(f"{hf}.mlp.c_fc.weight", model_axis=1)  # [D, F]
+    sources[f"{ours}/mlp/up/bias"] = WeightSource(f"{hf}.mlp.c_fc.bias", model_axis=0)  # [F]
+    sources[f"{ours}/mlp/down/kernel"] = WeightSource(f"{hf}.mlp.c_proj.weight", model_axis=0)  # [F, D]
+    sources[f"{ours}/mlp/down/bias"] = WeightSource(f"{hf}.mlp.c_proj.bias")
+  if config.head == "score":
+    # nn.Linear stores [L, D]; ours is [D, L].
+    sources["score/kernel"] = WeightSource("score.weight", _transpose)
+  return sources
