@@ -1,0 +1,290 @@
+"""Read a llama.cpp GGUF file as a HuggingFace Llama checkpoint.
+
+`read_gguf` turns the file's metadata into a `LlamaConfig`-style dict (architecture
+`LlamaForCausalLM`) and exposes its tensors under HF names (`model.layers.0.self_attn.q_proj.weight`,
+...), dequantized to float32 one at a time when asked for, in HF shapes, with llama.cpp's rotary
+row permutation of the q/k projections undone. The decoder family then loads it exactly like a
+safetensors checkpoint.
+
+GGUF facts this relies on:
+- ggml lists dimensions fastest-first, so a GGUF shape is the HF (numpy) shape reversed; the
+  reader's `data` is already laid out row-major in the HF order.
+- llama.cpp's `convert_hf_to_gguf.py` permutes the rows of `attn_q` / `attn_k` within each head
+  from HF's "rotate half" layout to interleaved pairs (`permute(w, n_head, n_head_kv)`);
+  `_unpermute_rotary_rows` is its inverse (as in transformers' `LlamaTensorProcessor`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+from typing import Any, Iterable
+
+import gguf
+import numpy as np
+
+from socialrm_jax.errors import InputError
+
+GGUF_SUFFIX = ".gguf"
+SUPPORTED_ARCHITECTURES = ("llama",)
+
+_T = gguf.GGMLQuantizationType
+# Every type here is checked against an independent reference in tests/test_gguf_import.py.
+SUPPORTED_TENSOR_TYPES = (
+    _T.F32, _T.F16, _T.BF16, _T.Q8_0, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q4_K, _T.Q5_K,
+    _T.Q6_K)
+
+# GGUF tensor name (without `.weight` / `.bias`) -> HF module name.
+_TOP_LEVEL_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_TOP_LEVEL_TENSOR = re.compile(r"(\w+)\.(weight|bias)")
+# llama.cpp's RoPE scaling types -> HF `rope_type`.
+_ROPE_SCALING_TYPES = {"linear": "linear", "yarn": "yarn"}
+
+
+@dataclasses.dataclass(frozen=True)
+class GgufCheckpoint:
+  hf_config: dict[str, Any]  # `LlamaConfig` form, as a config.json would hold it.
+  tensors: "GgufTensors"  # HF tensor names -> float32 arrays in HF shapes.
+  path: pathlib.Path  # the .gguf file itself (also what `tokenizer_for_gguf` takes).
+
+
+def gguf_file_in(path: str | os.PathLike) -> pathlib.Path | None:
+  """`path` itself if it is a .gguf file, the one .gguf file inside a folder, else None."""
+  path = pathlib.Path(path)
+  if path.is_file():
+    return path if path.suffix == GGUF_SUFFIX else None
+  if not path.is_dir():
+    return None
+  found = sorted(p for p in path.iterdir() if p.suffix == GGUF_SUFFIX and p.is_file())
+  if len(found) > 1:
+    raise InputError(
+        "the folder holds several GGUF files (" + ", ".join(p.name for p in found)
+        + "); pass the one to load as the model path", path)
+  return found[0] if found else None
+
+
+def _resolve_gguf_file(path: str | os.PathLike) -> pathlib.Path:
+  found = gguf_file_in(path)
+  if found is None:
+    raise InputError("not a .gguf file nor a folder holding one", path)
+  return found
+
+
+def _unpermute_rotary_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
+  """Inverse of llama.cpp's `permute`: interleaved rotary pairs back to HF's rotate-half rows."""
+  half_head_dim = weight.shape[0] // n_head // 2
+  rows = weight.reshape(n_head, half_head_dim, 2, *weight.shape[1:])  # [N, H/2, 2, ...]
+  return rows.swapaxes(1, 2).reshape(weight.shape)  # [N*H, ...]
+
+
+def dequantize_tensor(tensor: gguf.ReaderTensor, path: str | os.PathLike) -> np.ndarray:
+  """One GGUF tensor as a new float32 array in HF (numpy, slowest-first) shape."""
+  tensor_type = _T(tensor.tensor_type)
+  if tensor_type not in SUPPORTED_TENSOR_TYPES:
+    raise InputError(
+        f"tensor {tensor.name!r} has type {tensor_type.name}, which is not supported; supported: "
+        + ", ".join(t.name for t in SUPPORTED_TENSOR_TYPES), path)
+  hf_shape = tuple(int(d) for d in reversed(tensor.shape))
+  values = gguf.quants.dequantize(tensor.data, tensor_type)
+  # F32 comes back as a view of the memory-mapped file: copy so the array owns its data.
+  return np.array(values, dtype=np.float32, copy=True).reshape(hf_shape)
+
+
+class GgufTensors:
+  """HF-named tensors of a GGUF file, dequantized lazily (one per `get`).
+
+  Satisfies the `TensorSource` protocol of `weights.py`: `keys()` and `get(name)`.
+  """
+
+  def __init__(self, path: pathlib.Path, reader: gguf.GGUFReader, hf_to_gguf: dict[str, str],
+               num_heads: int, num_kv_heads: int):
+    self.path = path
+    self._reader_tensors = {t.name: t for t in reader.tensors}
+    self._hf_to_gguf = hf_to_gguf
+    # Rows of these tensors are permuted per head by llama.cpp; the value is the head count.
+    self._rotary_heads = {}
+    for hf_name, gguf_name in hf_to_gguf.items():
+      if ".attn_q." in gguf_name:
+        self._rotary_heads[hf_name] = num_heads
+      elif ".attn_k." in gguf_name:
+        self._rotary_heads[hf_name] = num_kv_heads
+
+  def keys(self) -> Iterable[str]:
+    return list(self._hf_to_gguf)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._hf_to_gguf
+
+  def gguf_name(self, name: str) -> str:
+    return self._hf_to_gguf[name]
+
+  def get(self, name: str) -> np.ndarray:
+    if name not in self._hf_to_gguf:
+      raise KeyError(f"{self.path}: no tensor {name!r} (GGUF holds: {', '.join(self._hf_to_gguf)})")
+    array = dequantize_tensor(self._reader_tensors[self._hf_to_gguf[name]], self.path)
+    if name in self._rotary_heads:
+      array = _unpermute_rotary_rows(array, self._rotary_heads[name])
+    return array
+
+
+def _hf_tensor_name(gguf_name: str) -> str | None:
+  """HF name of a llama GGUF tensor, or None if the name is not one of llama's."""
+  if match := _BLOCK_TENSOR.fullmatch(gguf_name):
+    layer, part, kind = match.groups()
+    if part in _BLOCK_NAMES:
+      return f"model.layers.{layer}.{_BLOCK_NAMES[part]}.{kind}"
+    return None
+  if match := _TOP_LEVEL_TENSOR.fullmatch(gguf_name):
+    part, kind = match.groups()
+    if part in _TOP_LEVEL_NAMES:
+      return f"{_TOP_LEVEL_NAMES[part]}.{kind}"
+  return None
+
+
+class _Metadata:
+  """Typed access to GGUF key/values, with errors naming the file and the key."""
+
+  def __init__(self, path: pathlib.Path, reader: gguf.GGUFReader):
+    self.path = path
+    self.fields = reader.fields
+
+  def get(self, key: str, default: Any = None) -> Any:
+    field = self.fields.get(key)
+    return default if field is None else field.contents()
+
+  def require(self, key: str) -> Any:
+    if key not in self.fields:
+      raise InputError(f"GGUF metadata lacks {key!r}", self.path)
+    return self.get(key)
+
+  def array_length(self, key: str) -> int | None:
+    field = self.fields.get(key)
+    return None if field is None else len(field.data)
+
+
+def _rope_scaling(meta: _Metadata, arch: str) -> dict[str, Any] | None:
+  kind = meta.get(f"{arch}.rope.scaling.type")
+  if kind is None or kind == "none":
+    return None
+  if kind not in _ROPE_SCALING_TYPES:
+    raise InputError(
+        f"RoPE scaling type {kind!r} is not supported; supported: "
+        + ", ".join(_ROPE_SCALING_TYPES), meta.path)
+  scaling: dict[str, Any] = {
+      "rope_type": _ROPE_SCALING_TYPES[kind],
+      "factor": float(meta.require(f"{arch}.rope.scaling.factor")),
+  }
+  if scaling["rope_type"] == "yarn":  # only YaRN takes these in HF's RoPE parameters
+    original = meta.get(f"{arch}.rope.scaling.original_context_length")
+    if original is not None:
+      scaling["original_max_position_embeddings"] = int(original)
+    attention_factor = meta.get(f"{arch}.rope.scaling.attn_factor")
+    if attention_factor is not None:
+      scaling["attention_factor"] = float(attention_factor)
+  return scaling
+
+
+def _llama_hf_config(meta: _Metadata, tensor_names: set[str], embed_rows: int) -> dict[str, Any]:
+  arch = "llama"
+  hidden_size = int(meta.require(f"{arch}.embedding_length"))
+  num_heads = int(meta.require(f"{arch}.attention.head_count"))
+  head_dim = meta.get(f"{arch}.attention.key_length")
+  if head_dim is None:
+    head_dim = meta.get(f"{arch}.rope.dimension_count", hidden_size // num_heads)
+  vocab_size = meta.get(f"{arch}.vocab_size")
+  if vocab_size is None:
+    vocab_size = meta.array_length("tokenizer.ggml.tokens") or embed_rows
+  rope_theta = float(meta.get(f"{arch}.rope.freq_base", 10000.0))
+  rope_scaling = _rope_scaling(meta, arch)
+  config: dict[str, Any] = {
+      "architectures": ["LlamaForCausalLM"],
+      "model_type": "llama",
+      "hidden_act": "silu",
+      "vocab_size": int(vocab_size),
+      "hidden_size": hidden_size,
+      "intermediate_size": int(meta.require(f"{arch}.feed_forward_length")),
+      "num_hidden_layers": int(meta.require(f"{arch}.block_count")),
+      "num_attention_heads": num_heads,
+      "num_key_value_heads": int(meta.get(f"{arch}.attention.head_count_kv", num_heads)),
+      "head_dim": int(head_dim),
+      "max_position_embeddings": int(meta.require(f"{arch}.context_length")),
+      "rms_norm_eps": float(meta.require(f"{arch}.attention.layer_norm_rms_epsilon")),
+      # Both spellings: `rope_theta` / `rope_scaling` (config.json files up to transformers 4.x)
+      # and `rope_parameters` (transformers 5).
+      "rope_theta": rope_theta,
+      "rope_scaling": rope_scaling,
+      "rope_parameters": {"rope_type": "default", **(rope_scaling or {}), "rope_theta": rope_theta},
+      "attention_bias": "blk.0.attn_q.bias" in tensor_names,
+      "mlp_bias": "blk.0.ffn_up.bias" in tensor_names,
+      "tie_word_embeddings": "output.weight" not in tensor_names,
+  }
+  for key, config_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                          ("padding_token_id", "pad_token_id")):
+    value = meta.get(f"tokenizer.ggml.{key}")
+    config[config_key] = None if value is None else int(value)
+  return config
+
+
+def read_gguf(path: str | os.PathLike) -> GgufCheckpoint:
+  """Opens a GGUF file (or the one in a folder): HF config + lazily dequantized HF tensors."""
+  path = _resolve_gguf_file(path)
+  try:
+    reader = gguf.GGUFReader(path)
+  except (ValueError, OSError) as error:
+    raise InputError(f"cannot read as GGUF: {error}", path) from error
+  meta = _Metadata(path, reader)
+  architecture = meta.require("general.architecture")
+  if architecture not in SUPPORTED_ARCHITECTURES:
+    raise InputError(
+        f"GGUF architecture {architecture!r} is not supported; supported: "
+        + ", ".join(SUPPORTED_ARCHITECTURES), path)
+
+  hf_to_gguf: dict[str, str] = {}
+  for tensor in reader.tensors:
+    if tensor.name == "rope_freqs.weight":
+      raise InputError(
+          "the file carries per-frequency RoPE factors (rope_freqs.weight, Llama 3.1-style RoPE "
+          "scaling), which cannot be expressed as a HF LlamaConfig here; use the model's HF "
+          "checkpoint instead", path)
+    hf_name = _hf_tensor_name(tensor.name)
+    if hf_name is None:
+      raise InputError(f"tensor {tensor.name!r} is not part of a {architecture} model", path)
+    if _T(tensor.tensor_type) not in SUPPORTED_TENSOR_TYPES:
+      raise InputError(
+          f"tensor {tensor.name!r} has type {_T(tensor.tensor_type).name}, which is not "
+          "supported; supported: " + ", ".join(t.name for t in SUPPORTED_TENSOR_TYPES), path)
+    hf_to_gguf[hf_name] = tensor.name
+  if "model.embed_tokens.weight" not in hf_to_gguf:
+    raise InputError("the file has no token_embd.weight tensor", path)
+
+  tensor_names = set(hf_to_gguf.values())
+  embed = next(t for t in reader.tensors if t.name == "token_embd.weight")
+  hf_config = _llama_hf_config(meta, tensor_names, embed_rows=int(embed.shape[-1]))
+  tensors = GgufTensors(path, reader, hf_to_gguf, num_heads=hf_config["num_attention_heads"],
+                        num_kv_heads=hf_config["num_key_value_heads"])
+  return GgufCheckpoint(hf_config=hf_config, tensors=tensors, path=path)
+
+
+def tokenizer_for_gguf(path: str | os.PathLike):
+  """The HF tokenizer (chat template included) that transformers builds from the GGUF metadata."""
+  from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+  path = _resolve_gguf_file(path)
+  return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
