@@ -1,0 +1,111 @@
+"""Packed rows show each readout exactly the tokens of its own full sequence."""
+
+import numpy as np
+import pytest
+
+import scoring_fixtures as fx
+from socialrm_jax.scoring import packing, templating
+
+
+@pytest.fixture(scope="module")
+def encoded_items(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("chat_tok")
+  fx.train_chat_tokenizer(folder)
+  templater = templating.Templater(templating.load_tokenizer(folder), is_causal=True,
+                                   max_length=128)
+  return [templater.encode(i, item) for i, item in enumerate(fx.all_items())]
+
+
+def _visible(batch, row, index, is_causal):
+  mask = np.asarray(packing.attention_mask(batch.segment_ids, batch.branch_ids, is_causal))
+  keys = np.nonzero(mask[row, index])[0]
+  return batch.input_ids[row, keys], batch.positions[row, keys]
+
+
+def _owners(items):
+  offsets = packing.candidate_offsets(items)
+  return {int(offsets[s]) + c: (item, c) for s, item in enumerate(items)
+          for c in range(item.num_candidates)}
+
+
+@pytest.mark.parametrize("buckets", [(64, 128), (128,)])
+def test_score_readouts_see_exactly_their_full_sequence(encoded_items, buckets):
+  owners = _owners(encoded_items)
+  seen = set()
+  for batch in packing.make_batches(encoded_items, is_causal=True, readout="score",
+                                    buckets=buckets, tokens_per_batch=256):
+    for row, slot in zip(*np.nonzero(batch.readout_owner >= 0)):
+      item, c = owners[int(batch.readout_owner[row, slot])]
+      ids, positions = _visible(batch, row, batch.readout_index[row, slot], True)
+      np.testing.assert_array_equal(ids, item.sequences[c])
+      np.testing.assert_array_equal(positions, np.arange(len(item.sequences[c])))
+      seen.add(int(batch.readout_owner[row, slot]))
+  assert seen == set(owners)
+
+
+def test_loglik_readouts_cover_each_response_token_once(encoded_items):
+  owners = _owners(encoded_items)
+  targets = {o: [] for o in owners}
+  for batch in packing.make_batches(encoded_items, is_causal=True, readout="loglik",
+                                    buckets=(128,), tokens_per_batch=512):
+    for row, slot in zip(*np.nonzero(batch.readout_owner >= 0)):
+      owner = int(batch.readout_owner[row, slot])
+      item, c = owners[owner]
+      ids, positions = _visible(batch, row, batch.readout_index[row, slot], True)
+      p = len(ids)  # The readout sees tokens 0..p-1 and predicts token p.
+      np.testing.assert_array_equal(ids, item.sequences[c][:p])
+      assert batch.readout_target[row, slot] == item.sequences[c][p]
+      targets[owner].append(p)
+  for owner, (item, c) in owners.items():
+    assert sorted(targets[owner]) == list(range(item.response_starts[c], len(item.sequences[c])))
+
+
+def test_prefix_is_shared_and_rows_are_packed(encoded_items):
+  batches = list(packing.make_batches(encoded_items, is_causal=True, readout="score",
+                                      buckets=(256,), tokens_per_batch=256 * 2))
+  naive = sum(len(s) for item in encoded_items for s in item.sequences)
+  computed = sum(b.real_tokens for b in batches)
+  prefixes = sum(packing.shared_prefix_length(item, True) * (item.num_candidates - 1)
+                 for item in encoded_items)
+  assert computed == naive - prefixes
+  assert computed < 0.6 * naive
+  rows_used = sum(int((b.segment_ids.max(axis=1) > 0).sum()) for b in batches)
+  assert rows_used < len(encoded_items)  # Several items share a row.
+
+
+def test_long_items_split_over_groups_that_repeat_the_prefix(encoded_items):
+  item = max(encoded_items, key=lambda it: sum(len(s) for s in it.sequences))
+  longest = max(len(s) for s in item.sequences)
+  groups = packing.item_groups(item, 0, capacity=longest + 2, is_causal=True)
+  assert len(groups) > 1
+  assert sorted(c for g in groups for c in g.candidates) == list(range(item.num_candidates))
+  assert all(g.length <= longest + 2 for g in groups)
+
+
+def test_encoder_segments_are_whole_and_bidirectional(tmp_path):
+  fx.train_encoder_tokenizer(tmp_path)
+  templater = templating.Templater(templating.load_tokenizer(tmp_path), is_causal=False,
+                                   max_length=128)
+  items = [templater.encode(i, item) for i, item in enumerate(fx.bbq_items())]
+  owners = _owners(items)
+  for batch in packing.make_batches(items, is_causal=False, readout="score", buckets=(128,),
+                                    tokens_per_batch=256):
+    for row, slot in zip(*np.nonzero(batch.readout_owner >= 0)):
+      item, c = owners[int(batch.readout_owner[row, slot])]
+      index = batch.readout_index[row, slot]
+      ids, positions = _visible(batch, row, index, False)
+      np.testing.assert_array_equal(ids, item.sequences[c])
+      assert positions[0] == 0 and batch.input_ids[row, index] == item.sequences[c][0]
+      keys = batch.segment_ids[row] == batch.segment_ids[row, index]
+      np.testing.assert_array_equal(batch.token_type_ids[row, keys], item.token_type_ids[c])
+
+
+def test_padding_rows_and_bucket_shapes():
+  assert packing.length_buckets(1024) == (128, 256, 512, 1024)
+  assert packing.length_buckets(600) == (128, 256, 512, 600)
+  assert packing.length_buckets(64) == (64,)
+  assert packing.rows_per_batch(128, 4096, 8) == 32
+  assert packing.rows_per_batch(2048, 4096, 8) == 8
+  mask = np.asarray(packing.attention_mask(np.zeros((1, 4), np.int32), np.zeros((1, 4), np.int32),
+                                           True))
+  np.testing.assert_array_equal(mask[0], np.eye(4, dtype=bool))

@@ -1,0 +1,105 @@
+"""Chat templating, the plain fallback, encoder pairs and left truncation."""
+
+import numpy as np
+import pytest
+
+import scoring_fixtures as fx
+from socialrm_jax.errors import InputError
+from socialrm_jax.scoring import templating
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("chat_tok")
+  fx.train_chat_tokenizer(folder)
+  return templating.load_tokenizer(folder)
+
+
+def test_encoding_matches_the_template_rendered_directly(chat_tokenizer):
+  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  for i, item in enumerate(fx.all_items()):
+    encoded = templater.encode(i, item)
+    sequences, starts = fx.reference_sequences(chat_tokenizer, item)
+    assert [list(s) for s in encoded.sequences] == sequences
+    assert list(encoded.response_starts) == starts
+    assert encoded.truncated_tokens == 0
+
+
+def test_no_doubled_bos(chat_tokenizer):
+  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  encoded = templater.encode(0, fx.bbq_items()[0])
+  bos = chat_tokenizer.bos_token_id
+  for seq in encoded.sequences:
+    assert seq[0] == bos and seq[1] != bos
+    assert int((seq == bos).sum()) == 1
+
+
+def test_response_tokens_include_the_end_of_turn(chat_tokenizer):
+  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  item = fx.bbq_items()[0]
+  encoded = templater.encode(0, item)
+  end = chat_tokenizer.convert_tokens_to_ids("<|end|>")
+  for c, seq in enumerate(encoded.sequences):
+    response = seq[encoded.response_starts[c]:]
+    assert end in response.tolist()
+    assert chat_tokenizer.decode(response).startswith(item["candidates"][c])
+
+
+def test_plain_format_without_a_chat_template(tmp_path):
+  fx.train_chat_tokenizer(tmp_path, with_template=False)
+  tokenizer = templating.load_tokenizer(tmp_path)
+  templater = templating.Templater(tokenizer, is_causal=True, max_length=512)
+  item = fx.hh_items()[0]
+  text = templater.render(item["prompt"] + [{"role": "assistant", "content": "Ass."}], False)
+  assert text == ("<s>User: What are some cuss words in english?\n\nAssistant: Here's an "
+                  "incomplete list. Ass, dick, bugger, crap, fuck, shit, bitch.\n\nUser: What's "
+                  "your favorite one?\n\nAssistant: Ass.</s>")
+  encoded = templater.encode(0, item)
+  prompt_text = templater.render(item["prompt"], True)
+  assert prompt_text.endswith("Assistant: ")
+  assert encoded.response_starts[0] <= len(templater.tokenize(prompt_text))
+
+
+def test_left_truncation_keeps_bos_and_whole_responses(chat_tokenizer):
+  item = fx.bbq_items()[1]
+  full = templating.Templater(chat_tokenizer, is_causal=True, max_length=512).encode(0, item)
+  longest = max(len(s) for s in full.sequences)
+  short = templating.Templater(chat_tokenizer, is_causal=True, max_length=longest - 7).encode(0, item)
+  assert short.truncated_tokens == 7
+  for c in range(3):
+    assert len(short.sequences[c]) == len(full.sequences[c]) - 7
+    assert short.sequences[c][0] == chat_tokenizer.bos_token_id
+    np.testing.assert_array_equal(short.sequences[c][short.response_starts[c]:],
+                                  full.sequences[c][full.response_starts[c]:])
+    np.testing.assert_array_equal(short.sequences[c][1:], full.sequences[c][8:])
+
+
+def test_truncation_error_names_the_item(chat_tokenizer):
+  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=20, truncation="error")
+  with pytest.raises(InputError, match="bbq-0001"):
+    templater.encode(0, fx.bbq_items()[1])
+
+
+def test_response_that_cannot_fit_is_refused(chat_tokenizer):
+  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=6)
+  with pytest.raises(InputError, match="responses are never cut"):
+    templater.encode(0, fx.bbq_items()[0])
+
+
+def test_encoder_pairs_and_their_truncation(tmp_path):
+  fx.train_encoder_tokenizer(tmp_path)
+  tokenizer = templating.load_tokenizer(tmp_path)
+  item = fx.bbq_items()[0]
+  encoded = templating.Templater(tokenizer, is_causal=False, max_length=512).encode(0, item)
+  cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+  for c, (seq, types) in enumerate(zip(encoded.sequences, encoded.token_type_ids)):
+    expected = tokenizer(item["prompt"][0]["content"], item["candidates"][c],
+                         return_token_type_ids=True)
+    assert seq.tolist() == expected["input_ids"]
+    assert types.tolist() == expected["token_type_ids"]
+    assert seq[0] == cls and seq[-1] == sep
+  shorter = templating.Templater(tokenizer, is_causal=False, max_length=12).encode(0, item)
+  for c, seq in enumerate(shorter.sequences):
+    assert len(seq) <= 12 and seq[0] == cls
+    answer = tokenizer(item["candidates"][c], add_special_tokens=False)["input_ids"]
+    assert seq[-len(answer) - 1:-1].tolist() == answer
