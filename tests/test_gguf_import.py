@@ -174,7 +174,8 @@ def gguf_name(hf_name: str) -> str:
   return f"blk.{layer}.{HF_TO_GGUF_BLOCK['.'.join(module)]}.{kind}"
 
 
-def tiny_llama_state(rng: np.random.Generator, *, tied: bool) -> dict[str, np.ndarray]:
+def tiny_llama_state(rng: np.random.Generator, *, tied: bool,
+                     attention_bias: bool = False) -> dict[str, np.ndarray]:
   """HF-named float32 weights of a tiny Llama."""
   shapes = {"model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,)}
   if not tied:
@@ -191,6 +192,12 @@ def tiny_llama_state(rng: np.random.Generator, *, tied: bool) -> dict[str, np.nd
         f"model.layers.{i}.input_layernorm.weight": (HIDDEN,),
         f"model.layers.{i}.post_attention_layernorm.weight": (HIDDEN,),
     }
+    if attention_bias:
+      shapes |= {
+          f"model.layers.{i}.self_attn.q_proj.bias": (HEADS * HEAD_DIM,),
+          f"model.layers.{i}.self_attn.k_proj.bias": (KV_HEADS * HEAD_DIM,),
+          f"model.layers.{i}.self_attn.v_proj.bias": (KV_HEADS * HEAD_DIM,),
+      }
   return {name: rng.normal(size=shape).astype(np.float32) for name, shape in shapes.items()}
 
 
@@ -217,9 +224,9 @@ def write_llama_gguf(path: pathlib.Path, state: dict[str, np.ndarray],
     writer.add_rope_scaling_factor(rope_scaling[1])
     writer.add_rope_scaling_orig_ctx_len(64)
   for name, weight in state.items():
-    if name.endswith("q_proj.weight"):
+    if name.endswith(("q_proj.weight", "q_proj.bias")):
       weight = llama_permute(weight, HEADS)
-    elif name.endswith("k_proj.weight"):
+    elif name.endswith(("k_proj.weight", "k_proj.bias")):
       weight = llama_permute(weight, KV_HEADS)
     writer.add_tensor(gguf_name(name), weight)
   for name, (data, tensor_type) in (raw or {}).items():
@@ -269,9 +276,10 @@ def test_quantized_weights_round_trip_within_quantization_step(tmp_path, tensor_
   assert np.abs(got - original).max() <= step
 
 
-@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_read_gguf_undoes_permutation_and_maps_names_and_shapes(tmp_path, tied):
-  state = tiny_llama_state(np.random.default_rng(1), tied=tied)
+@pytest.mark.parametrize("tied, attention_bias", [(True, False), (False, True)],
+                         ids=["tied", "untied_with_bias"])
+def test_read_gguf_undoes_permutation_and_maps_names_and_shapes(tmp_path, tied, attention_bias):
+  state = tiny_llama_state(np.random.default_rng(1), tied=tied, attention_bias=attention_bias)
   write_llama_gguf(tmp_path / "m.gguf", state)
 
   checkpoint = gguf_import.read_gguf(tmp_path)  # the folder holding the file
@@ -281,6 +289,7 @@ def test_read_gguf_undoes_permutation_and_maps_names_and_shapes(tmp_path, tied):
   for name, want in state.items():
     np.testing.assert_array_equal(checkpoint.tensors.get(name), want, err_msg=name)
   assert checkpoint.hf_config["tie_word_embeddings"] is tied
+  assert checkpoint.hf_config["attention_bias"] is attention_bias
 
 
 def test_config_maps_metadata_to_llama_config(tmp_path):
