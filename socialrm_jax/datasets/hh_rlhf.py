@@ -1,0 +1,96 @@
+"""Anthropic HH-RLHF (Bai et al. 2022): chosen / rejected transcripts of one conversation.
+
+Files are `<harmless|helpful>-<kind>/<split>.jsonl.gz` (or `.jsonl`); the folder gives the subset
+(`harmless`: domain `safety`; `helpful`: domain `general`, the helpfulness control), the file stem
+the split. Each transcript is parsed into turns on "\\n\\nHuman: " and "\\n\\nAssistant: ". The
+prompt is every turn before the final assistant turn, as chat messages (Human -> user, Assistant
+-> assistant; the template renders each user turn); the candidates are the two final assistant
+turns, byte for byte: `chosen` (+1) and `rejected` (-1), one gold pair.
+
+Skipped and counted, as quirks of the data rather than broken files: rows whose two prompts
+differ (`prompt_mismatch`) and transcripts that do not start with a human turn or do not end
+with an assistant turn (`unparsable_transcript`).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from typing import Iterator
+
+from socialrm_jax import records
+from socialrm_jax.datasets.reading import SourceReader
+from socialrm_jax.errors import InputError
+
+DOMAINS = {"harmless": "safety", "helpful": "general"}
+SPEAKERS = {"Human": "user", "Assistant": "assistant"}
+_TURN_MARK = re.compile(r"\n\n(Human|Assistant): ")
+PROMPT_MISMATCH = "prompt_mismatch"
+UNPARSABLE = "unparsable_transcript"
+
+Turn = tuple[str, str]  # (speaker as in the transcript, text)
+
+
+def parse_transcript(transcript: str) -> list[Turn] | None:
+  """Turns in order, or None when the text before the first marker is not empty (no leading
+  "\\n\\nHuman: ") or there is no turn at all."""
+  parts = _TURN_MARK.split(transcript)  # [lead, speaker, text, speaker, text, ...]
+  if parts[0] or len(parts) < 3:
+    return None
+  return list(zip(parts[1::2], parts[2::2]))
+
+
+def _subset(path: pathlib.Path) -> tuple[str, str]:
+  """(subset, folder) from the folder name, e.g. `harmless-base` -> `harmless`."""
+  folder = path.parent.name
+  subset = folder.split("-")[0]
+  if subset not in DOMAINS:
+    raise InputError(f"cannot tell the subset from folder {folder!r}: expected a folder named "
+                     f"{' or '.join(f'{s}-*' for s in DOMAINS)}", path)
+  return subset, folder
+
+
+def _source_files(reader: SourceReader) -> list[pathlib.Path]:
+  found = [p for pattern in ("*.jsonl.gz", "*.jsonl") for p in reader.find(pattern, required=False)
+           if p.parent.name.split("-")[0] in DOMAINS]
+  if not found:
+    raise InputError("no <split>.jsonl.gz (or .jsonl) found in a harmless-*/ or helpful-*/ "
+                     "folder", reader.dataset_dir)
+  return sorted(found, key=lambda p: p.relative_to(reader.dataset_dir).as_posix())
+
+
+def _messages(reader: SourceReader, turns: list[Turn]) -> list[dict[str, str]]:
+  return [{"role": SPEAKERS[speaker],
+           "content": reader.template.render(transcript=text) if speaker == "Human" else text}
+          for speaker, text in turns]
+
+
+def convert(reader: SourceReader) -> Iterator[records.Item]:
+  for path in _source_files(reader):
+    subset, folder = _subset(path)
+    split = path.name.split(".")[0]
+    for number, row in reader.jsonl_rows(path, subset):
+      if not reader.fields(path, number, row, subset, chosen=str, rejected=str):
+        continue
+      chosen, rejected = parse_transcript(row["chosen"]), parse_transcript(row["rejected"])
+      if not (chosen and rejected and chosen[0][0] == rejected[0][0] == "Human"
+              and chosen[-1][0] == rejected[-1][0] == "Assistant"):
+        reader.drop(subset, UNPARSABLE)
+        continue
+      if chosen[:-1] != rejected[:-1]:
+        reader.drop(subset, PROMPT_MISMATCH)
+        continue
+      if chosen[-2][0] != "Human":
+        # Two assistant turns in a row: the prompt would not end with a user turn.
+        reader.drop(subset, UNPARSABLE)
+        continue
+      yield records.Item(
+          item_id=records.make_item_id("hh_rlhf", folder, split, number),
+          domain=DOMAINS[subset], dataset="hh_rlhf", subset=subset, split=split,
+          prompt=_messages(reader, chosen[:-1]),
+          candidates=[chosen[-1][1], rejected[-1][1]],
+          roles=["chosen", "rejected"], desirability=[1, -1],
+          context_condition=None, template=reader.template.name,
+          attributes={"source_file": f"{folder}/{path.name}", "row": number,
+                      "n_prompt_turns": len(chosen) - 1},
+          pairs=records.gold_pairs([1, -1]))
