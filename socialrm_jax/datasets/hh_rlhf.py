@@ -5,7 +5,8 @@ Files are `<harmless|helpful>-<kind>/<split>.jsonl.gz` (or `.jsonl`); the folder
 the split. Each transcript is parsed into turns on "\\n\\nHuman: " and "\\n\\nAssistant: ". The
 prompt is every turn before the final assistant turn, as chat messages (Human -> user, Assistant
 -> assistant; the template renders each user turn); the candidates are the two final assistant
-turns, byte for byte: `chosen` (+1) and `rejected` (-1), one gold pair.
+turns, byte for byte: `chosen` (+1) and `rejected` (-1), one gold pair. Files in other folders
+(e.g. `red-team-attempts/`, a different format) are not read. Item id: folder/split/line number.
 
 Skipped and counted, as quirks of the data rather than broken files: rows whose two prompts
 differ (`prompt_mismatch`) and transcripts that do not start with a human turn or do not end
