@@ -1,0 +1,358 @@
+"""Decoder-only transformers: Llama, Mistral, Qwen2, Qwen3, Gemma and Gemma 2, in one Model.
+
+The variants differ in a handful of switches recorded in `Config` (biases, q/k norms, Gemma's
+`1 + w` norms and scaled embeddings, Gemma 2's sandwich norms, soft-capping and alternating sliding
+windows, RoPE scaling). `config_from_hf` reads them from a HF `config.json` dict, new style
+(`rope_parameters`, `layer_types`) or old style (`rope_theta` + `rope_scaling`, no `layer_types`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from socialrm_jax.models import layers
+from socialrm_jax.models.weights import WeightSource
+
+IS_CAUSAL = True
+
+_VARIANTS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+_PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
+           "gemma": "Gemma", "gemma2": "Gemma2"}
+
+ARCHITECTURES: dict[str, str] = {}
+for _variant, _prefix in _PREFIX.items():
+  ARCHITECTURES[f"{_prefix}ForSequenceClassification"] = "score"
+  ARCHITECTURES[f"{_prefix}ForCausalLM"] = "lm"
+
+
+def _variant_of(architecture: str) -> str:
+  for variant, prefix in _PREFIX.items():
+    if architecture in (f"{prefix}ForSequenceClassification", f"{prefix}ForCausalLM"):
+      return variant
+  raise ValueError(f"not a decoder architecture: {architecture!r}; supported: "
+                   + ", ".join(ARCHITECTURES))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Everything the decoder needs; hashable, so it can live in an nnx graph definition."""
+  architecture: str
+  head: str  # "score" | "lm" | "none"
+  num_labels: int
+  pad_token_id: int | None
+  variant: str  # one of _VARIANTS
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  rms_norm_eps: float
+  activation: str
+  rope_theta: float = 10000.0
+  rope_type: str = "default"  # "default" | "linear" | "llama3"
+  rope_factor: float = 1.0
+  rope_low_freq_factor: float = 1.0
+  rope_high_freq_factor: float = 4.0
+  rope_original_max_positions: int = 8192
+  qkv_bias: bool = False
+  out_bias: bool = False
+  mlp_bias: bool = False
+  qk_norm: bool = False  # Qwen3: RMSNorm over each head's q and k before RoPE
+  unit_offset_norm: bool = False  # Gemma: norms multiply by (1 + w)
+  scale_embeddings: bool = False  # Gemma: embeddings times sqrt(hidden_size)
+  sandwich_norms: bool = False  # Gemma 2: norms before and after attention and MLP
+  query_scale: float = 0.0  # multiplies q.k; 0 means head_dim ** -0.5
+  attn_logit_softcap: float | None = None
+  final_logit_softcap: float | None = None
+  layer_windows: tuple[int | None, ...] = ()  # per layer: sliding window or None (full)
+  tie_word_embeddings: bool = False
+
+  def to_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["layer_windows"] = list(self.layer_windows)
+    return d
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> "Config":
+    d = dict(d)
+    d["layer_windows"] = tuple(d.get("layer_windows", ()))
+    return cls(**d)
+
+  @property
+  def attention_scale(self) -> float:
+    return self.query_scale or self.head_dim ** -0.5
+
+
+def _rope_settings(hf: dict) -> dict[str, Any]:
+  """RoPE theta and scaling from `rope_parameters` (transformers >= 5) or `rope_scaling` (older)."""
+  params = dict(hf.get("rope_parameters") or {})
+  if not params and hf.get("rope_scaling"):
+    params = dict(hf["rope_scaling"])
+  theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+  rope_type = params.get("rope_type", params.get("type", "default"))
+  if rope_type not in ("default", "linear", "llama3"):
+    raise ValueError(f"unsupported rope type {rope_type!r} (supported: default, linear, llama3)")
+  if params.get("partial_rotary_factor", 1.0) != 1.0:
+    raise ValueError("partial_rotary_factor != 1 is not supported for these decoders")
+  out: dict[str, Any] = {"rope_theta": float(theta), "rope_type": rope_type}
+  if rope_type in ("linear", "llama3"):
+    out["rope_factor"] = float(params["factor"])
+  if rope_type == "llama3":
+    out["rope_low_freq_factor"] = float(params["low_freq_factor"])
+    out["rope_high_freq_factor"] = float(params["high_freq_factor"])
+    out["rope_original_max_positions"] = int(
+        params.get("original_max_position_embeddings", hf.get("max_position_embeddings", 8192)))
+  return out
+
+
+def _layer_windows(hf: dict, variant: str, num_layers: int) -> tuple[int | None, ...]:
+  """Per-layer sliding window, following each family's HF config logic."""
+  window = hf.get("sliding_window")
+  if variant == "mistral":
+    # Mistral slides on every layer whenever a window is set.
+    return (window,) * num_layers if window else (None,) * num_layers
+  if variant in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False):
+    window = None
+  layer_types = hf.get("layer_types")
+  if layer_types is None:
+    if variant == "gemma2":
+      layer_types = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                     for i in range(num_layers)]
+    elif variant in ("qwen2", "qwen3") and window:
+      first = hf.get("max_window_layers", 28)
+      layer_types = ["sliding_attention" if i >= first else "full_attention"
+                     for i in range(num_layers)]
+    else:
+      layer_types = ["full_attention"] * num_layers
+  if variant in ("llama", "gemma"):
+    window = None
+  return tuple(window if (t == "sliding_attention" and window) else None for t in layer_types)
+
+
+_TIED_BY_DEFAULT = {"gemma", "gemma2"}
+
+
+def config_from_hf(hf_config: dict, architecture: str) -> Config:
+  """HF `config.json` dict + architecture name -> Config."""
+  variant = _variant_of(architecture)
+  hidden = hf_config["hidden_size"]
+  num_heads = hf_config["num_attention_heads"]
+  num_layers = hf_config["num_hidden_layers"]
+  head_dim = hf_config.get("head_dim") or hidden // num_heads
+  gemma_like = variant in ("gemma", "gemma2")
+  act = hf_config.get("hidden_activation") or hf_config.get("hidden_act") or (
+      "gelu_pytorch_tanh" if gemma_like else "silu")
+  num_labels = hf_config.get("num_labels") or len(hf_config.get("id2label") or {}) or 2
+  attention_bias = bool(hf_config.get("attention_bias", False))
+  return Config(
+      architecture=architecture,
+      head=ARCHITECTURES[architecture],
+      num_labels=int(num_labels),
+      pad_token_id=hf_config.get("pad_token_id"),
+      variant=variant,
+      vocab_size=hf_config["vocab_size"],
+      hidden_size=hidden,
+      intermediate_size=hf_config["intermediate_size"],
+      num_layers=num_layers,
+      num_heads=num_heads,
+      num_kv_heads=hf_config.get("num_key_value_heads") or num_heads,
+      head_dim=head_dim,
+      rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
+      activation=act,
+      **_rope_settings(hf_config),
+      qkv_bias=True if variant == "qwen2" else attention_bias and variant not in ("mistral",),
+      out_bias=attention_bias and variant in ("llama", "qwen3", "gemma", "gemma2"),
+      mlp_bias=bool(hf_config.get("mlp_bias", False)) and variant == "llama",
+      qk_norm=variant == "qwen3",
+      unit_offset_norm=gemma_like,
+      scale_embeddings=gemma_like,
+      sandwich_norms=variant == "gemma2",
+      query_scale=(float(hf_config.get("query_pre_attn_scalar", 256)) ** -0.5
+                   if variant == "gemma2" else 0.0),
+      attn_logit_softcap=hf_config.get("attn_logit_softcapping") if variant == "gemma2" else None,
+      final_logit_softcap=(hf_config.get("final_logit_softcapping")
+                           if variant == "gemma2" else None),
+      layer_windows=_layer_windows(hf_config, variant, num_layers),
+      tie_word_embeddings=bool(hf_config.get("tie_word_embeddings", variant in _TIED_BY_DEFAULT)),
+  )
+
+
+class Attention(nnx.Module):
+  """Grouped-query self-attention with RoPE, optional q/k norms, soft-capping and a sliding window."""
+
+  def __init__(self, config: Config, window: int | None, *, dtype, param_dtype, rngs: nnx.Rngs):
+    d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h) if config.qkv_bias else None, **kw)
+    self.k_proj = layers.Projection("BSD,DKH->BSKH", (d, k, h), (k, h) if config.qkv_bias else None, **kw)
+    self.v_proj = layers.Projection("BSD,DKH->BSKH", (d, k, h), (k, h) if config.qkv_bias else None, **kw)
+    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,) if config.out_bias else None, **kw)
+    if config.qk_norm:
+      norm_kw = dict(unit_offset=False, dtype=dtype, param_dtype=param_dtype)
+      self.q_norm = layers.RMSNorm(h, config.rms_norm_eps, **norm_kw)
+      self.k_norm = layers.RMSNorm(h, config.rms_norm_eps, **norm_kw)
+    self.config = config
+    self.window = window
+
+  def __call__(self, x: jnp.ndarray, positions: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    q = self.q_proj(x)  # [B, T, N, H]
+    k = self.k_proj(x)  # [B, T, K, H]
+    v = self.v_proj(x)  # [B, T, K, H]
+    if self.config.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    inv_freq = rope_inverse_frequencies(self.config)
+    q = layers.apply_rope(q, positions, inv_freq)
+    k = layers.apply_rope(k, positions, inv_freq)
+    if self.window is not None:
+      distance = positions[:, :, None] - positions[:, None, :]  # [B, T, S]
+      mask = mask & (distance < self.window)
+    out = layers.grouped_query_attention(q, k, v, mask, scale=self.config.attention_scale,
+                                         logit_cap=self.config.attn_logit_softcap)
+    return self.o_proj(out)  # [B, T, D]
+
+
+def rope_inverse_frequencies(config: Config) -> np.ndarray:
+  return layers.rope_inverse_frequencies(
+      config.head_dim, config.rope_theta, config.rope_type, config.rope_factor,
+      config.rope_low_freq_factor, config.rope_high_freq_factor, config.rope_original_max_positions)
+
+
+class Block(nnx.Module):
+  """One decoder layer: pre-norm residual attention and MLP (Gemma 2 also norms their outputs)."""
+
+  def __init__(self, config: Config, window: int | None, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def norm():
+      return layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
+                            unit_offset=config.unit_offset_norm, dtype=dtype, param_dtype=param_dtype)
+    self.pre_attn_norm = norm()
+    self.attn = Attention(config, window, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.pre_mlp_norm = norm()
+    self.mlp = layers.GatedMLP(config.hidden_size, config.intermediate_size, config.activation,
+                               config.mlp_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    if config.sandwich_norms:
+      self.post_attn_norm = norm()
+      self.post_mlp_norm = norm()
+    self.sandwich = config.sandwich_norms
+
+  def __call__(self, x: jnp.ndarray, positions: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    attn_out = self.attn(self.pre_attn_norm(x), positions, mask)
+    if self.sandwich:
+      attn_out = self.post_attn_norm(attn_out)
+    x = x + attn_out
+    mlp_out = self.mlp(self.pre_mlp_norm(x))
+    if self.sandwich:
+      mlp_out = self.post_mlp_norm(mlp_out)
+    return x + mlp_out  # [B, T, D]
+
+
+class Model(nnx.Module):
+  """Embeddings -> blocks -> final norm; `head` maps chosen hidden states to scores or logits."""
+
+  def __init__(self, config: Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
+               rngs: nnx.Rngs = nnx.Rngs(0)):
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.config = config
+    self.dtype = dtype
+    self.embedder = layers.Embedder(config.vocab_size, config.hidden_size, **kw)
+    self.layers = nnx.List([Block(config, window, **kw) for window in config.layer_windows])
+    self.final_norm = layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
+                                     unit_offset=config.unit_offset_norm, dtype=dtype,
+                                     param_dtype=param_dtype)
+    if config.head == "score":
+      self.score = layers.Projection("...D,DL->...L", (config.hidden_size, config.num_labels), None, **kw)
+    elif config.head == "lm" and not config.tie_word_embeddings:
+      self.lm_head = layers.Projection("...D,DV->...V", (config.hidden_size, config.vocab_size), None, **kw)
+
+  def __call__(self, input_ids: jnp.ndarray, positions: jnp.ndarray, attention_mask: jnp.ndarray,
+               token_type_ids: jnp.ndarray | None = None) -> jnp.ndarray:
+    del token_type_ids  # decoders have no segment embeddings
+    x = self.embedder(input_ids)  # [B, T, D]
+    if self.config.scale_embeddings:
+      # Gemma multiplies by sqrt(D) rounded to the compute dtype (55.4256 -> 55.5 in bf16), as HF.
+      x = x * jnp.asarray(math.sqrt(self.config.hidden_size), dtype=self.dtype)
+    for block in self.layers:
+      x = block(x, positions, attention_mask)
+    return self.final_norm(x)  # [B, T, D]
+
+  def head(self, hidden: jnp.ndarray) -> jnp.ndarray:
+    """[..., D] -> [..., num_labels] (score head) or [..., V] (LM head)."""
+    if self.config.head == "score":
+      return self.score(hidden)
+    if self.config.head == "lm":
+      if self.config.tie_word_embeddings:
+        logits = self.embedder.attend(hidden)
+      else:
+        logits = self.lm_head(hidden)
+      return layers.soft_cap(logits, self.config.final_logit_softcap)
+    raise ValueError(f"{self.config.architecture} was loaded without a head")
+
+
+def _linear_to_einsum(shape: tuple[int, ...]):
+  """HF Linear weight [out, in] -> its transpose reshaped to our kernel `shape`.
+
+  E.g. q_proj [N*H, D] -> [D, N, H]; o_proj [D, N*H] -> [N, H, D]; down_proj [D, F] -> [F, D].
+  """
+  def transform(w: np.ndarray) -> np.ndarray:
+    return w.T.reshape(shape)
+  return transform
+
+
+def _reshape(shape: tuple[int, ...]):
+  def transform(w: np.ndarray) -> np.ndarray:
+    return w.reshape(shape)
+  return transform
+
+
+def weight_sources(config: Config) -> dict[str, WeightSource]:
+  """Our parameter path -> HF tensor name, transform, and the axis split over `model`."""
+  d, n, k, h, f = (config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim,
+                   config.intermediate_size)
+  out: dict[str, WeightSource] = {
+      "embedder/embedding": WeightSource("model.embed_tokens.weight", model_axis=0),
+      "final_norm/scale": WeightSource("model.norm.weight"),
+  }
+  for i in range(config.num_layers):
+    ours, hf = f"layers/{i}", f"model.layers.{i}"
+    out[f"{ours}/pre_attn_norm/scale"] = WeightSource(f"{hf}.input_layernorm.weight")
+    if config.sandwich_norms:
+      out[f"{ours}/post_attn_norm/scale"] = WeightSource(f"{hf}.post_attention_layernorm.weight")
+      out[f"{ours}/pre_mlp_norm/scale"] = WeightSource(f"{hf}.pre_feedforward_layernorm.weight")
+      out[f"{ours}/post_mlp_norm/scale"] = WeightSource(f"{hf}.post_feedforward_layernorm.weight")
+    else:
+      out[f"{ours}/pre_mlp_norm/scale"] = WeightSource(f"{hf}.post_attention_layernorm.weight")
+    for name, heads in (("q_proj", n), ("k_proj", k), ("v_proj", k)):
+      out[f"{ours}/attn/{name}/kernel"] = WeightSource(
+          f"{hf}.self_attn.{name}.weight", _linear_to_einsum((d, heads, h)), model_axis=1)
+      if config.qkv_bias:
+        out[f"{ours}/attn/{name}/bias"] = WeightSource(
+            f"{hf}.self_attn.{name}.bias", _reshape((heads, h)), model_axis=0)
+    out[f"{ours}/attn/o_proj/kernel"] = WeightSource(
+        f"{hf}.self_attn.o_proj.weight", _linear_to_einsum((n, h, d)), model_axis=0)
+    if config.out_bias:
+      out[f"{ours}/attn/o_proj/bias"] = WeightSource(f"{hf}.self_attn.o_proj.bias")
+    if config.qk_norm:
+      out[f"{ours}/attn/q_norm/scale"] = WeightSource(f"{hf}.self_attn.q_norm.weight")
+      out[f"{ours}/attn/k_norm/scale"] = WeightSource(f"{hf}.self_attn.k_norm.weight")
+    for name in ("gate_proj", "up_proj"):
+      out[f"{ours}/mlp/{name}/kernel"] = WeightSource(
+          f"{hf}.mlp.{name}.weight", _linear_to_einsum((d, f)), model_axis=1)
+      if config.mlp_bias:
+        out[f"{ours}/mlp/{name}/bias"] = WeightSource(f"{hf}.mlp.{name}.bias", model_axis=0)
+    out[f"{ours}/mlp/down_proj/kernel"] = WeightSource(
+        f"{hf}.mlp.down_proj.weight", _linear_to_einsum((f, d)), model_axis=0)
+    if config.mlp_bias:
+      out[f"{ours}/mlp/down_proj/bias"] = WeightSource(f"{hf}.mlp.down_proj.bias")
+  if config.head == "score":
+    out["score/kernel"] = WeightSource("score.weight", _linear_to_einsum((d, config.num_labels)))
+  elif config.head == "lm" and not config.tie_word_embeddings:
+    out["lm_head/kernel"] = WeightSource(
+        "lm_head.weight", _linear_to_einsum((d, config.vocab_size)), model_axis=1)
+  return out

@@ -1,0 +1,172 @@
+"""Building blocks shared by the decoder family: norms, rotary embeddings, attention, MLPs.
+
+Each block mirrors the HuggingFace PyTorch reference it is loaded from, down to where the
+float32 upcasts happen, so fp32 outputs match to ~1e-6 and bf16 outputs drift the same way.
+Einsum letters: B batch, T query time, S key time, D model width, N query heads, K key/value
+heads, G query heads per key/value head, H head width, F MLP width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+# A large negative logit for masked keys: finite, so a query that sees nothing (padding) still
+# yields a finite (uniform) softmax instead of NaN.
+_MASKED_LOGIT = -1e30
+
+_normal_init = nnx.initializers.normal(stddev=0.02)
+
+
+def activation(name: str) -> Callable[[jnp.ndarray], jnp.ndarray]:
+  """HF `hidden_act` / `hidden_activation` name -> function."""
+  table = {
+      "silu": jax.nn.silu,
+      "swish": jax.nn.silu,
+      "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+      "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+      "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+      "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
+      "relu": jax.nn.relu,
+  }
+  if name not in table:
+    raise ValueError(f"unsupported activation {name!r}; supported: {', '.join(sorted(table))}")
+  return table[name]
+
+
+class RMSNorm(nnx.Module):
+  """RMS norm over the last axis, computed in float32.
+
+  `unit_offset=False` (Llama, Mistral, Qwen): cast back to the input dtype, then multiply by `scale`.
+  `unit_offset=True` (Gemma): multiply by `1 + scale` in float32, then cast (HF PR 29402).
+  """
+
+  def __init__(self, dim: int, eps: float, *, unit_offset: bool, dtype, param_dtype):
+    init = jnp.zeros if unit_offset else jnp.ones
+    self.scale = nnx.Param(init((dim,), dtype=param_dtype))
+    self.eps = eps
+    self.unit_offset = unit_offset
+    self.dtype = dtype
+
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    scale = self.scale[...]
+    if self.unit_offset:
+      return (normed * (1.0 + scale.astype(jnp.float32))).astype(x.dtype)
+    return scale.astype(self.dtype) * normed.astype(x.dtype)
+
+
+class Embedder(nnx.Module):
+  """Token embedding table [V, D]; also the tied LM head."""
+
+  def __init__(self, vocab_size: int, dim: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.embedding = nnx.Param(_normal_init(rngs.params(), (vocab_size, dim), param_dtype))
+    self.dtype = dtype
+
+  def __call__(self, input_ids: jnp.ndarray) -> jnp.ndarray:
+    return jnp.take(self.embedding[...].astype(self.dtype), input_ids, axis=0)  # [B, T, D]
+
+  def attend(self, hidden: jnp.ndarray) -> jnp.ndarray:
+    return jnp.einsum("...D,VD->...V", hidden, self.embedding[...].astype(self.dtype))
+
+
+class Projection(nnx.Module):
+  """A linear map written as an einsum over named axes, with an optional bias.
+
+  `kernel_shape` follows the einsum's second operand; `bias_shape` the output's trailing axes.
+  """
+
+  def __init__(self, equation: str, kernel_shape: tuple[int, ...], bias_shape: tuple[int, ...] | None,
+               *, dtype, param_dtype, rngs: nnx.Rngs):
+    self.equation = equation
+    self.kernel = nnx.Param(_normal_init(rngs.params(), kernel_shape, param_dtype))
+    self.bias = None if bias_shape is None else nnx.Param(jnp.zeros(bias_shape, param_dtype))
+    self.dtype = dtype
+
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    y = jnp.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+    if self.bias is not None:
+      y = y + self.bias[...].astype(self.dtype)
+    return y
+
+
+def rope_inverse_frequencies(head_dim: int, theta: float, rope_type: str, factor: float,
+                             low_freq_factor: float, high_freq_factor: float,
+                             original_max_positions: int) -> np.ndarray:
+  """[H/2] float32 inverse frequencies, as transformers' `ROPE_INIT_FUNCTIONS` compute them."""
+  exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+  inv_freq = (1.0 / (np.float32(theta) ** exponents)).astype(np.float32)
+  if rope_type == "default":
+    return inv_freq
+  if rope_type == "linear":
+    return (inv_freq / np.float32(factor)).astype(np.float32)
+  if rope_type == "llama3":
+    # Llama 3.1: long wavelengths are divided by `factor`, short ones kept, the band between
+    # interpolated smoothly.
+    low_freq_wavelen = original_max_positions / low_freq_factor
+    high_freq_wavelen = original_max_positions / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original_max_positions / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+  raise ValueError(f"unsupported rope type {rope_type!r}; supported: default, linear, llama3")
+
+
+def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: np.ndarray) -> jnp.ndarray:
+  """Rotates x [B, T, N, H] by its positions [B, T] (HF's rotate-half layout, not interleaved)."""
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, H/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)  # [B, T, H]
+  cos = jnp.cos(angles).astype(x.dtype)[:, :, None, :]  # [B, T, 1, H]
+  sin = jnp.sin(angles).astype(x.dtype)[:, :, None, :]
+  first, second = jnp.split(x, 2, axis=-1)
+  rotated = jnp.concatenate([-second, first], axis=-1)
+  return x * cos + rotated * sin
+
+
+def soft_cap(x: jnp.ndarray, cap: float | None) -> jnp.ndarray:
+  """cap * tanh(x / cap): bounds logits smoothly to (-cap, cap) (Gemma 2)."""
+  if cap is None:
+    return x
+  return jnp.tanh(x / cap) * cap
+
+
+def grouped_query_attention(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, mask: jnp.ndarray, *,
+                            scale: float, logit_cap: float | None) -> jnp.ndarray:
+  """q [B, T, N, H], k/v [B, S, K, H], mask [B, T, S] -> [B, T, N, H].
+
+  Query head n uses key/value head n // G, as HF's `repeat_kv` does. The softmax runs in float32.
+  """
+  batch, q_len, num_heads, head_dim = q.shape
+  num_kv_heads = k.shape[2]
+  groups = num_heads // num_kv_heads
+  q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim)  # [B, T, K, G, H]
+  logits = jnp.einsum("BTKGH,BSKH->BKGTS", q, k) * scale
+  logits = soft_cap(logits, logit_cap)
+  logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), _MASKED_LOGIT)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
+  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
+  return out.reshape(batch, q_len, num_heads, head_dim)
+
+
+class GatedMLP(nnx.Module):
+  """down(act(gate(x)) * up(x)): SwiGLU for Llama-likes, GeGLU (tanh) for Gemma."""
+
+  def __init__(self, dim: int, hidden_dim: int, act: str, use_bias: bool, *, dtype, param_dtype,
+               rngs: nnx.Rngs):
+    bias = (hidden_dim,) if use_bias else None
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.gate_proj = Projection("BTD,DF->BTF", (dim, hidden_dim), bias, **kw)
+    self.up_proj = Projection("BTD,DF->BTF", (dim, hidden_dim), bias, **kw)
+    self.down_proj = Projection("BTF,FD->BTD", (hidden_dim, dim), (dim,) if use_bias else None, **kw)
+    self.act_name = act
+
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    return self.down_proj(activation(self.act_name)(self.gate_proj(x)) * self.up_proj(x))

@@ -1,0 +1,201 @@
+"""`load_reward_model`: a HF folder, a native orbax folder or a GGUF file -> a callable RewardModel.
+
+Only safetensors / orbax / GGUF weights are ever read: pickled PyTorch weights are refused (loading
+them can run arbitrary code), and `auto_map` / `trust_remote_code` code is never imported — the
+architecture must be one we implement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import json
+import os
+import types
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from socialrm_jax.errors import InputError
+from socialrm_jax.models import checkpoint, families, masks, weights
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def model_dtype(dtype: str) -> Any:
+  if dtype not in DTYPES:
+    raise InputError(f"unsupported dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+  return DTYPES[dtype]
+
+
+def family_and_config(hf_config: dict, path: str, head: str | None = None):
+  """HF config dict -> (family module, family Config), optionally without its head."""
+  architectures = hf_config.get("architectures") or []
+  if not architectures:
+    raise InputError("config.json names no architecture (`architectures` is empty); "
+                     "supported: " + ", ".join(families.supported_architectures()), path)
+  architecture = architectures[0]
+  try:
+    family = families.family_for(architecture)
+  except ValueError as e:
+    hint = ""
+    if hf_config.get("auto_map"):
+      hint = (" This checkpoint's `auto_map` points at custom modelling code; such code is never "
+              "run (no trust_remote_code).")
+    raise InputError(str(e) + "." + hint, path) from None
+  try:
+    config = family.config_from_hf(hf_config, architecture)
+  except (KeyError, ValueError) as e:
+    raise InputError(f"cannot read the {architecture} config: {e}", path) from None
+  if head not in (None, config.head, "none"):
+    raise InputError(f"{architecture} carries a {config.head!r} head, not {head!r}", path)
+  if head == "none":
+    config = dataclasses.replace(config, head="none")
+  return family, config
+
+
+def abstract_module(family: types.ModuleType, config, dtype) -> nnx.Module:
+  """The family's Model with shapes only (no memory), ready for `weights.load_params`."""
+  return nnx.eval_shape(lambda: family.Model(config, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
+
+
+def _refuse_pickles(folder: str) -> None:
+  if glob.glob(os.path.join(folder, "*.safetensors")):
+    return
+  pickles = sorted(n for n in os.listdir(folder) if n.endswith(PICKLE_SUFFIXES))
+  if pickles:
+    raise InputError(
+        f"only PyTorch pickle weights found ({', '.join(pickles)}); they are never loaded, because "
+        "unpickling can run arbitrary code. Convert them to safetensors once, in a trusted "
+        "environment: `AutoModelForSequenceClassification.from_pretrained(DIR)"
+        ".save_pretrained(OUT, safe_serialization=True)` (or AutoModelForCausalLM), then copy the "
+        "tokenizer files and pass OUT.", folder)
+  raise InputError("no weights found: expected model.safetensors, a sharded "
+                   "model.safetensors.index.json, a native checkpoint or a .gguf file", folder)
+
+
+def _gguf_file(path: str) -> str | None:
+  if os.path.isfile(path):
+    return path if path.endswith(".gguf") else None
+  if os.path.exists(os.path.join(path, "config.json")):
+    return None
+  found = sorted(glob.glob(os.path.join(path, "*.gguf")))
+  if len(found) > 1:
+    raise InputError(f"several .gguf files ({', '.join(map(os.path.basename, found))}); "
+                     "pass the one to use", path)
+  return found[0] if found else None
+
+
+def _ignored_tensors(family: types.ModuleType, config) -> set[str]:
+  """HF tensors a checkpoint may hold that this model does not use."""
+  ignored = set()
+  if getattr(config, "tie_word_embeddings", False):
+    ignored.add("lm_head.weight")  # some tied checkpoints still save the copy
+  if config.head == "none":
+    for head in ("score", "lm"):
+      try:
+        with_head = family.weight_sources(dataclasses.replace(config, head=head))
+      except ValueError:
+        continue
+      ignored |= {s.hf_name for s in with_head.values()}
+  return ignored
+
+
+def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
+                      head: str | None = None) -> "RewardModel":
+  """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one).
+
+  `mesh`: parameters are placed with `NamedSharding` over its `model` axis (see weights.py).
+  `head`: None keeps the architecture's head; "none" loads the trunk only.
+  """
+  path = os.fspath(path)
+  if not os.path.exists(path):
+    raise InputError("no such model file or folder", path)
+  jdtype = model_dtype(dtype)
+  if checkpoint.is_native(path):
+    family_name, config_dict = checkpoint.read_manifest(path)
+    family = families.family_for(config_dict["architecture"])
+    config = family.Config.from_dict(config_dict)
+    if head not in (None, config.head):
+      raise InputError(f"native checkpoint carries a {config.head!r} head, not {head!r}", path)
+    module = abstract_module(family, config, jdtype)
+    checkpoint.restore_params(path, module, family.weight_sources(config), dtype=jdtype, mesh=mesh)
+    return RewardModel(config, family, module, tokenizer_path=path)
+
+  gguf_path = _gguf_file(path)
+  if gguf_path is not None:
+    from socialrm_jax.models import gguf_import  # optional dependency path: only for GGUF input
+    gguf = gguf_import.read_gguf(gguf_path)
+    hf_config, tensors, tokenizer_path = gguf.hf_config, gguf.tensors, gguf_path
+  else:
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isdir(path) or not os.path.exists(config_path):
+      raise InputError("not a model: expected a folder with config.json and *.safetensors, a "
+                       "native checkpoint folder, or a .gguf file", path)
+    with open(config_path) as f:
+      hf_config = json.load(f)
+    _refuse_pickles(path)
+    tensors, tokenizer_path = weights.SafetensorsSource(path), path
+
+  family, config = family_and_config(hf_config, path, head)
+  module = abstract_module(family, config, jdtype)
+  weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,
+                      ignore=_ignored_tensors(family, config))
+  return RewardModel(config, family, module, tokenizer_path=tokenizer_path)
+
+
+def _rewards(graphdef, is_causal: bool, state, input_ids, attention_mask):
+  model = nnx.merge(graphdef, state)
+  mask3 = masks.causal_mask(attention_mask) if is_causal else masks.bidirectional_mask(attention_mask)
+  hidden = model(input_ids, masks.positions_from_mask(attention_mask), mask3)  # [B, T, D]
+  # Decoders read the last real token; encoders their first ([CLS]).
+  index = masks.last_real_index(attention_mask) if is_causal else masks.first_real_index(attention_mask)
+  pooled = jnp.take_along_axis(hidden, index[:, None, None], axis=1)[:, 0]  # [B, D]
+  scores = model.head(pooled).astype(jnp.float32)  # [B, L]
+  return scores[:, 0] if scores.shape[-1] == 1 else scores
+
+
+def _token_logprobs(graphdef, state, input_ids, attention_mask):
+  model = nnx.merge(graphdef, state)
+  hidden = model(input_ids, masks.positions_from_mask(attention_mask),
+                 masks.causal_mask(attention_mask))  # [B, T, D]
+  logits = model.head(hidden[:, :-1]).astype(jnp.float32)  # [B, T-1, V]: predicts tokens 1..T-1
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  picked = jnp.take_along_axis(log_probs, input_ids[:, 1:, None], axis=-1)[..., 0]  # [B, T-1]
+  # A token is scored only when it and the token before it are real.
+  real = attention_mask.astype(bool)
+  picked = jnp.where(real[:, 1:] & real[:, :-1], picked, 0.0)
+  return jnp.concatenate([jnp.zeros_like(picked[:, :1]), picked], axis=1)  # [B, T]
+
+
+class RewardModel:
+  """A loaded model plus what a scorer needs: its config, family, tokenizer location."""
+
+  def __init__(self, config, family: types.ModuleType, module: nnx.Module, tokenizer_path: str):
+    self.config = config
+    self.family = family
+    self.module = module
+    self.tokenizer_path = tokenizer_path
+    self.is_causal: bool = family.IS_CAUSAL
+    graphdef = nnx.graphdef(module)
+    self._rewards = jax.jit(functools.partial(_rewards, graphdef, self.is_causal))
+    self._token_logprobs = jax.jit(functools.partial(_token_logprobs, graphdef))
+
+  def __call__(self, input_ids, attention_mask) -> jax.Array:
+    """[B, T] ids and padding mask -> rewards [B] (one label) or [B, num_labels]."""
+    if self.config.head != "score":
+      raise ValueError(f"{self.config.architecture} has no score head ({self.config.head!r}); "
+                       "use token_logprobs for language models")
+    return self._rewards(nnx.state(self.module), jnp.asarray(input_ids, jnp.int32),
+                         jnp.asarray(attention_mask, jnp.int32))
+
+  def token_logprobs(self, input_ids, attention_mask) -> jax.Array:
+    """[B, T] -> [B, T] log p(token t | tokens < t); 0 at the first real token and at padding."""
+    if self.config.head != "lm" or not self.is_causal:
+      raise ValueError(f"{self.config.architecture} is not a causal language model")
+    return self._token_logprobs(nnx.state(self.module), jnp.asarray(input_ids, jnp.int32),
+                                jnp.asarray(attention_mask, jnp.int32))
