@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any
 
 import jax
@@ -41,11 +42,15 @@ ACTIVATIONS = {
 # PretrainedConfig's default when a config.json carries neither `id2label` nor `num_labels`.
 HF_DEFAULT_NUM_LABELS = 2
 INIT_STDDEV = 0.02  # HF's `initializer_range` for BERT; only matters before weights are loaded.
-# Where each HF class keeps the encoder's tensors: the classifier wraps it as `bert`.
+# HF's `base_model_prefix`: where the head classes keep the encoder.
+BASE_MODEL_PREFIX = "bert."
+# Where each HF class saves the encoder's tensors: the classifier wraps it as `bert`.
 ENCODER_PREFIX = {
-    "BertForSequenceClassification": "bert.",
+    "BertForSequenceClassification": BASE_MODEL_PREFIX,
     "BertModel": "",
 }
+# Non-parameter buffers some checkpoints saved (all-MiniLM-L6-v2 has `embeddings.position_ids`).
+_SAVED_BUFFER = re.compile(r"^(bert\.)?embeddings\.(position_ids|token_type_ids)$")
 
 
 def num_labels_from_hf(hf_config: dict[str, Any]) -> int:
@@ -117,6 +122,11 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
       layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
       activation=activation,
   )
+
+
+def is_saved_buffer(hf_name: str) -> bool:
+  """True for a checkpoint tensor that is a saved buffer, not a weight: the loader may skip it."""
+  return _SAVED_BUFFER.match(hf_name) is not None
 
 
 def _normal(stddev: float = INIT_STDDEV):

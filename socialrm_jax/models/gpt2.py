@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any
 
 import jax
@@ -37,6 +38,11 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
     "swish": jax.nn.silu,
 }
+# HF's `base_model_prefix`: where the head classes keep the trunk. The original GPT-2 checkpoints
+# were saved from the bare `GPT2Model`, so their tensors lack it (`h.0.attn.c_attn.weight`).
+BASE_MODEL_PREFIX = "transformer."
+# Non-parameter buffers older checkpoints saved: the causal mask and its fill value per layer.
+_SAVED_BUFFER = re.compile(r"^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$")
 # PretrainedConfig's default when a config.json carries neither `id2label` nor `num_labels`.
 HF_DEFAULT_NUM_LABELS = 2
 INIT_STDDEV = 0.02  # HF's `initializer_range` for GPT-2; only matters before weights are loaded.
@@ -66,6 +72,8 @@ class Config:
   activation: str
   scale_attn_weights: bool = True
   scale_attn_by_inverse_layer_idx: bool = False
+  # HF ties GPT-2's LM head to the token embedding unless the config says otherwise.
+  tie_word_embeddings: bool = True
 
   @property
   def head_dim(self) -> int:
@@ -107,7 +115,13 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
       activation=activation,
       scale_attn_weights=bool(hf_config.get("scale_attn_weights", True)),
       scale_attn_by_inverse_layer_idx=bool(hf_config.get("scale_attn_by_inverse_layer_idx", False)),
+      tie_word_embeddings=bool(hf_config.get("tie_word_embeddings", True)),
   )
+
+
+def is_saved_buffer(hf_name: str) -> bool:
+  """True for a checkpoint tensor that is a saved buffer, not a weight: the loader may skip it."""
+  return _SAVED_BUFFER.match(hf_name) is not None
 
 
 def _normal(stddev: float = INIT_STDDEV):
@@ -217,6 +231,9 @@ class Model(nnx.Module):
     if config.head == "score":
       self.score = nnx.Linear(d, config.num_labels, use_bias=False, dtype=dtype,
                               param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+    if config.head == "lm" and not config.tie_word_embeddings:
+      self.lm_head = nnx.Linear(d, config.vocab_size, use_bias=False, dtype=dtype,
+                                param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array | None = None) -> jax.Array:
@@ -233,7 +250,9 @@ class Model(nnx.Module):
     """[..., D] -> [..., num_labels] (score head) or [..., vocab] (tied LM head)."""
     if self.config.head == "score":
       return self.score(hidden)
-    return self.embed.attend(hidden)
+    if not self.config.tie_word_embeddings:
+      return self.lm_head(hidden)
+    return self.embed.attend(hidden)  # [..., V]
 
 
 def _columns(start: int, stop: int, shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
@@ -252,18 +271,19 @@ def _transpose(w: np.ndarray) -> np.ndarray:
 def weight_sources(config: Config) -> dict[str, WeightSource]:
   """Every parameter of `Model(config)` -> the HF tensor it is read from.
 
-  Both HF classes save the trunk under `transformer.`; the LM head is tied to `transformer.wte`,
-  so `lm_head.weight` is never asked for.
+  Both HF classes save the trunk under `transformer.`; a tied LM head is `transformer.wte`
+  itself, so `lm_head.weight` is asked for only when the config unties it.
   """
   d, n, h = config.hidden_size, config.num_heads, config.head_dim
+  trunk = BASE_MODEL_PREFIX
   sources = {
-      "embed/embedding": WeightSource("transformer.wte.weight", model_axis=0),  # [V, D]
-      "position_embed/embedding": WeightSource("transformer.wpe.weight"),  # [P, D]
-      "final_norm/scale": WeightSource("transformer.ln_f.weight"),
-      "final_norm/bias": WeightSource("transformer.ln_f.bias"),
+      "embed/embedding": WeightSource(f"{trunk}wte.weight", model_axis=0),  # [V, D]
+      "position_embed/embedding": WeightSource(f"{trunk}wpe.weight"),  # [P, D]
+      "final_norm/scale": WeightSource(f"{trunk}ln_f.weight"),
+      "final_norm/bias": WeightSource(f"{trunk}ln_f.bias"),
   }
   for i in range(config.num_layers):
-    hf = f"transformer.h.{i}"
+    hf = f"{trunk}h.{i}"
     ours = f"layers/{i}"
     for norm in ("ln_1", "ln_2"):
       sources[f"{ours}/{norm}/scale"] = WeightSource(f"{hf}.{norm}.weight")
@@ -287,4 +307,6 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   if config.head == "score":
     # nn.Linear stores [L, D]; ours is [D, L].
     sources["score/kernel"] = WeightSource("score.weight", _transpose)
+  if config.head == "lm" and not config.tie_word_embeddings:
+    sources["lm_head/kernel"] = WeightSource("lm_head.weight", _transpose, model_axis=1)  # [D, V]
   return sources

@@ -1,0 +1,214 @@
+"""GPT-2 and BERT families against transformers' PyTorch models, on tiny random checkpoints.
+
+Each tiny model is saved with `save_pretrained` and loaded back through `load_reward_model`, the
+path every real checkpoint takes. The reference for every row is transformers run on that row
+alone, unpadded: that is the value a reward must have whatever padding the batch needed (HF's own
+padded BERT pools position 0 even when it is a pad, so a padded HF batch is no reference).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+
+from socialrm_jax.models import bert, families, gpt2, masks  # noqa: E402
+from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
+
+VOCAB = 96
+# Never a real token in these tests, so GPT-2's HF pooling (last token != pad_token_id) finds the
+# true last token.
+PAD_ID = VOCAB - 1
+MAX_POSITIONS = 32
+LENGTHS = (9, 5, 2)  # a full row, a half row, a nearly empty row
+SEQ_LEN = max(LENGTHS)
+TOLERANCE = 1e-4
+
+# case -> (HF architecture, num_labels, extra config fields): a single-score head, a multi-label
+# head, tied and untied LM heads, a bare encoder.
+CASES = {
+    "GPT2ForSequenceClassification": ("GPT2ForSequenceClassification", 1, {}),
+    "GPT2LMHeadModel": ("GPT2LMHeadModel", 1, {}),
+    "GPT2LMHeadModel-untied": ("GPT2LMHeadModel", 1, {"tie_word_embeddings": False}),
+    "BertForSequenceClassification": ("BertForSequenceClassification", 3, {}),
+    "BertModel": ("BertModel", 1, {}),
+}
+
+
+def _hf_config(architecture: str, num_labels: int, extra: dict):
+  common = dict(vocab_size=VOCAB, num_labels=num_labels, pad_token_id=PAD_ID, **extra)
+  if architecture.startswith("GPT2"):
+    return transformers.GPT2Config(n_positions=MAX_POSITIONS, n_embd=32, n_layer=2, n_head=4,
+                                   bos_token_id=0, eos_token_id=0, **common)
+  return transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=64, max_position_embeddings=MAX_POSITIONS,
+                                 **common)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+  """case -> (HF torch model in eval mode, folder it was saved to)."""
+  out = {}
+  for index, (case, (architecture, num_labels, extra)) in enumerate(CASES.items()):
+    torch.manual_seed(index)
+    model = getattr(transformers, architecture)(_hf_config(architecture, num_labels, extra)).eval()
+    folder = tmp_path_factory.mktemp(case)
+    model.save_pretrained(folder, safe_serialization=True)
+    out[case] = (model, folder)
+  return out
+
+
+def _sequences(seed: int) -> list[np.ndarray]:
+  rng = np.random.default_rng(seed)
+  return [rng.integers(1, PAD_ID, size=length) for length in LENGTHS]
+
+
+def _pad(sequences: list[np.ndarray], side: str) -> tuple[np.ndarray, np.ndarray]:
+  """-> input_ids [B, T] int32 (PAD_ID where padded), attention_mask [B, T] int32."""
+  ids = np.full((len(sequences), SEQ_LEN), PAD_ID, np.int32)
+  mask = np.zeros((len(sequences), SEQ_LEN), np.int32)
+  for row, seq in enumerate(sequences):
+    span = slice(0, len(seq)) if side == "right" else slice(SEQ_LEN - len(seq), SEQ_LEN)
+    ids[row, span] = seq
+    mask[row, span] = 1
+  return ids, mask
+
+
+def _hf_alone(model, seq: np.ndarray):
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(seq[None], dtype=torch.long))
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("architecture",
+                         ["GPT2ForSequenceClassification", "BertForSequenceClassification"])
+def test_rewards_match_transformers(tiny_models, architecture, padding_side):
+  hf_model, folder = tiny_models[architecture]
+  sequences = _sequences(seed=1)
+  ids, mask = _pad(sequences, padding_side)
+
+  reward_model = load_reward_model(folder)
+  rewards = np.asarray(reward_model(jnp.asarray(ids), jnp.asarray(mask)))
+
+  expected = np.stack([_hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
+  if CASES[architecture][1] == 1:
+    expected = expected[:, 0]  # a single-score head gives rewards [B]
+  assert rewards.shape == expected.shape
+  np.testing.assert_allclose(rewards, expected, rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("case", ["GPT2LMHeadModel", "GPT2LMHeadModel-untied"])
+def test_gpt2_token_logprobs_match_transformers(tiny_models, case, padding_side):
+  hf_model, folder = tiny_models[case]
+  sequences = _sequences(seed=2)
+  ids, mask = _pad(sequences, padding_side)
+
+  logprobs = np.asarray(load_reward_model(folder).token_logprobs(jnp.asarray(ids),
+                                                                 jnp.asarray(mask)))
+
+  expected = np.zeros(ids.shape, np.float32)  # 0 at padding and at each first real token
+  for row, seq in enumerate(sequences):
+    log_softmax = torch.log_softmax(_hf_alone(hf_model, seq).logits[0], dim=-1).numpy()  # [L, V]
+    per_token = log_softmax[np.arange(len(seq) - 1), seq[1:]]  # log p(seq[t] | seq[:t]), t >= 1
+    start = 0 if padding_side == "right" else SEQ_LEN - len(seq)
+    expected[row, start + 1:start + len(seq)] = per_token
+  np.testing.assert_allclose(logprobs, expected, rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_bert_encoder_states_and_pooled_output_match_transformers(tiny_models, padding_side):
+  hf_model, folder = tiny_models["BertModel"]
+  sequences = _sequences(seed=3)
+  ids, mask = _pad(sequences, padding_side)
+
+  reward_model = load_reward_model(folder)
+  hidden = np.asarray(reward_model.module(
+      jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
+      masks.bidirectional_mask(jnp.asarray(mask))))  # [B, T, D]
+  first_real = np.asarray(masks.first_real_index(jnp.asarray(mask)))  # [B]: where [CLS] sits
+  pooled = np.asarray(reward_model.module.head(
+      jnp.asarray(hidden[np.arange(len(sequences)), first_real])))  # [B, D]
+
+  for row, seq in enumerate(sequences):
+    reference = _hf_alone(hf_model, seq)
+    real = mask[row].astype(bool)
+    np.testing.assert_allclose(hidden[row, real], reference.last_hidden_state[0].numpy(),
+                               rtol=0, atol=TOLERANCE)
+    # A bare encoder's "reward" is HF's pooler_output: tanh(dense([CLS] hidden)).
+    np.testing.assert_allclose(pooled[row], reference.pooler_output[0].numpy(),
+                               rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("family, architecture, mask_fn", [
+    (gpt2, "GPT2ForSequenceClassification", masks.causal_mask),
+    (bert, "BertForSequenceClassification", masks.bidirectional_mask),
+])
+def test_packed_segments_restart_positions(tiny_models, family, architecture, mask_fn):
+  """Two sequences packed in one row, each seeing only itself, equal the two scored alone."""
+  _, folder = tiny_models[architecture]
+  module = load_reward_model(folder).module
+  first, second = _sequences(seed=4)[:2]
+  alone = [np.asarray(module(jnp.asarray(seq[None], jnp.int32),
+                             jnp.arange(len(seq), dtype=jnp.int32)[None],
+                             mask_fn(jnp.ones((1, len(seq)), jnp.int32))))[0]
+           for seq in (first, second)]
+
+  packed_ids = np.concatenate([first, second])[None].astype(np.int32)  # [1, T1 + T2]
+  positions = np.concatenate([np.arange(len(first)), np.arange(len(second))])[None]
+  segment = np.repeat([0, 1], [len(first), len(second)])
+  same_segment = segment[:, None] == segment[None, :]  # [T, T]
+  allowed = np.asarray(mask_fn(jnp.ones((1, packed_ids.shape[1]), jnp.int32))) & same_segment
+  packed = np.asarray(module(jnp.asarray(packed_ids), jnp.asarray(positions, jnp.int32),
+                             jnp.asarray(allowed)))[0]
+
+  np.testing.assert_allclose(packed[:len(first)], alone[0], rtol=0, atol=TOLERANCE)
+  np.testing.assert_allclose(packed[len(first):], alone[1], rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_weight_sources_use_every_checkpoint_tensor(tiny_models, case):
+  """Each HF tensor feeds our parameters (the fused GPT-2 c_attn feeds three) and none is left."""
+  _, folder = tiny_models[case]
+  architecture = CASES[case][0]
+  family = families.family_for(architecture)
+  hf_config = json.loads((folder / "config.json").read_text())
+  config = family.config_from_hf(hf_config, architecture)
+  with safe_open(str(folder / "model.safetensors"), framework="numpy") as tensors:
+    saved = set(tensors.keys())
+  sources = family.weight_sources(config)
+  assert {source.hf_name for source in sources.values()} == saved
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_config_survives_json(tiny_models, case):
+  _, folder = tiny_models[case]
+  architecture, num_labels, _ = CASES[case]
+  family = families.family_for(architecture)
+  config = family.config_from_hf(json.loads((folder / "config.json").read_text()), architecture)
+  assert family.Config.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+  assert config.head == family.ARCHITECTURES[architecture]
+  assert config.num_labels == num_labels
+  assert config.pad_token_id == PAD_ID
+
+
+@pytest.mark.parametrize("family, buffers", [
+    (gpt2, ["h.0.attn.bias", "transformer.h.11.attn.masked_bias"]),
+    (bert, ["embeddings.position_ids", "bert.embeddings.token_type_ids"]),
+])
+def test_saved_buffers_are_told_apart_from_weights(tiny_models, family, buffers):
+  """Old checkpoints carry buffers the loader may skip; no weight we read may look like one."""
+  assert all(family.is_saved_buffer(name) for name in buffers)
+  for case, (architecture, _, _) in CASES.items():
+    if architecture in family.ARCHITECTURES:
+      folder = tiny_models[case][1]
+      config = family.config_from_hf(json.loads((folder / "config.json").read_text()), architecture)
+      assert not any(family.is_saved_buffer(s.hf_name) for s in family.weight_sources(config).values())
