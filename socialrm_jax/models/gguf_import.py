@@ -1,8 +1,8 @@
 """Read a llama.cpp GGUF file as a HuggingFace Llama checkpoint.
 
 `read_gguf` turns the file's metadata into a `LlamaConfig`-style dict (architecture
-`LlamaForCausalLM`) and exposes its tensors under HF names (`model.layers.0.self_attn.q_proj.weight`,
-...), dequantized to float32 one at a time when asked for, in HF shapes, with llama.cpp's rotary
+`LlamaForCausalLM`) and exposes its tensors under HF names
+(`model.layers.0.self_attn.q_proj.weight`, ...), dequantized to float32 one at a time when asked for, in HF shapes, with llama.cpp's rotary
 row permutation of the q/k projections undone. The decoder family then loads it exactly like a
 safetensors checkpoint.
 
@@ -62,7 +62,7 @@ _ROPE_SCALING_TYPES = {"linear": "linear", "yarn": "yarn"}
 @dataclasses.dataclass(frozen=True)
 class GgufCheckpoint:
   hf_config: dict[str, Any]  # `LlamaConfig` form, as a config.json would hold it.
-  tensors: "GgufTensors"  # HF tensor names -> float32 arrays in HF shapes.
+  tensors: GgufTensors  # HF tensor names -> float32 arrays in HF shapes.
   path: pathlib.Path  # the .gguf file itself (also what `tokenizer_for_gguf` takes).
 
 
@@ -95,13 +95,18 @@ def _unpermute_rotary_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
   return rows.swapaxes(1, 2).reshape(weight.shape)  # [N*H, ...]
 
 
-def dequantize_tensor(tensor: gguf.ReaderTensor, path: str | os.PathLike) -> np.ndarray:
-  """One GGUF tensor as a new float32 array in HF (numpy, slowest-first) shape."""
+def _supported_type(tensor: gguf.ReaderTensor, path: str | os.PathLike) -> _T:
   tensor_type = _T(tensor.tensor_type)
   if tensor_type not in SUPPORTED_TENSOR_TYPES:
     raise InputError(
         f"tensor {tensor.name!r} has type {tensor_type.name}, which is not supported; supported: "
         + ", ".join(t.name for t in SUPPORTED_TENSOR_TYPES), path)
+  return tensor_type
+
+
+def dequantize_tensor(tensor: gguf.ReaderTensor, path: str | os.PathLike) -> np.ndarray:
+  """One GGUF tensor as a new float32 array in HF (numpy, slowest-first) shape."""
+  tensor_type = _supported_type(tensor, path)
   hf_shape = tuple(int(d) for d in reversed(tensor.shape))
   values = gguf.quants.dequantize(tensor.data, tensor_type)
   # F32 comes back as a view of the memory-mapped file: copy so the array owns its data.
@@ -267,10 +272,7 @@ def read_gguf(path: str | os.PathLike) -> GgufCheckpoint:
     hf_name = _hf_tensor_name(tensor.name)
     if hf_name is None:
       raise InputError(f"tensor {tensor.name!r} is not part of a {architecture} model", path)
-    if _T(tensor.tensor_type) not in SUPPORTED_TENSOR_TYPES:
-      raise InputError(
-          f"tensor {tensor.name!r} has type {_T(tensor.tensor_type).name}, which is not "
-          "supported; supported: " + ", ".join(t.name for t in SUPPORTED_TENSOR_TYPES), path)
+    _supported_type(tensor, path)  # fail on open, not halfway through loading
     hf_to_gguf[hf_name] = tensor.name
   if "model.embed_tokens.weight" not in hf_to_gguf:
     raise InputError("the file has no token_embd.weight tensor", path)
