@@ -2,9 +2,9 @@
 
 `read_gguf` turns the file's metadata into a `LlamaConfig`-style dict (architecture
 `LlamaForCausalLM`) and exposes its tensors under HF names
-(`model.layers.0.self_attn.q_proj.weight`, ...), dequantized to float32 one at a time when asked for, in HF shapes, with llama.cpp's rotary
-row permutation of the q/k projections undone. The decoder family then loads it exactly like a
-safetensors checkpoint.
+(`model.layers.0.self_attn.q_proj.weight`, ...), dequantized to float32 one at a time when asked
+for, in HF shapes, with llama.cpp's rotary row permutation of the q/k projections undone. The
+decoder family then loads it exactly like a safetensors checkpoint.
 
 GGUF facts this relies on:
 - ggml lists dimensions fastest-first, so a GGUF shape is the HF (numpy) shape reversed; the
