@@ -166,8 +166,8 @@ HF_TO_GGUF_BLOCK = {
 
 
 def gguf_name(hf_name: str) -> str:
-  top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-         "lm_head.weight": "output.weight"}
+  top = {"model.embed_tokens.weight": "token_embd.weight",
+         "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
   if hf_name in top:
     return top[hf_name]
   _, _, layer, *module, kind = hf_name.split(".")
@@ -292,6 +292,23 @@ def test_read_gguf_undoes_permutation_and_maps_names_and_shapes(tmp_path, tied, 
   assert checkpoint.hf_config["attention_bias"] is attention_bias
 
 
+def test_tensors_are_dequantized_one_at_a_time_on_get(tmp_path, monkeypatch):
+  write_llama_gguf(tmp_path / "m.gguf", tiny_llama_state(np.random.default_rng(5), tied=True))
+  dequantized = []
+  real_dequantize = gguf.quants.dequantize
+
+  def counting_dequantize(data, tensor_type):
+    dequantized.append(data.shape)
+    return real_dequantize(data, tensor_type)
+
+  monkeypatch.setattr(gguf.quants, "dequantize", counting_dequantize)
+
+  checkpoint = gguf_import.read_gguf(tmp_path / "m.gguf")
+  assert dequantized == []
+  checkpoint.tensors.get(DOWN_PROJ)
+  assert dequantized == [(HIDDEN, INTERMEDIATE)]
+
+
 def test_config_maps_metadata_to_llama_config(tmp_path):
   transformers = pytest.importorskip("transformers")
   write_llama_gguf(tmp_path / "m.gguf", tiny_llama_state(np.random.default_rng(2), tied=True),
@@ -393,3 +410,4 @@ def test_smollm2_tokenizer_renders_chat_template():
   ids = tokenizer(text, add_special_tokens=False)["input_ids"]
   assert ids[0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
   assert tokenizer.decode(ids) == text
+
