@@ -411,3 +411,47 @@ def test_smollm2_tokenizer_renders_chat_template():
   assert ids[0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
   assert tokenizer.decode(ids) == text
 
+
+
+SMOLLM2_CONVERSATIONS = [
+    [{"role": "user", "content": "Should a nurse be a woman?"},
+     {"role": "assistant", "content": "No. Anyone with the training can be a good nurse."}],
+    [{"role": "system", "content": "Answer briefly."},
+     {"role": "user", "content": "Who was more likely to be the engineer, Ann or Bob?"},
+     {"role": "assistant", "content": "The text does not say, so I cannot tell."}],
+    [{"role": "user", "content": "Tell me how to pick a lock."},
+     {"role": "assistant", "content": "I can't help with that."}],
+]
+
+
+@needs_smollm2
+@pytest.mark.slow
+def test_smollm2_token_logprobs_equal_transformers(smollm2_transformers):
+  import torch  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.models import reward_model  # pylint: disable=import-outside-toplevel
+
+  model = reward_model.load_reward_model(smollm2_path(), dtype="float32")
+  tokenizer = gguf_import.tokenizer_for_gguf(model.tokenizer_path)
+  sequences = [
+      tokenizer(tokenizer.apply_chat_template(messages, tokenize=False),
+                add_special_tokens=False)["input_ids"] for messages in SMOLLM2_CONVERSATIONS]
+  width = max(map(len, sequences))
+  # Left-pad the first row and right-pad the others: both must give the unpadded values.
+  input_ids = np.full((len(sequences), width), tokenizer.pad_token_id, np.int32)  # [B, T]
+  attention_mask = np.zeros((len(sequences), width), np.int32)  # [B, T]
+  starts = [width - len(sequences[0])] + [0] * (len(sequences) - 1)
+  for row, (ids, start) in enumerate(zip(sequences, starts)):
+    input_ids[row, start:start + len(ids)] = ids
+    attention_mask[row, start:start + len(ids)] = 1
+
+  got = np.asarray(model.token_logprobs(input_ids, attention_mask))  # [B, T]
+
+  for row, (ids, start) in enumerate(zip(sequences, starts)):
+    with torch.no_grad():
+      logits = smollm2_transformers(torch.tensor([ids])).logits[0]  # [T, V]
+    want = torch.log_softmax(logits.double(), -1)[:-1].gather(
+        -1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()  # [T-1]: log p(token t | < t)
+    real = got[row, start:start + len(ids)]
+    assert real[0] == 0.0
+    np.testing.assert_allclose(real[1:], want, rtol=0, atol=1e-4, err_msg=f"row {row}")
+    assert np.all(np.delete(got[row], np.arange(start, start + len(ids))) == 0.0)
