@@ -94,3 +94,17 @@ def random_batch(batch_lengths: list[int], seq_len: int, *, padding_side: str, s
     ids[row, span] = rng.integers(3, vocab_size, size=length)
     mask[row, span] = 1
   return ids, mask
+
+
+def save_tiny_tokenizer(folder: str | os.PathLike, vocab_size: int = VOCAB_SIZE) -> None:
+  """A word-level tokenizer (`w0`..`wN`, pad = the last id) saved beside a tiny model."""
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  vocab = {f"w{i}": i for i in range(vocab_size - 1)}
+  vocab["<pad>"] = PAD_TOKEN_ID
+  vocab["<unk>"] = 0
+  model = tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>")
+  backend = tokenizers.Tokenizer(model)
+  backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+  tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>",
+                                                   unk_token="<unk>")
+  tokenizer.save_pretrained(folder)

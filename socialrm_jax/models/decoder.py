@@ -295,6 +295,11 @@ class Model(nnx.Module):
     raise ValueError(f"{self.config.architecture} was loaded without a head")
 
 
+def is_saved_buffer(name: str) -> bool:
+  """Tensors old checkpoints saved that are not weights: RoPE's inverse frequencies (we compute them)."""
+  return name.endswith("rotary_emb.inv_freq")
+
+
 def _linear_to_einsum(shape: tuple[int, ...]):
   """HF Linear weight [out, in] -> its transpose reshaped to our kernel `shape`.
 

@@ -79,20 +79,20 @@ def _refuse_pickles(folder: str) -> None:
 
 
 def _gguf_file(path: str) -> str | None:
-  if os.path.isfile(path):
-    return path if path.endswith(".gguf") else None
-  if os.path.exists(os.path.join(path, "config.json")):
+  """The GGUF file `path` names or holds, if it is not a HF folder."""
+  if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
     return None
-  found = sorted(glob.glob(os.path.join(path, "*.gguf")))
-  if len(found) > 1:
-    raise InputError(f"several .gguf files ({', '.join(map(os.path.basename, found))}); "
-                     "pass the one to use", path)
-  return found[0] if found else None
+  if not path.endswith(".gguf") and not os.path.isdir(path):
+    return None
+  from socialrm_jax.models import gguf_import  # imported only for GGUF input
+  found = gguf_import.gguf_file_in(path)
+  return None if found is None else os.fspath(found)
 
 
-def _ignored_tensors(family: types.ModuleType, config) -> set[str]:
+def _ignored_tensors(family: types.ModuleType, config, tensors: weights.TensorSource) -> set[str]:
   """HF tensors a checkpoint may hold that this model does not use."""
-  ignored = set()
+  is_buffer = getattr(family, "is_saved_buffer", None)  # e.g. position ids, RoPE frequencies
+  ignored = {name for name in tensors.keys() if is_buffer(name)} if is_buffer else set()
   if getattr(config, "tie_word_embeddings", False):
     ignored.add("lm_head.weight")  # some tied checkpoints still save the copy
   if config.head == "none":
@@ -117,7 +117,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     raise InputError("no such model file or folder", path)
   jdtype = model_dtype(dtype)
   if checkpoint.is_native(path):
-    family_name, config_dict = checkpoint.read_manifest(path)
+    _, config_dict = checkpoint.read_manifest(path)
     family = families.family_for(config_dict["architecture"])
     config = family.Config.from_dict(config_dict)
     if head not in (None, config.head):
@@ -128,7 +128,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
 
   gguf_path = _gguf_file(path)
   if gguf_path is not None:
-    from socialrm_jax.models import gguf_import  # optional dependency path: only for GGUF input
+    from socialrm_jax.models import gguf_import  # imported only for GGUF input
     gguf = gguf_import.read_gguf(gguf_path)
     hf_config, tensors, tokenizer_path = gguf.hf_config, gguf.tensors, gguf_path
   else:
@@ -144,7 +144,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
   family, config = family_and_config(hf_config, path, head)
   module = abstract_module(family, config, jdtype)
   weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,
-                      ignore=_ignored_tensors(family, config))
+                      ignore=_ignored_tensors(family, config, tensors))
   return RewardModel(config, family, module, tokenizer_path=tokenizer_path)
 
 

@@ -134,18 +134,13 @@ def param_paths(model: nnx.Module) -> dict[str, nnx.Variable]:
   return {"/".join(str(p) for p in path): var for path, var in flat}
 
 
-def _ignorable(name: str) -> bool:
-  # Old checkpoints saved RoPE's inverse frequencies as buffers; we compute them.
-  return name.endswith("rotary_emb.inv_freq")
-
-
 def check_names(sources: Mapping[str, WeightSource], tensors: TensorSource,
                 ignore: Container[str] = ()) -> None:
   """Every needed tensor is present and every present tensor is used (or explicitly ignored)."""
   available = set(tensors.keys())
   needed = {s.hf_name for s in sources.values()}
   missing = sorted(needed - available)
-  unexpected = sorted(n for n in available - needed if n not in ignore and not _ignorable(n))
+  unexpected = sorted(n for n in available - needed if n not in ignore)
   problems = []
   if missing:
     problems.append(f"missing tensors: {', '.join(missing)}")
