@@ -289,4 +289,5 @@ def tokenizer_for_gguf(path: str | os.PathLike):
   """The HF tokenizer (chat template included) that transformers builds from the GGUF metadata."""
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
   path = _resolve_gguf_file(path)
-  return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+  return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name,
+                                       local_files_only=True, trust_remote_code=False)
