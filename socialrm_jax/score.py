@@ -17,13 +17,14 @@ import sys
 
 from absl import app, flags, logging
 
-from socialrm_jax import tables
+from socialrm_jax import default_model, tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.scoring import engine
 from socialrm_jax.scoring import mesh as mesh_lib
 
-_MODEL = flags.DEFINE_string("model", None, "HF checkpoint folder, native checkpoint folder, or "
-                             "GGUF file (or a folder holding one).", required=True)
+_MODEL = flags.DEFINE_string("model", None, "HF checkpoint folder, native checkpoint folder, "
+                             "GGUF file (or a folder holding one), or 'smollm2' (the embedded "
+                             "default model).", required=True)
 _ITEMS = flags.DEFINE_string("items", None, "Items file or the convert output folder.",
                              required=True)
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where scores, manifest and run.json go.",
@@ -62,12 +63,13 @@ def main(argv):
       tokens_per_batch=_TOKENS_PER_BATCH.value, chunk_size=_CHUNK_SIZE.value,
       reward_label=_REWARD_LABEL.value, dtype=_DTYPE.value)
   try:
+    model_path = default_model.resolve_model_path(_MODEL.value)
     mesh = mesh_lib.make_mesh(_MESH.value)
     items = engine.select_items(tables.read_rows(_ITEMS.value, "items"), _DATASETS.value,
                                 _LIMIT.value)
-    model = load_reward_model(_MODEL.value, dtype=_DTYPE.value, mesh=mesh)
+    model = load_reward_model(model_path, dtype=_DTYPE.value, mesh=mesh)
     run = engine.score_items(model, items, _OUTPUT_DIR.value, mesh=mesh, options=options,
-                             model_path=_MODEL.value, items_path=_ITEMS.value)
+                             model_path=model_path, items_path=_ITEMS.value)
   except InputError as e:
     print(f"socialrm-score: error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -237,3 +237,27 @@ def scores_by_key(rows) -> dict[tuple[str, int], dict]:
 def max_abs_diff(expected: dict, got: dict) -> float:
   assert set(expected) == set(got), (sorted(expected), sorted(got))
   return float(max(abs(np.float64(expected[k]) - np.float64(got[k])) for k in expected))
+
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def subprocess_env(num_cpu_devices: int | None = None) -> dict:
+  """Environment for a child Python: CPU only, the tests folder importable, N fake devices."""
+  import os
+  import sys
+  env = dict(os.environ)
+  env["JAX_PLATFORMS"] = "cpu"
+  env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "tests"), env.get("PYTHONPATH", "")])
+  env.pop("JAX_NUM_CPU_DEVICES", None)
+  if num_cpu_devices:
+    env["JAX_NUM_CPU_DEVICES"] = str(num_cpu_devices)
+  env["PYTHON"] = sys.executable
+  return env
+
+
+def score_command(model, items, output_dir, *extra) -> list[str]:
+  import sys
+  return [sys.executable, "-m", "socialrm_jax.score", f"--model={model}", f"--items={items}",
+          f"--output_dir={output_dir}", "--max_length=256", "--tokens_per_batch=1024",
+          "--chunk_size=4", *extra]
