@@ -1,0 +1,56 @@
+"""A run killed with SIGKILL midway, then rerun into the same folder, gives the uninterrupted scores."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import scoring_fixtures as fx
+from socialrm_jax import tables
+from socialrm_jax.models.reward_model import load_reward_model
+from socialrm_jax.scoring import engine
+
+NUM_ITEMS = 160
+CHUNK = 4
+POLL_SECONDS = 0.005
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_uninterrupted_scores(tmp_path):
+  fx.make_llama(tmp_path / "rm")
+  items = fx.many_bbq_items(NUM_ITEMS)
+  tables.write_rows(tmp_path / "items" / "items.jsonl", items)
+  out = tmp_path / "scores"
+  command = fx.score_command(tmp_path / "rm", tmp_path / "items", out)
+  child = subprocess.Popen(command, env=fx.subprocess_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 300
+  while not list(out.glob("scores-*.parquet")) and child.poll() is None:
+    assert time.monotonic() < deadline, "no shard appeared"
+    time.sleep(POLL_SECONDS)
+  os.kill(child.pid, signal.SIGKILL)
+  child.wait()
+  written = len(list(out.glob("scores-*.parquet")))
+  total = NUM_ITEMS // CHUNK
+  assert 1 <= written < total, f"the kill came too late to test resuming ({written}/{total})"
+
+  subprocess.run(command, env=fx.subprocess_env(), check=True, timeout=300,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  run = json.loads((out / "run.json").read_text())
+  assert run["items_resumed"] >= written * CHUNK and run["items"] + run["items_resumed"] == NUM_ITEMS
+  assert len(list(out.glob("scores-*.parquet"))) == total
+  assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+  engine.score_items(load_reward_model(tmp_path / "rm"), items, tmp_path / "uninterrupted",
+                     options=engine.ScoringOptions(max_length=256, tokens_per_batch=1024,
+                                                   chunk_size=CHUNK),
+                     model_path=str(tmp_path / "rm"))
+  resumed = tables.read_rows(out, "scores")
+  reference = tables.read_rows(tmp_path / "uninterrupted", "scores")
+  assert len(resumed) == len(reference) == 3 * NUM_ITEMS  # No duplicates, nothing missing.
+  assert fx.scores_by_key(resumed) == fx.scores_by_key(reference)
+  manifest = json.loads((out / "manifest.json").read_text())
+  assert manifest["chunks_done"] == list(range(total))
