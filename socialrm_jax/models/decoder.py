@@ -140,6 +140,17 @@ def _layer_windows(hf: dict, variant: str, num_layers: int) -> tuple[int | None,
 _TIED_BY_DEFAULT = {"gemma", "gemma2"}
 
 
+def _activation(hf: dict, variant: str) -> str:
+  """The MLP activation each HF family actually runs."""
+  if variant == "gemma2":
+    return hf.get("hidden_activation") or "gelu_pytorch_tanh"
+  if variant == "gemma":
+    act = hf.get("hidden_act") or "gelu_pytorch_tanh"
+    # GemmaConfig rewrites the legacy "gelu" of the official releases to the tanh approximation.
+    return "gelu_pytorch_tanh" if act == "gelu" else act
+  return hf.get("hidden_act") or "silu"
+
+
 def config_from_hf(hf_config: dict, architecture: str) -> Config:
   """HF `config.json` dict + architecture name -> Config."""
   variant = _variant_of(architecture)
@@ -148,9 +159,9 @@ def config_from_hf(hf_config: dict, architecture: str) -> Config:
   num_layers = hf_config["num_hidden_layers"]
   head_dim = hf_config.get("head_dim") or hidden // num_heads
   gemma_like = variant in ("gemma", "gemma2")
-  act = hf_config.get("hidden_activation") or hf_config.get("hidden_act") or (
-      "gelu_pytorch_tanh" if gemma_like else "silu")
-  num_labels = hf_config.get("num_labels") or len(hf_config.get("id2label") or {}) or 2
+  act = _activation(hf_config, variant)
+  # As in transformers: `id2label` decides the label count when present.
+  num_labels = len(hf_config.get("id2label") or {}) or hf_config.get("num_labels") or 2
   attention_bias = bool(hf_config.get("attention_bias", False))
   return Config(
       architecture=architecture,
@@ -168,8 +179,9 @@ def config_from_hf(hf_config: dict, architecture: str) -> Config:
       rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
       activation=act,
       **_rope_settings(hf_config),
-      qkv_bias=True if variant == "qwen2" else attention_bias and variant not in ("mistral",),
-      out_bias=attention_bias and variant in ("llama", "qwen3", "gemma", "gemma2"),
+      # Qwen2 always has q/k/v biases and no o bias; Mistral has none; the rest follow the flag.
+      qkv_bias=variant == "qwen2" or (attention_bias and variant != "mistral"),
+      out_bias=attention_bias and variant not in ("qwen2", "mistral"),
       mlp_bias=bool(hf_config.get("mlp_bias", False)) and variant == "llama",
       qk_norm=variant == "qwen3",
       unit_offset_norm=gemma_like,

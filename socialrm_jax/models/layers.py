@@ -23,6 +23,12 @@ _MASKED_LOGIT = -1e30
 _normal_init = nnx.initializers.normal(stddev=0.02)
 
 
+def matmul_precision(dtype) -> jax.lax.Precision | None:
+  """Full float32 products when computing in float32 (GPUs would otherwise use TF32 and drift
+  ~1e-3 from the PyTorch reference); the backend default for bfloat16."""
+  return jax.lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else None
+
+
 def activation(name: str) -> Callable[[jnp.ndarray], jnp.ndarray]:
   """HF `hidden_act` / `hidden_activation` name -> function."""
   table = {
@@ -73,7 +79,8 @@ class Embedder(nnx.Module):
     return jnp.take(self.embedding[...].astype(self.dtype), input_ids, axis=0)  # [B, T, D]
 
   def attend(self, hidden: jnp.ndarray) -> jnp.ndarray:
-    return jnp.einsum("...D,VD->...V", hidden, self.embedding[...].astype(self.dtype))
+    return jnp.einsum("...D,VD->...V", hidden, self.embedding[...].astype(self.dtype),
+                      precision=matmul_precision(self.dtype))
 
 
 class Projection(nnx.Module):
@@ -90,7 +97,8 @@ class Projection(nnx.Module):
     self.dtype = dtype
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    y = jnp.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+    y = jnp.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype),
+                   precision=matmul_precision(self.dtype))
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
@@ -148,11 +156,12 @@ def grouped_query_attention(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, mask
   num_kv_heads = k.shape[2]
   groups = num_heads // num_kv_heads
   q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim)  # [B, T, K, G, H]
-  logits = jnp.einsum("BTKGH,BSKH->BKGTS", q, k) * scale
+  precision = matmul_precision(q.dtype)
+  logits = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, precision=precision) * scale
   logits = soft_cap(logits, logit_cap)
   logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), _MASKED_LOGIT)
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
-  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
+  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v, precision=precision)
   return out.reshape(batch, q_len, num_heads, head_dim)
 
 
