@@ -20,6 +20,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+from flax import nnx  # noqa: E402
+
 from socialrm_jax.models import bert, families, gpt2, masks  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 
@@ -66,6 +68,24 @@ def tiny_models(tmp_path_factory):
   return out
 
 
+@pytest.fixture(scope="module")
+def load(tiny_models):
+  """case -> its RewardModel via `load_reward_model`, loaded once so compilations are shared."""
+  loaded = {}
+
+  def load_case(case: str):
+    if case not in loaded:
+      loaded[case] = load_reward_model(tiny_models[case][1])
+    return loaded[case]
+  return load_case
+
+
+@nnx.jit
+def _hidden(module, input_ids, positions, attention_mask):
+  """The family model's forward pass, compiled (eager op-by-op dispatch is slow on CPU)."""
+  return module(input_ids, positions, attention_mask)  # [B, T, D]
+
+
 def _sequences(seed: int) -> list[np.ndarray]:
   rng = np.random.default_rng(seed)
   return [rng.integers(1, PAD_ID, size=length) for length in LENGTHS]
@@ -90,12 +110,12 @@ def _hf_alone(model, seq: np.ndarray):
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 @pytest.mark.parametrize("architecture",
                          ["GPT2ForSequenceClassification", "BertForSequenceClassification"])
-def test_rewards_match_transformers(tiny_models, architecture, padding_side):
-  hf_model, folder = tiny_models[architecture]
+def test_rewards_match_transformers(tiny_models, load, architecture, padding_side):
+  hf_model, _ = tiny_models[architecture]
   sequences = _sequences(seed=1)
   ids, mask = _pad(sequences, padding_side)
 
-  reward_model = load_reward_model(folder)
+  reward_model = load(architecture)
   rewards = np.asarray(reward_model(jnp.asarray(ids), jnp.asarray(mask)))
 
   expected = np.stack([_hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
@@ -107,13 +127,12 @@ def test_rewards_match_transformers(tiny_models, architecture, padding_side):
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
 @pytest.mark.parametrize("case", ["GPT2LMHeadModel", "GPT2LMHeadModel-untied"])
-def test_gpt2_token_logprobs_match_transformers(tiny_models, case, padding_side):
-  hf_model, folder = tiny_models[case]
+def test_gpt2_token_logprobs_match_transformers(tiny_models, load, case, padding_side):
+  hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=2)
   ids, mask = _pad(sequences, padding_side)
 
-  logprobs = np.asarray(load_reward_model(folder).token_logprobs(jnp.asarray(ids),
-                                                                 jnp.asarray(mask)))
+  logprobs = np.asarray(load(case).token_logprobs(jnp.asarray(ids), jnp.asarray(mask)))
 
   expected = np.zeros(ids.shape, np.float32)  # 0 at padding and at each first real token
   for row, seq in enumerate(sequences):
@@ -125,14 +144,15 @@ def test_gpt2_token_logprobs_match_transformers(tiny_models, case, padding_side)
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_bert_encoder_states_and_pooled_output_match_transformers(tiny_models, padding_side):
-  hf_model, folder = tiny_models["BertModel"]
+def test_bert_encoder_states_and_pooled_output_match_transformers(tiny_models, load,
+                                                                  padding_side):
+  hf_model, _ = tiny_models["BertModel"]
   sequences = _sequences(seed=3)
   ids, mask = _pad(sequences, padding_side)
 
-  reward_model = load_reward_model(folder)
-  hidden = np.asarray(reward_model.module(
-      jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
+  reward_model = load("BertModel")
+  hidden = np.asarray(_hidden(
+      reward_model.module, jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
       masks.bidirectional_mask(jnp.asarray(mask))))  # [B, T, D]
   first_real = np.asarray(masks.first_real_index(jnp.asarray(mask)))  # [B]: where [CLS] sits
   pooled = np.asarray(reward_model.module.head(
@@ -148,18 +168,17 @@ def test_bert_encoder_states_and_pooled_output_match_transformers(tiny_models, p
                                rtol=0, atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("family, architecture, mask_fn", [
-    (gpt2, "GPT2ForSequenceClassification", masks.causal_mask),
-    (bert, "BertForSequenceClassification", masks.bidirectional_mask),
+@pytest.mark.parametrize("architecture, mask_fn", [
+    ("GPT2ForSequenceClassification", masks.causal_mask),
+    ("BertForSequenceClassification", masks.bidirectional_mask),
 ])
-def test_packed_segments_restart_positions(tiny_models, family, architecture, mask_fn):
+def test_packed_segments_restart_positions(load, architecture, mask_fn):
   """Two sequences packed in one row, each seeing only itself, equal the two scored alone."""
-  _, folder = tiny_models[architecture]
-  module = load_reward_model(folder).module
+  module = load(architecture).module
   first, second = _sequences(seed=4)[:2]
-  alone = [np.asarray(module(jnp.asarray(seq[None], jnp.int32),
-                             jnp.arange(len(seq), dtype=jnp.int32)[None],
-                             mask_fn(jnp.ones((1, len(seq)), jnp.int32))))[0]
+  alone = [np.asarray(_hidden(module, jnp.asarray(seq[None], jnp.int32),
+                              jnp.arange(len(seq), dtype=jnp.int32)[None],
+                              mask_fn(jnp.ones((1, len(seq)), jnp.int32))))[0]
            for seq in (first, second)]
 
   packed_ids = np.concatenate([first, second])[None].astype(np.int32)  # [1, T1 + T2]
@@ -167,8 +186,8 @@ def test_packed_segments_restart_positions(tiny_models, family, architecture, ma
   segment = np.repeat([0, 1], [len(first), len(second)])
   same_segment = segment[:, None] == segment[None, :]  # [T, T]
   allowed = np.asarray(mask_fn(jnp.ones((1, packed_ids.shape[1]), jnp.int32))) & same_segment
-  packed = np.asarray(module(jnp.asarray(packed_ids), jnp.asarray(positions, jnp.int32),
-                             jnp.asarray(allowed)))[0]
+  packed = np.asarray(_hidden(module, jnp.asarray(packed_ids), jnp.asarray(positions, jnp.int32),
+                              jnp.asarray(allowed)))[0]
 
   np.testing.assert_allclose(packed[:len(first)], alone[0], rtol=0, atol=TOLERANCE)
   np.testing.assert_allclose(packed[len(first):], alone[1], rtol=0, atol=TOLERANCE)

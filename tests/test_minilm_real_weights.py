@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from flax import nnx  # noqa: E402
 
 from socialrm_jax.models import bert, masks, weights  # noqa: E402
 
@@ -66,8 +67,9 @@ def test_minilm_hidden_states_match_transformers(minilm_folder, padding_side):
   mask = batch["attention_mask"].astype(np.int32)  # [B, T]
 
   encoder = _load_encoder(minilm_folder)
-  hidden = np.asarray(encoder(
-      jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
+  # Compiled: op-by-op dispatch of a 6-layer encoder is slow on a shared CPU.
+  hidden = np.asarray(nnx.jit(bert.Model.__call__)(
+      encoder, jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
       masks.bidirectional_mask(jnp.asarray(mask))))  # [B, T, D]
 
   hf_model = transformers.BertModel.from_pretrained(minilm_folder).eval()

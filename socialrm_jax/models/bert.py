@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from socialrm_jax.models import layers
 from socialrm_jax.models.weights import WeightSource
 
 ARCHITECTURES = {
@@ -30,15 +31,6 @@ ARCHITECTURES = {
 }
 IS_CAUSAL = False
 
-# HF's `hidden_act` names -> the function they compute. BERT's "gelu" is the exact (erf) one.
-ACTIVATIONS = {
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-}
 # PretrainedConfig's default when a config.json carries neither `id2label` nor `num_labels`.
 HF_DEFAULT_NUM_LABELS = 2
 INIT_STDDEV = 0.02  # HF's `initializer_range` for BERT; only matters before weights are loaded.
@@ -94,8 +86,7 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   if architecture not in ARCHITECTURES:
     raise ValueError(f"{architecture!r} is not a BERT architecture; known: {sorted(ARCHITECTURES)}")
   activation = hf_config.get("hidden_act", "gelu")
-  if activation not in ACTIVATIONS:
-    raise ValueError(f"BERT hidden_act {activation!r} is not supported; known: {sorted(ACTIVATIONS)}")
+  layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   position_type = hf_config.get("position_embedding_type", "absolute")
   if position_type != "absolute":
     raise ValueError(f"BERT position_embedding_type {position_type!r} is not supported; only "
@@ -133,54 +124,25 @@ def _normal(stddev: float = INIT_STDDEV):
   return jax.nn.initializers.normal(stddev)
 
 
-class HeadsProjection(nnx.Module):
-  """[B, T, D] -> [B, T, N, H]: a dense layer whose output is split into heads."""
-
-  def __init__(self, d: int, n: int, h: int, *, dtype, param_dtype, rngs: nnx.Rngs):
-    self.dtype = dtype
-    self.kernel = nnx.Param(_normal()(rngs.params(), (d, n, h), param_dtype))  # [D, N, H]
-    self.bias = nnx.Param(jnp.zeros((n, h), param_dtype))  # [N, H]
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.kernel[...].astype(self.dtype)
-    return jnp.einsum("BTD,DNH->BTNH", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
-
-
-class HeadsOutput(nnx.Module):
-  """[B, T, N, H] -> [B, T, D]: the attention output projection, heads merged."""
-
-  def __init__(self, n: int, h: int, d: int, *, dtype, param_dtype, rngs: nnx.Rngs):
-    self.dtype = dtype
-    self.kernel = nnx.Param(_normal()(rngs.params(), (n, h, d), param_dtype))  # [N, H, D]
-    self.bias = nnx.Param(jnp.zeros((d,), param_dtype))  # [D]
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.kernel[...].astype(self.dtype)
-    return jnp.einsum("BTNH,NHD->BTD", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
-
-
 class Attention(nnx.Module):
   """Multi-head self-attention with biases, under a caller-given [B, T, T] mask."""
 
   def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
     d, n, h = config.hidden_size, config.num_heads, config.head_dim
-    self.dtype = dtype
     self.scale = 1.0 / np.sqrt(h)
-    self.q_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.k_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.v_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.o_proj = HeadsOutput(n, h, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.k_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.v_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
 
   def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
     q = self.q_proj(x)  # [B, T, N, H]
     k = self.k_proj(x)  # [B, S, N, H]
     v = self.v_proj(x)  # [B, S, N, H]
-    # Logits and softmax in float32: bf16 logits lose the small differences that decide rewards.
-    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k, preferred_element_type=jnp.float32) * self.scale
-    # A finite minimum, not -inf: fully masked query rows (padding) stay finite instead of NaN.
-    logits = jnp.where(attention_mask[:, None, :, :], logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)  # [B, N, T, S]
-    attended = jnp.einsum("BNTS,BSNH->BTNH", probs, v)  # [B, T, N, H]
+    # Every head has its own keys and values: grouped attention with one query head per group.
+    attended = layers.grouped_query_attention(q, k, v, attention_mask, scale=self.scale,
+                                              logit_cap=None)  # [B, T, N, H]
     return self.o_proj(attended)  # [B, T, D]
 
 
@@ -189,9 +151,10 @@ class Mlp(nnx.Module):
 
   def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
     d, f = config.hidden_size, config.intermediate_size
-    self.activation = ACTIVATIONS[config.activation]
-    self.up = nnx.Linear(d, f, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
-    self.down = nnx.Linear(f, d, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.activation = layers.activation(config.activation)
+    self.up = layers.Projection("BTD,DF->BTF", (d, f), (f,), **kw)
+    self.down = layers.Projection("BTF,FD->BTD", (f, d), (d,), **kw)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.down(self.activation(self.up(x)))  # [B, T, D]
@@ -221,11 +184,10 @@ class Model(nnx.Module):
     rngs = nnx.Rngs(0) if rngs is None else rngs
     self.config = config
     d = config.hidden_size
-    embed = functools.partial(nnx.Embed, features=d, dtype=dtype, param_dtype=param_dtype,
-                              embedding_init=_normal(), rngs=rngs)
-    self.embed = embed(config.vocab_size)
-    self.position_embed = embed(config.max_positions)
-    self.token_type_embed = embed(config.type_vocab_size)
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.embed = layers.Embedder(config.vocab_size, d, **kw)
+    self.position_embed = layers.Embedder(config.max_positions, d, **kw)
+    self.token_type_embed = layers.Embedder(config.type_vocab_size, d, **kw)
     self.embed_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
                                     param_dtype=param_dtype, rngs=rngs)
     self.layers = nnx.List([

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from socialrm_jax.models import layers
 from socialrm_jax.models.weights import WeightSource
 
 ARCHITECTURES = {
@@ -29,15 +30,6 @@ ARCHITECTURES = {
 }
 IS_CAUSAL = True
 
-# HF's `activation_function` names -> the function they compute.
-ACTIVATIONS = {
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-}
 # HF's `base_model_prefix`: where the head classes keep the trunk. The original GPT-2 checkpoints
 # were saved from the bare `GPT2Model`, so their tensors lack it (`h.0.attn.c_attn.weight`).
 BASE_MODEL_PREFIX = "transformer."
@@ -92,8 +84,7 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   if architecture not in ARCHITECTURES:
     raise ValueError(f"{architecture!r} is not a GPT-2 architecture; known: {sorted(ARCHITECTURES)}")
   activation = hf_config.get("activation_function", "gelu_new")
-  if activation not in ACTIVATIONS:
-    raise ValueError(f"GPT-2 activation {activation!r} is not supported; known: {sorted(ACTIVATIONS)}")
+  layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   if hf_config.get("add_cross_attention"):
     raise ValueError("GPT-2 with cross-attention is an encoder-decoder part, not a reward model")
   hidden_size = int(hf_config["n_embd"])
@@ -133,52 +124,23 @@ class Attention(nnx.Module):
 
   def __init__(self, config: Config, layer_index: int, *, dtype, param_dtype, rngs: nnx.Rngs):
     d, n, h = config.hidden_size, config.num_heads, config.head_dim
-    self.dtype = dtype
     self.scale = (1.0 / np.sqrt(h)) if config.scale_attn_weights else 1.0
     if config.scale_attn_by_inverse_layer_idx:
       self.scale /= layer_index + 1
-    self.q_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.k_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.v_proj = HeadsProjection(d, n, h, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.o_proj = HeadsOutput(n, h, d, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.k_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.v_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
 
   def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
     q = self.q_proj(x)  # [B, T, N, H]
     k = self.k_proj(x)  # [B, S, N, H]
     v = self.v_proj(x)  # [B, S, N, H]
-    # Logits and softmax in float32: bf16 logits lose the small differences that decide rewards.
-    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k, preferred_element_type=jnp.float32) * self.scale
-    # A finite minimum, not -inf: fully masked query rows (padding) stay finite instead of NaN.
-    logits = jnp.where(attention_mask[:, None, :, :], logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)  # [B, N, T, S]
-    attended = jnp.einsum("BNTS,BSNH->BTNH", probs, v)  # [B, T, N, H]
+    # Every head has its own keys and values: grouped attention with one query head per group.
+    attended = layers.grouped_query_attention(q, k, v, attention_mask, scale=self.scale,
+                                              logit_cap=None)  # [B, T, N, H]
     return self.o_proj(attended)  # [B, T, D]
-
-
-class HeadsProjection(nnx.Module):
-  """[B, T, D] -> [B, T, N, H]: a dense layer whose output is split into heads."""
-
-  def __init__(self, d: int, n: int, h: int, *, dtype, param_dtype, rngs: nnx.Rngs):
-    self.dtype = dtype
-    self.kernel = nnx.Param(_normal()(rngs.params(), (d, n, h), param_dtype))  # [D, N, H]
-    self.bias = nnx.Param(jnp.zeros((n, h), param_dtype))  # [N, H]
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.kernel[...].astype(self.dtype)
-    return jnp.einsum("BTD,DNH->BTNH", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
-
-
-class HeadsOutput(nnx.Module):
-  """[B, T, N, H] -> [B, T, D]: the attention output projection, heads merged."""
-
-  def __init__(self, n: int, h: int, d: int, *, dtype, param_dtype, rngs: nnx.Rngs):
-    self.dtype = dtype
-    self.kernel = nnx.Param(_normal()(rngs.params(), (n, h, d), param_dtype))  # [N, H, D]
-    self.bias = nnx.Param(jnp.zeros((d,), param_dtype))  # [D]
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    kernel = self.kernel[...].astype(self.dtype)
-    return jnp.einsum("BTNH,NHD->BTD", x.astype(self.dtype), kernel) + self.bias[...].astype(self.dtype)
 
 
 class Mlp(nnx.Module):
@@ -186,9 +148,10 @@ class Mlp(nnx.Module):
 
   def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
     d, f = config.hidden_size, config.intermediate_size
-    self.activation = ACTIVATIONS[config.activation]
-    self.up = nnx.Linear(d, f, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
-    self.down = nnx.Linear(f, d, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.activation = layers.activation(config.activation)
+    self.up = layers.Projection("BTD,DF->BTF", (d, f), (f,), **kw)
+    self.down = layers.Projection("BTF,FD->BTD", (f, d), (d,), **kw)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.down(self.activation(self.up(x)))  # [B, T, D]
@@ -211,18 +174,16 @@ class Block(nnx.Module):
 
 
 class Model(nnx.Module):
-  """GPT-2 trunk plus its head (`score` or tied `lm`), per the model contract."""
+  """GPT-2 trunk plus its head (`score`, `lm`, or none when loaded trunk-only), per the contract."""
 
   def __init__(self, config: Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
                rngs: nnx.Rngs | None = None):
     rngs = nnx.Rngs(0) if rngs is None else rngs
     self.config = config
-    self.dtype = dtype
     d = config.hidden_size
-    self.embed = nnx.Embed(config.vocab_size, d, dtype=dtype, param_dtype=param_dtype,
-                           embedding_init=_normal(), rngs=rngs)
-    self.position_embed = nnx.Embed(config.max_positions, d, dtype=dtype, param_dtype=param_dtype,
-                                    embedding_init=_normal(), rngs=rngs)
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.embed = layers.Embedder(config.vocab_size, d, **kw)  # also the tied LM head
+    self.position_embed = layers.Embedder(config.max_positions, d, **kw)
     self.layers = nnx.List([
         Block(config, i, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         for i in range(config.num_layers)])
@@ -247,9 +208,11 @@ class Model(nnx.Module):
     return self.final_norm(x)  # [B, T, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:
-    """[..., D] -> [..., num_labels] (score head) or [..., vocab] (tied LM head)."""
+    """[..., D] -> [..., num_labels] (score), [..., vocab] (LM) or [..., D] (head "none")."""
     if self.config.head == "score":
       return self.score(hidden)
+    if self.config.head == "none":
+      return hidden
     if not self.config.tie_word_embeddings:
       return self.lm_head(hidden)
     return self.embed.attend(hidden)  # [..., V]
