@@ -49,11 +49,12 @@ def expected_calibration_error(margin: np.ndarray, temperature: float = 1.0,
 
 
 @jax.jit
-def _fit_log_temperature(margin: jax.Array) -> jax.Array:
+def _fit_log_temperature(margin: jax.Array, weight: jax.Array) -> jax.Array:
+  """log T for margins [P] with 0/1 weights [P] (padding has weight 0)."""
   optimizer = optax.adam(LEARNING_RATE)
 
   def loss(log_t):
-    return jnp.mean(jax.nn.softplus(-margin / jnp.exp(log_t)))
+    return jnp.sum(weight * jax.nn.softplus(-margin / jnp.exp(log_t))) / jnp.sum(weight)
 
   def step(state, _):
     log_t, opt_state = state
@@ -69,7 +70,12 @@ def _fit_log_temperature(margin: jax.Array) -> jax.Array:
 
 def fit_temperature(margin: np.ndarray) -> float:
   """The temperature minimising the Bradley-Terry loss of `margin` [P]."""
-  return float(np.exp(_fit_log_temperature(jnp.asarray(margin, dtype=jnp.float32))))
+  # Padded to a power of two so that different pair counts reuse one compilation.
+  size = 1 << max(int(margin.size - 1).bit_length(), 4)
+  padded = np.zeros(size, np.float32)
+  padded[:margin.size] = margin
+  weight = (np.arange(size) < margin.size).astype(np.float32)
+  return float(np.exp(_fit_log_temperature(jnp.asarray(padded), jnp.asarray(weight))))
 
 
 def summary(margin: np.ndarray, fits: np.ndarray) -> dict[str, Any]:

@@ -102,16 +102,14 @@ def bbq_group_rates(scored: Scored, index: np.ndarray,
   selected: dict[tuple[str, str], float] = {}
   seen: dict[tuple[str, str], int] = {}
   lacking = 0
-  for i in index:
+  for i in index[scored.context_condition[index] == "ambiguous"]:
     row = scored.items[i]
     attributes = row.get("attributes") or {}
-    if scored.context_condition[i] != "ambiguous":
+    if attributes.get("question_polarity", NEGATIVE) != NEGATIVE:
       continue
     groups = _candidate_groups(attributes)
     if groups is None or "question_polarity" not in attributes:
       lacking += 1
-      continue
-    if attributes["question_polarity"] != NEGATIVE:
       continue
     named = [k for k, role in enumerate(row["roles"]) if role != "unknown"]
     if len(named) < 2:

@@ -40,11 +40,13 @@ def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
   return into
 
 
-def _strata(scored: Scored, index: np.ndarray, by_target: bool) -> list[bootstrap.Stratum]:
-  return [bootstrap.Stratum(scored.domain[i], scored.subset[i], scored.context_condition[i],
-                            str((scored.items[i].get("attributes") or {}).get("target", ""))
-                            if by_target else "")
-          for i in index]
+def _strata(scored: Scored, index: np.ndarray, by_target: bool) -> dict[str, np.ndarray]:
+  fields = {"domain": scored.domain[index], "subset": scored.subset[index],
+            "context_condition": scored.context_condition[index]}
+  if by_target:
+    fields["target"] = np.asarray([str((scored.items[i].get("attributes") or {}).get("target", ""))
+                                   for i in index])
+  return fields
 
 
 def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[str, np.ndarray],

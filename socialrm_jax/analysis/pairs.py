@@ -65,15 +65,19 @@ def selection_weights(rewards: np.ndarray, valid: np.ndarray) -> np.ndarray:
   return top / top.sum(axis=1, keepdims=True)
 
 
-def _reward_matrix(items: Sequence[dict], scores: Scores) -> tuple[np.ndarray, np.ndarray]:
-  """Rewards [N, K] (NaN where unscored) and the number of candidates per item [N]."""
-  index = {row["item_id"]: i for i, row in enumerate(items)}
-  if len(index) != len(items):
+def lookup(index: dict[str, int], queries: Sequence[str]) -> np.ndarray:
+  """Position of each query in `index`, -1 when absent. # [Q]"""
+  return np.fromiter((index.get(q, -1) for q in queries), dtype=np.int64, count=len(queries))
+
+
+def _reward_matrix(item_ids: list[str], index: dict[str, int], n_candidates: np.ndarray,
+                   scores: Scores) -> np.ndarray:
+  """Rewards [N, K], NaN where unscored."""
+  if len(index) != len(item_ids):
     seen: set[str] = set()
-    duplicate = next(row["item_id"] for row in items if row["item_id"] in seen or seen.add(row["item_id"]))
-    raise InputError(f"item_id {duplicate!r} appears twice in the items table")
-  n_candidates = np.asarray([len(row["candidates"]) for row in items], dtype=np.int64)
-  item = np.asarray([index.get(i, -1) for i in scores.item_id], dtype=np.int64)
+    repeated = next(i for i in item_ids if i in seen or seen.add(i))
+    raise InputError(f"item_id {repeated!r} appears twice in the items table")
+  item = lookup(index, scores.item_id)
   unknown = np.flatnonzero(item < 0)
   if unknown.size:
     raise InputError(
@@ -89,82 +93,89 @@ def _reward_matrix(items: Sequence[dict], scores: Scores) -> tuple[np.ndarray, n
   if np.unique(flat).size != flat.size:
     values, counts = np.unique(flat, return_counts=True)
     repeated = values[counts > 1][0]
-    raise InputError(f"item {items[repeated // k]['item_id']!r} candidate {repeated % k} is "
-                     "scored more than once", scores.path)
-  rewards = np.full(len(items) * k, np.nan)
+    raise InputError(f"item {item_ids[repeated // k]!r} candidate {repeated % k} is scored more "
+                     "than once", scores.path)
+  rewards = np.full(len(item_ids) * k, np.nan)
   rewards[flat] = scores.reward
-  return rewards.reshape(len(items), k), n_candidates
+  return rewards.reshape(len(item_ids), k)
 
 
-def _coverage(items: Sequence[dict], scored: np.ndarray) -> dict[str, Any]:
-  per_dataset: dict[str, dict[str, int]] = {}
-  for row, ok in zip(items, scored):
-    counts = per_dataset.setdefault(row["dataset"], {"items": 0, "scored_items": 0})
-    counts["items"] += 1
-    counts["scored_items"] += int(ok)
-  for counts in per_dataset.values():
-    counts["share"] = counts["scored_items"] / counts["items"]
-  return {"complete": bool(scored.all()), "items": len(items), "scored_items": int(scored.sum()),
-          "datasets": per_dataset}
+def _coverage(dataset: np.ndarray, scored: np.ndarray) -> dict[str, Any]:
+  per_dataset: dict[str, dict[str, Any]] = {}
+  for name in dict.fromkeys(dataset):
+    mine = dataset == name
+    items, scored_items = int(mine.sum()), int((mine & scored).sum())
+    per_dataset[name] = {"items": items, "scored_items": scored_items,
+                         "share": scored_items / items}
+  return {"complete": bool(scored.all()), "items": int(scored.size),
+          "scored_items": int(scored.sum()), "datasets": per_dataset}
 
 
 def _padded(rows: Sequence[Sequence], k: int, fill, dtype) -> np.ndarray:
+  """Rows of up to k values as one array [len(rows), k], `fill` past each row's end."""
   out = np.full((len(rows), k), fill, dtype=dtype)
-  for i, row in enumerate(rows):
-    out[i, :len(row)] = row
+  lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+  for length in np.unique(lengths):  # rows of one length convert in one call
+    same = np.flatnonzero(lengths == length)
+    if length:
+      block = np.empty((same.size, length), dtype=dtype)
+      block[:] = [rows[i] for i in same]
+      out[same, :length] = block
   return out
 
 
 def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
          allow_missing: bool = False) -> Scored:
   """Joins one scores set to the items and pairs tables."""
-  rewards, n_candidates = _reward_matrix(items, scores)
+  item_ids = [row["item_id"] for row in items]
+  index = {item_id: i for i, item_id in enumerate(item_ids)}
+  n_candidates = np.asarray([len(row["candidates"]) for row in items], dtype=np.int64)
+  rewards = _reward_matrix(item_ids, index, n_candidates, scores)
   k = rewards.shape[1]
   valid = np.arange(k)[None, :] < n_candidates[:, None]             # [N, K]
   scored = ~np.any(np.isnan(rewards) & valid, axis=1)                # [N]
-  coverage = _coverage(items, scored)
-  if not coverage["complete"]:
+  dataset = np.asarray([row["dataset"] for row in items], dtype=object)
+  coverage = _coverage(dataset, scored)
+  if not coverage["complete"] and not allow_missing:
     lacking = ", ".join(f"{name} {c['items'] - c['scored_items']} of {c['items']}"
                         for name, c in coverage["datasets"].items()
                         if c["scored_items"] < c["items"])
-    if not allow_missing:
-      raise InputError(
-          f"scores are missing for {coverage['items'] - coverage['scored_items']} of "
-          f"{coverage['items']} items ({lacking}); score them, or pass --allow_missing to "
-          "compute on the scored items only", scores.path)
+    raise InputError(
+        f"scores are missing for {coverage['items'] - coverage['scored_items']} of "
+        f"{coverage['items']} items ({lacking}); score them, or pass --allow_missing to "
+        "compute on the scored items only", scores.path)
   keep = np.flatnonzero(scored)
   kept_items = [items[i] for i in keep]
   new_index = np.full(len(items), -1, dtype=np.int64)
   new_index[keep] = np.arange(keep.size)
   rewards = np.where(valid, rewards, -np.inf)[keep]
-  valid = valid[keep]
 
-  item_index = {row["item_id"]: i for i, row in enumerate(items)}
-  pair_item, chosen, rejected, source = [], [], [], []
-  for number, row in enumerate(pairs, start=1):
-    i = item_index.get(row["item_id"])
-    if i is None:
-      raise InputError(f"pair {row.get('pair_id')!r} names item {row['item_id']!r}, which is not "
-                       "in the items table", None, number)
-    if not (0 <= row["chosen_index"] < n_candidates[i] and 0 <= row["rejected_index"] < n_candidates[i]):
-      raise InputError(f"pair {row.get('pair_id')!r} has a candidate index out of range", None, number)
-    if new_index[i] < 0:
-      continue
-    pair_item.append(new_index[i])
-    chosen.append(row["chosen_index"])
-    rejected.append(row["rejected_index"])
-    source.append(row["label_source"])
-  pair_item = np.asarray(pair_item, dtype=np.int64)
-  chosen = np.asarray(chosen, dtype=np.int64)
-  rejected = np.asarray(rejected, dtype=np.int64)
+  pair_item = lookup(index, [row["item_id"] for row in pairs])
+  chosen = np.asarray([row["chosen_index"] for row in pairs], dtype=np.int64)
+  rejected = np.asarray([row["rejected_index"] for row in pairs], dtype=np.int64)
+  source = np.asarray([row["label_source"] for row in pairs], dtype=object)
+  if (pair_item < 0).any():
+    number = int(np.flatnonzero(pair_item < 0)[0])
+    raise InputError(f"pair {pairs[number].get('pair_id')!r} names item "
+                     f"{pairs[number]['item_id']!r}, which is not in the items table",
+                     None, number + 1)
+  limit = n_candidates[pair_item]
+  bad = (chosen < 0) | (chosen >= limit) | (rejected < 0) | (rejected >= limit)
+  if bad.any():
+    number = int(np.flatnonzero(bad)[0])
+    raise InputError(f"pair {pairs[number].get('pair_id')!r} has a candidate index out of range",
+                     None, number + 1)
+  in_scored = new_index[pair_item] >= 0
+  pair_item, chosen, rejected = new_index[pair_item][in_scored], chosen[in_scored], rejected[in_scored]
   coverage["pairs"] = len(pairs)
   coverage["scored_pairs"] = int(pair_item.size)
 
   def column(name: str) -> np.ndarray:
     return np.asarray([row.get(name) or "" for row in kept_items], dtype=object)
 
+  valid = valid[keep]
   return Scored(
-      items=kept_items, dataset=column("dataset"), domain=column("domain"),
+      items=kept_items, dataset=dataset[keep], domain=column("domain"),
       subset=column("subset"), context_condition=column("context_condition"),
       roles=_padded([row["roles"] for row in kept_items], k, "", object),
       desirability=_padded([row["desirability"] for row in kept_items], k, 0, np.int8),
@@ -172,6 +183,6 @@ def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
       candidate_length=_padded([[len(c) for c in row["candidates"]] for row in kept_items], k, 0,
                                np.int64),
       pair_item=pair_item, pair_chosen=chosen, pair_rejected=rejected,
-      pair_source=np.asarray(source, dtype=object),
+      pair_source=source[in_scored],
       pair_outcome=pair_outcome(rewards[pair_item, chosen], rewards[pair_item, rejected]),
       coverage=coverage)

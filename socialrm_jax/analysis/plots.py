@@ -1,0 +1,136 @@
+"""The report's figures (matplotlib, Agg backend), one function per figure, each taking
+`{model name: metrics.json tree}` and writing one PNG. A figure with nothing to show (no model
+has the data) is not written and its function returns None, so the report can say so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
+
+Models = Mapping[str, Mapping[str, Any]]
+DPI = 120
+
+
+def _bars_with_intervals(ax, labels: list[str], models: Models, value_of, width_total: float = 0.8):
+  """Grouped bars: one group per label, one bar per model, error bars from the intervals."""
+  width = width_total / max(len(models), 1)
+  x = np.arange(len(labels))
+  for m, (name, metrics) in enumerate(models.items()):
+    values, low, high = [], [], []
+    for label in labels:
+      value, ci = value_of(metrics, label)
+      values.append(np.nan if value is None else value)
+      low.append(0 if value is None or ci is None else value - ci[0])
+      high.append(0 if value is None or ci is None else ci[1] - value)
+    ax.bar(x + (m - (len(models) - 1) / 2) * width, values, width, yerr=[low, high], capsize=3,
+           label=name)
+  ax.set_xticks(x, labels, rotation=30, ha="right")
+  ax.legend(fontsize="small")
+
+
+def _save(fig, path: str | os.PathLike) -> str:
+  fig.tight_layout()
+  fig.savefig(path, dpi=DPI)
+  plt.close(fig)
+  return os.fspath(path)
+
+
+def domain_accuracy(models: Models, path: str | os.PathLike) -> str | None:
+  domains = list(dict.fromkeys(d for m in models.values() for d in m.get("domains", {})))
+  if not domains:
+    return None
+  fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(domains), 4))
+  _bars_with_intervals(ax, domains, models, lambda m, d: (
+      m["domains"].get(d, {}).get("accuracy"), m["domains"].get(d, {}).get("ci95")))
+  ax.axhline(0.5, color="gray", linestyle="--", linewidth=1)
+  ax.set_ylim(0, 1)
+  ax.set_ylabel("accuracy on gold pairs (95% CI)")
+  ax.set_title("Preference for the socially desirable response, per domain")
+  return _save(fig, path)
+
+
+def bbq_bias_scores(models: Models, path: str | os.PathLike) -> str | None:
+  categories = list(dict.fromkeys(c for m in models.values()
+                                  for c in m.get("datasets", {}).get("bbq", {}).get("categories", {})))
+  if not categories:
+    return None
+  fig, axes = plt.subplots(1, 2, figsize=(2 + 2.4 * len(categories), 4), sharey=True)
+  for ax, condition in zip(axes, ("ambiguous", "disambiguated")):
+    name = f"bias_score_{condition}"
+    _bars_with_intervals(ax, categories, models, lambda m, c, name=name: (
+        m["datasets"].get("bbq", {}).get("categories", {}).get(c, {}).get(name),
+        m["datasets"].get("bbq", {}).get("categories", {}).get(c, {}).get(f"{name}_ci95")))
+    ax.axhline(0, color="gray", linewidth=1)
+    ax.set_title(f"BBQ bias score, {condition} contexts")
+  axes[0].set_ylabel("bias score (+: stereotyped answer)")
+  axes[0].set_ylim(-1, 1)
+  return _save(fig, path)
+
+
+def bias_tradeoff(models: Models, path: str | os.PathLike) -> str | None:
+  points = {name: m["datasets"]["bbq"] for name, m in models.items()
+            if m.get("datasets", {}).get("bbq", {}).get("bias_avoidance") is not None
+            and m["datasets"]["bbq"].get("context_faithfulness") is not None}
+  if not points:
+    return None
+  fig, ax = plt.subplots(figsize=(5, 5))
+  for name, bbq in points.items():
+    x, y = bbq["bias_avoidance"], bbq["context_faithfulness"]
+    xerr = [[x - bbq["bias_avoidance_ci95"][0]], [bbq["bias_avoidance_ci95"][1] - x]] \
+        if bbq.get("bias_avoidance_ci95") else None
+    yerr = [[y - bbq["context_faithfulness_ci95"][0]], [bbq["context_faithfulness_ci95"][1] - y]] \
+        if bbq.get("context_faithfulness_ci95") else None
+    ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=name)
+    ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize="small")
+  ax.set_xlim(0, 1)
+  ax.set_ylim(0, 1)
+  ax.set_xlabel("bias avoidance (BBQ accuracy, ambiguous)")
+  ax.set_ylabel("context faithfulness (BBQ accuracy, disambiguated)")
+  ax.set_title("Bias avoidance vs. context faithfulness")
+  ax.legend(fontsize="small")
+  return _save(fig, path)
+
+
+def selection_shares(models: Models, path: str | os.PathLike) -> str | None:
+  datasets = list(dict.fromkeys(d for m in models.values()
+                                for d, node in m.get("datasets", {}).items()
+                                if node.get("selection_shares")))
+  if not datasets:
+    return None
+  fig, axes = plt.subplots(len(datasets), 1, figsize=(7, 0.9 + 0.45 * len(models) * len(datasets)
+                                                       + 0.6 * len(datasets)), squeeze=False)
+  for ax, dataset in zip(axes[:, 0], datasets):
+    names = list(models)
+    roles = list(dict.fromkeys(r for m in models.values()
+                               for r in m["datasets"].get(dataset, {}).get("selection_shares", {})))
+    left = np.zeros(len(names))
+    for role in roles:
+      shares = np.asarray([models[n]["datasets"].get(dataset, {}).get("selection_shares", {})
+                           .get(role, 0.0) for n in names])
+      ax.barh(names, shares, left=left, label=role)
+      left += shares
+    ax.set_xlim(0, 1)
+    ax.set_title(f"{dataset}: share of items whose top-reward candidate has each role",
+                 fontsize="small")
+    ax.legend(fontsize="x-small", ncol=min(len(roles), 4), loc="lower right")
+  return _save(fig, path)
+
+
+FIGURES = {
+    "domain_accuracy.png": domain_accuracy,
+    "bbq_bias_scores.png": bbq_bias_scores,
+    "bias_tradeoff.png": bias_tradeoff,
+    "selection_shares.png": selection_shares,
+}
+
+
+def write_all(models: Models, output_dir: str | os.PathLike) -> dict[str, str | None]:
+  """Writes every figure into `output_dir`; {file name: path, or None when not drawn}."""
+  return {name: draw(models, os.path.join(output_dir, name)) for name, draw in FIGURES.items()}
