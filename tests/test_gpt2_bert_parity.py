@@ -45,8 +45,14 @@ CASES = {
 }
 
 
+# Far above HF's 0.02: with the default, pre-activations stay so small that gelu's tanh
+# approximation, or a missing attention scale, would pass unnoticed.
+INIT_STDDEV = 0.2
+
+
 def _hf_config(architecture: str, num_labels: int, extra: dict):
-  common = dict(vocab_size=VOCAB, num_labels=num_labels, pad_token_id=PAD_ID, **extra)
+  common = dict(vocab_size=VOCAB, num_labels=num_labels, pad_token_id=PAD_ID,
+                initializer_range=INIT_STDDEV, **extra)
   if architecture.startswith("GPT2"):
     return transformers.GPT2Config(n_positions=MAX_POSITIONS, n_embd=32, n_layer=2, n_head=4,
                                    bos_token_id=0, eos_token_id=0, **common)
