@@ -218,6 +218,26 @@ def test_unsupported_rope_scaling_is_refused(tmp_path):
     load_reward_model(folder)
 
 
+def test_old_style_configs_read_like_new_ones(tmp_path):
+  """Pre-5.0 config.json files: `rope_theta` + `rope_scaling` ("type"), no `layer_types`."""
+  from socialrm_jax.models import decoder
+  llama = model_fixtures.save_tiny_hf_model(
+      tmp_path, "LlamaForCausalLM", rope_parameters=dict(
+          rope_type="llama3", rope_theta=500.0, factor=8.0, low_freq_factor=1.0,
+          high_freq_factor=4.0, original_max_position_embeddings=16))
+  gemma2 = model_fixtures.save_tiny_hf_model(tmp_path, "Gemma2ForCausalLM", sliding_window=3)
+  for folder, architecture in ((llama, "LlamaForCausalLM"), (gemma2, "Gemma2ForCausalLM")):
+    new = json.loads((folder / "config.json").read_text())
+    old = dict(new)
+    rope = dict(old.pop("rope_parameters"))
+    old["rope_theta"] = rope.pop("rope_theta")
+    if rope.pop("rope_type") != "default":
+      old["rope_scaling"] = dict(rope, type="llama3")
+    old.pop("layer_types", None)
+    assert decoder.config_from_hf(old, architecture) == decoder.config_from_hf(new, architecture)
+  assert decoder.config_from_hf(new, "Gemma2ForCausalLM").layer_windows == (3, None)
+
+
 def test_trunk_only_loading_skips_the_head(tmp_path):
   folder = model_fixtures.save_tiny_hf_model(tmp_path, "Gemma2ForSequenceClassification")
   model = load_reward_model(folder, head="none")

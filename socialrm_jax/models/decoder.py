@@ -21,14 +21,13 @@ from socialrm_jax.models.weights import WeightSource
 
 IS_CAUSAL = True
 
-_VARIANTS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+# Config.variant -> the HF class-name prefix of that family.
 _PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
            "gemma": "Gemma", "gemma2": "Gemma2"}
 
-ARCHITECTURES: dict[str, str] = {}
-for _variant, _prefix in _PREFIX.items():
-  ARCHITECTURES[f"{_prefix}ForSequenceClassification"] = "score"
-  ARCHITECTURES[f"{_prefix}ForCausalLM"] = "lm"
+ARCHITECTURES: dict[str, str] = {
+    f"{prefix}{suffix}": head for prefix in _PREFIX.values()
+    for suffix, head in (("ForSequenceClassification", "score"), ("ForCausalLM", "lm"))}
 
 
 def _variant_of(architecture: str) -> str:
@@ -46,7 +45,7 @@ class Config:
   head: str  # "score" | "lm" | "none"
   num_labels: int
   pad_token_id: int | None
-  variant: str  # one of _VARIANTS
+  variant: str  # a key of _PREFIX
   vocab_size: int
   hidden_size: int
   intermediate_size: int
