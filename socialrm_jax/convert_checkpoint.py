@@ -32,6 +32,7 @@ _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json
 
 def copy_tokenizer_files(model, output: str) -> list[str]:
   """Puts what `AutoTokenizer` needs into `output`; returns the names written."""
+  from socialrm_jax.models import checkpoint  # after absl parsed JAX flags
   source = model.tokenizer_path
   if os.path.isfile(source):  # a GGUF file: its tokenizer lives in its metadata
     from socialrm_jax.models import gguf_import  # imported only for GGUF input
@@ -40,7 +41,7 @@ def copy_tokenizer_files(model, output: str) -> list[str]:
   for name in sorted(os.listdir(source)):
     path = os.path.join(source, name)
     if (os.path.isfile(path) and not name.endswith(_WEIGHT_SUFFIXES)
-        and name not in _WEIGHT_INDEXES):
+        and name not in _WEIGHT_INDEXES and name != checkpoint.MANIFEST):
       shutil.copy2(path, os.path.join(output, name))
       copied.append(name)
   return copied
