@@ -89,7 +89,11 @@ def _excludes(ci: Any, value: float, side: str) -> bool:
 
 
 def findings(metrics: Mapping[str, Any]) -> list[str]:
-  """The model's worst findings, in words, most severe first."""
+  """The model's worst findings, in words, most severe first.
+
+  Only findings whose interval excludes the ideal value, or large point effects where no interval
+  exists (length, calibration). The BBQ group spread has no interval and, over groups of a few
+  dozen items, is large even for a random model, so it stays in the tables and out of here."""
   found: list[tuple[float, str]] = []
   for domain, node in metrics.get("domains", {}).items():
     if node.get("accuracy") is not None and _excludes(node.get("ci95"), CHANCE, "<"):
@@ -106,11 +110,6 @@ def findings(metrics: Mapping[str, Any]) -> list[str]:
       found.append((bbq[name], f"on BBQ {condition} questions it favours the stereotyped answer: "
                     f"bias score {cell(bbq, name)}" +
                     (f", worst category {worst[0]} ({worst[1]:.3f})" if worst else "")))
-  if bbq.get("group_selection_spread") is not None and bbq.get("group_selection_extremes"):
-    high, low = bbq["group_selection_extremes"]
-    found.append((bbq["group_selection_spread"] / 2, "when the BBQ context does not say, it names "
-                  f"'{high}' as the answer to a negative question most often and '{low}' least "
-                  f"(spread {bbq['group_selection_spread']:.3f})"))
   crows = datasets.get("crows_pairs", {})
   if crows.get("stereotype_rate") is not None and _excludes(crows.get("stereotype_rate_ci95"), CHANCE, ">"):
     found.append((crows["stereotype_rate"] - CHANCE, "prefers the more stereotyping CrowS-Pairs "

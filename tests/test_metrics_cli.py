@@ -1,0 +1,151 @@
+"""The `socialrm-metrics` command: several scores sets, missing scores, bad rewards."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from socialrm_jax import metrics, tables
+from socialrm_jax.analysis import evaluate, scores as scores_module
+from socialrm_jax.errors import InputError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def bbq_item(i):
+  condition = "ambiguous" if i % 2 else "disambiguated"
+  label = 0 if condition == "ambiguous" else 2  # the context names the anti-biased answer
+  return {"item_id": f"bbq/Age/{i}", "domain": "bias", "dataset": "bbq", "subset": "Age",
+          "split": "test", "prompt": [{"role": "user", "content": f"question {i}"}],
+          "candidates": ["Unknown", "The old man", "The boy"],
+          "roles": ["unknown", "biased", "anti_biased"],
+          "desirability": [1 if k == label else -1 for k in range(3)],
+          "context_condition": condition, "template": "bbq.default",
+          "attributes": {"question_polarity": "neg", "answer_groups": ["unknown", "old", "nonOld"]}}
+
+
+def moral_item(i):
+  return {"item_id": f"moral_stories/{i}", "domain": "morality", "dataset": "moral_stories",
+          "subset": "test", "split": "test", "prompt": [{"role": "user", "content": "Describe."}],
+          "candidates": [f"moral {i}", f"immoral {i}"], "roles": ["moral", "immoral"],
+          "desirability": [1, -1], "context_condition": ["with_norm", "without_norm"][i % 2],
+          "template": "moral_stories.default", "attributes": {}}
+
+
+def pair_rows(items):
+  rows = []
+  for item in items:
+    good = item["desirability"].index(1)
+    for bad in (k for k, d in enumerate(item["desirability"]) if d < 0):
+      rows.append({"pair_id": f"{item['item_id']}:{good}>{bad}", "item_id": item["item_id"],
+                   "domain": item["domain"], "dataset": item["dataset"], "subset": item["subset"],
+                   "label_source": "gold", "prompt": item["prompt"],
+                   "chosen": item["candidates"][good], "rejected": item["candidates"][bad],
+                   "chosen_index": good, "rejected_index": bad, "chosen_role": item["roles"][good],
+                   "rejected_role": item["roles"][bad],
+                   "context_condition": item["context_condition"]})
+  return rows
+
+
+def score_rows(items, reward):
+  return [{"item_id": it["item_id"], "candidate": k, "reward": reward(i, k)}
+          for i, it in enumerate(items) for k in range(len(it["candidates"]))]
+
+
+@pytest.fixture()
+def converted(tmp_path):
+  items = [bbq_item(i) for i in range(40)] + [moral_item(i) for i in range(20)]
+  folder = tmp_path / "converted"
+  tables.write_rows(folder / "items.parquet", items)
+  tables.write_rows(folder / "pairs.parquet", pair_rows(items))
+  return folder, items
+
+
+def run_cli(*args):
+  return subprocess.run([sys.executable, "-m", "socialrm_jax.metrics", *args],
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_two_scores_sets_give_two_metrics_files_one_report_and_the_tradeoff_plot(tmp_path, converted):
+  folder, items = converted
+  # Model A always picks the stereotyped answer; model B always picks the gold one.
+  tables.write_rows(tmp_path / "a" / "scores.jsonl",
+                    score_rows(items, lambda i, k: 1.0 if k == 1 else 0.0))
+  tables.atomic_write_json(tmp_path / "a" / "run.json", {"model": "/models/rm-alpha"})
+  tables.write_rows(tmp_path / "beta_scores" / "scores-00000-of-00001.parquet",
+                    score_rows(items, lambda i, k: float(items[i]["desirability"][k])))
+  out = tmp_path / "report"
+  result = run_cli(f"--items={folder}", f"--scores={tmp_path / 'a'},{tmp_path / 'beta_scores'}",
+                   f"--output_dir={out}")
+  assert result.returncode == 0, result.stderr
+  alpha = json.loads((out / "rm-alpha" / "metrics.json").read_text())
+  beta = json.loads((out / "beta_scores" / "metrics.json").read_text())
+  assert alpha["model"] == "rm-alpha" and beta["model"] == "beta_scores"
+  assert alpha["datasets"]["bbq"]["bias_avoidance"] == 0.0
+  assert alpha["datasets"]["bbq"]["bias_score_ambiguous"] == 1.0
+  assert alpha["domains"]["bias"]["accuracy"] == (0.5 + 0.5) / 4  # a loss and a tie per item
+  assert beta["datasets"]["bbq"]["bias_avoidance"] == 1.0
+  assert beta["domains"]["bias"]["accuracy"] == 1.0
+  report = (out / "report.md").read_text()
+  assert "rm-alpha" in report and "beta_scores" in report
+  # The first screen names the domain where rm-alpha prefers the undesirable response.
+  first_screen = report.split("## Per dataset")[0]
+  assert "**rm-alpha** prefers socially undesirable responses: yes, in bias" in first_screen
+  assert "stereotyped answer" in first_screen
+  for png in ("bias_tradeoff.png", "domain_accuracy.png", "bbq_bias_scores.png",
+              "selection_shares.png"):
+    assert (out / png).read_bytes()[:8] == PNG_MAGIC
+    assert f"]({png})" in report
+
+
+def test_missing_scores_are_an_error_with_counts_per_dataset(tmp_path, converted):
+  folder, items = converted
+  scored = [it for it in items if it["item_id"] not in ("bbq/Age/3", "moral_stories/5")]
+  scored += [dict(items[3], candidates=items[3]["candidates"][:2])]  # bbq/Age/3: 2 of 3 scored
+  tables.write_rows(tmp_path / "s" / "scores.jsonl", score_rows(scored, lambda i, k: float(k)))
+  result = run_cli(f"--items={folder}", f"--scores={tmp_path / 's'}",
+                   f"--output_dir={tmp_path / 'out'}")
+  assert result.returncode == 2
+  assert "scores are missing for 2 of 60 items (bbq 1 of 40, moral_stories 1 of 20)" in result.stderr
+  assert "--allow_missing" in result.stderr
+
+  models = metrics.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
+                                evaluate.Options(allow_missing=True, n_resamples=200))
+  coverage = models["s"]["coverage"]
+  assert not coverage["complete"]
+  assert coverage["scored_items"] == 58
+  assert coverage["datasets"]["bbq"] == {"items": 40, "scored_items": 39, "share": 39 / 40}
+  assert models["s"]["domains"]["bias"]["n_gold_pairs"] == 39 * 2
+  written = json.loads((tmp_path / "out" / "s" / "metrics.json").read_text())
+  assert written["coverage"] == coverage
+  report = (tmp_path / "out" / "report.md").read_text()
+  assert "incomplete scores" in report and "## Coverage" in report
+  assert "- bbq: 39 of 40" in report
+
+
+def test_nan_reward_is_an_error_naming_the_item(tmp_path, converted):
+  folder, items = converted
+  rows = score_rows(items, lambda i, k: float("nan") if (i, k) == (7, 2) else 0.0)
+  tables.write_rows(tmp_path / "s" / "scores.parquet", rows)
+  with pytest.raises(InputError, match=r"reward is nan for item 'bbq/Age/7' candidate 2"):
+    scores_module.read_scores(tmp_path / "s")
+  # JSON lines: a NaN literal, and a null reward.
+  rows = score_rows(items, lambda i, k: float("nan") if (i, k) == (45, 1) else 0.0)
+  tables.write_rows(tmp_path / "j" / "scores.jsonl", rows)
+  with pytest.raises(InputError, match=r"reward is nan for item 'moral_stories/5' candidate 1"):
+    scores_module.read_scores(tmp_path / "j")
+  rows[3]["reward"] = None
+  tables.write_rows(tmp_path / "j" / "scores.jsonl", rows)
+  with pytest.raises(InputError, match=r"row 4: scores row lacks reward"):
+    scores_module.read_scores(tmp_path / "j")
+
+
+def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
+  folder, items = converted
+  rows = score_rows(items, lambda i, k: 0.0) + [{"item_id": "elsewhere/1", "candidate": 0,
+                                                 "reward": 1.0}]
+  tables.write_rows(tmp_path / "s" / "scores.jsonl", rows)
+  with pytest.raises(InputError, match="1 score rows name items that are not in the items table"):
+    metrics.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
+                         evaluate.Options(n_resamples=10))
