@@ -237,3 +237,21 @@ def test_saved_buffers_are_told_apart_from_weights(tiny_models, family, buffers)
       folder = tiny_models[case][1]
       config = family.config_from_hf(json.loads((folder / "config.json").read_text()), architecture)
       assert not any(family.is_saved_buffer(s.hf_name) for s in family.weight_sources(config).values())
+
+
+@pytest.mark.parametrize("case", ["GPT2ForSequenceClassification", "GPT2LMHeadModel-untied",
+                                  "BertForSequenceClassification"])
+def test_native_checkpoint_gives_identical_outputs(tiny_models, load, tmp_path, case):
+  """HF folder -> `convert_checkpoint` -> orbax folder: the config and every output survive."""
+  from socialrm_jax import convert_checkpoint  # defines absl flags; only this test needs it
+  ids, mask = _pad(_sequences(seed=5), "left")
+  source = load(case)
+  convert_checkpoint.convert(str(tiny_models[case][1]), str(tmp_path / "native"))
+  native = load_reward_model(tmp_path / "native")
+
+  assert native.family is source.family and native.config == source.config
+  if source.config.head == "lm":
+    expected, got = source.token_logprobs(ids, mask), native.token_logprobs(ids, mask)
+  else:
+    expected, got = source(ids, mask), native(ids, mask)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))

@@ -3,8 +3,8 @@
 Covers `BertForSequenceClassification` (pooler + classifier on the [CLS] hidden) and `BertModel`
 (a bare encoder such as all-MiniLM-L6-v2). For `BertModel` the head kind is `"none"` and `head`
 returns HF's `pooler_output`: tanh(dense([CLS] hidden)), the encoder's own pooled summary of the
-sequence. A reward model built on a bare encoder therefore returns that [B, D] vector; callers
-that want token states use `Model.__call__`.
+sequence, so the head applied at [CLS] (as the reward path applies it) gives that [B, D] vector;
+callers that want token states use `Model.__call__`.
 
 Positions come from the caller (`positions`), so packed rows restart their positions per segment
 and padding on either side does not shift them. Token types default to zeros (one segment).
