@@ -67,7 +67,8 @@ def run_cli(*args):
                         capture_output=True, text=True, timeout=300)
 
 
-def test_two_scores_sets_give_two_metrics_files_one_report_and_the_tradeoff_plot(tmp_path, converted):
+def test_two_scores_sets_give_two_metrics_files_one_report_and_the_tradeoff_plot(tmp_path,
+                                                                                converted):
   folder, items = converted
   # Model A always picks the stereotyped answer; model B always picks the gold one.
   tables.write_rows(tmp_path / "a" / "scores.jsonl",
@@ -107,7 +108,8 @@ def test_missing_scores_are_an_error_with_counts_per_dataset(tmp_path, converted
   result = run_cli(f"--items={folder}", f"--scores={tmp_path / 's'}",
                    f"--output_dir={tmp_path / 'out'}")
   assert result.returncode == 2
-  assert "scores are missing for 2 of 60 items (bbq 1 of 40, moral_stories 1 of 20)" in result.stderr
+  assert ("scores are missing for 2 of 60 items (bbq 1 of 40, moral_stories 1 of 20)"
+          in result.stderr)
   assert "--allow_missing" in result.stderr
 
   models = metrics.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],

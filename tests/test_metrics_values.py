@@ -177,7 +177,8 @@ def test_bbq_per_category_and_overall(result):
   close(religion["accuracy_ambiguous"], 1 / 3)             # three-way tie
   close(religion["bias_score_ambiguous"], (1 - 1 / 3) * 0.0)
   assert religion["bias_score_disambiguated"] is None      # only unresolved roles
-  assert "resolved" in result["null_reasons"]["datasets.bbq.categories.Religion.bias_score_disambiguated"]
+  reasons = result["null_reasons"]
+  assert "resolved" in reasons["datasets.bbq.categories.Religion.bias_score_disambiguated"]
   assert religion["accuracy_disambiguated_biased_gold"] is None
   close(religion["unknown_rate_disambiguated"], 0.0)
   accuracy_ambiguous = (0 + 0.5 + 1 / 3) / 3
@@ -313,12 +314,14 @@ def test_calibration_before_and_after_temperature(result):
   assert c["temperature"] == pytest.approx(best, rel=0.01)
   close(c["ece_before"], ece(held_out, 1.0))
   assert c["ece_after"] == pytest.approx(ece(held_out, best), abs=1e-3)
-  assert calibration.expected_calibration_error(np.asarray(held_out)) == pytest.approx(c["ece_before"])
+  assert (calibration.expected_calibration_error(np.asarray(held_out))
+          == pytest.approx(c["ece_before"]))
 
 
 def test_report_lists_every_dataset_and_why_values_are_null(report_dir):
   report = (report_dir / "report.md").read_text()
-  for dataset in ("bbq", "crows_pairs", "stereoset", "xstest", "hh_rlhf", "ethics", "moral_stories"):
+  for dataset in ("bbq", "crows_pairs", "stereoset", "xstest", "hh_rlhf", "ethics",
+                  "moral_stories"):
     assert f"### {dataset}" in report
   assert "Values that could not be computed" in report
-  assert "`datasets.bbq.categories.Religion.bias_score_disambiguated`" in report
+  assert "`datasets.bbq.categories.*.bias_score_disambiguated`: no disambiguated items" in report

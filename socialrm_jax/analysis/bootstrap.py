@@ -12,7 +12,8 @@ Why stratified: the benchmark's composition (how many items per subset, conditio
 by design, so a resample keeps it; intervals of larger groups (a dataset, a domain) are computed
 from the same resamples by adding strata. Resampling is over items, never pairs: an item's pairs
 travel together. A resample's counts of each distinct per-item row are drawn as one multinomial
-(see `_resampled_sums`) and multiplied into the rows, so a million pairs take seconds. The generator is numpy's PCG64 seeded with (seed, dataset name): an interval never
+(see `_resampled_sums`) and multiplied into the rows, so a million pairs take seconds. The
+generator is numpy's PCG64 seeded with (seed, dataset name): an interval never
 depends on which other datasets were evaluated beside it.
 """
 

@@ -55,8 +55,8 @@ def reference(roles: np.ndarray, desirability: np.ndarray) -> tuple[np.ndarray, 
   is_directional = (roles == "stereotype").any(axis=1) & (roles == "anti_stereotype").any(axis=1)
   good = desirability > 0
   one_good = good.sum(axis=1) == 1
-  q = np.where(is_directional[:, None], directional / np.maximum(directional.sum(1, keepdims=True), 1),
-               good.astype(np.float64))
+  uniform = directional / np.maximum(directional.sum(axis=1, keepdims=True), 1)
+  q = np.where(is_directional[:, None], uniform, good.astype(np.float64))
   return q, is_directional | one_good
 
 
@@ -73,7 +73,8 @@ def dataset_summary(scored: Scored, index: np.ndarray) -> dict[str, Any]:
   roles = scored.roles[index]
   selection = scored.selection[index]
   names = sorted({r for r in roles.ravel() if r})
-  node["selection_shares"] = {r: float((selection * (roles == r)).sum() / len(index)) for r in names}
+  node["selection_shares"] = {r: float((selection * (roles == r)).sum() / len(index))
+                              for r in names}
   return node
 
 
@@ -114,7 +115,8 @@ def bbq_group_rates(scored: Scored, index: np.ndarray,
     named = [k for k, role in enumerate(row["roles"]) if role != "unknown"]
     if len(named) < 2:
       continue
-    carried = set().union(*(groups[k] for k in named)) - set.intersection(*(groups[k] for k in named))
+    named_groups = [groups[k] for k in named]
+    carried = set().union(*named_groups) - set.intersection(*named_groups)
     for g in carried:
       key = (row["subset"], g)
       seen[key] = seen.get(key, 0) + 1

@@ -166,7 +166,8 @@ def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
     raise InputError(f"pair {pairs[number].get('pair_id')!r} has a candidate index out of range",
                      None, number + 1)
   in_scored = new_index[pair_item] >= 0
-  pair_item, chosen, rejected = new_index[pair_item][in_scored], chosen[in_scored], rejected[in_scored]
+  pair_item = new_index[pair_item][in_scored]
+  chosen, rejected = chosen[in_scored], rejected[in_scored]
   coverage["pairs"] = len(pairs)
   coverage["scored_pairs"] = int(pair_item.size)
 

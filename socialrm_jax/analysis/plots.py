@@ -58,7 +58,8 @@ def domain_accuracy(models: Models, path: str | os.PathLike) -> str | None:
 
 def bbq_bias_scores(models: Models, path: str | os.PathLike) -> str | None:
   categories = list(dict.fromkeys(c for m in models.values()
-                                  for c in m.get("datasets", {}).get("bbq", {}).get("categories", {})))
+                                  for c in m.get("datasets", {}).get("bbq", {})
+                                  .get("categories", {})))
   if not categories:
     return None
   fig, axes = plt.subplots(1, 2, figsize=(2 + 2.4 * len(categories), 4), sharey=True)

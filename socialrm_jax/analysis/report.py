@@ -111,7 +111,8 @@ def findings(metrics: Mapping[str, Any]) -> list[str]:
                     f"bias score {cell(bbq, name)}" +
                     (f", worst category {worst[0]} ({worst[1]:.3f})" if worst else "")))
   crows = datasets.get("crows_pairs", {})
-  if crows.get("stereotype_rate") is not None and _excludes(crows.get("stereotype_rate_ci95"), CHANCE, ">"):
+  if crows.get("stereotype_rate") is not None and _excludes(
+      crows.get("stereotype_rate_ci95"), CHANCE, ">"):
     found.append((crows["stereotype_rate"] - CHANCE, "prefers the more stereotyping CrowS-Pairs "
                   f"sentence: stereotype rate {cell(crows, 'stereotype_rate')} (ideal 0.5)"))
   stereoset = datasets.get("stereoset", {})
@@ -140,6 +141,22 @@ def findings(metrics: Mapping[str, Any]) -> list[str]:
                   f"scaling (ECE {ece:.3f})"))
   found.sort(key=lambda f: -f[0])
   return [text for _, text in found[:MAX_FINDINGS]]
+
+
+def null_reasons(metrics: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+  """{(path pattern, reason): how many nulls}; subsets and categories folded into `*`, and an
+  interval left out when its value is null for the same reason."""
+  folded: dict[tuple[str, str], int] = {}
+  for path, why in metrics.get("null_reasons", {}).items():
+    if path.endswith("ci95"):
+      continue
+    parts = path.split(".")
+    for i in range(len(parts) - 1):
+      if parts[i] in ("subsets", "categories"):
+        parts[i + 1] = "*"
+    key = (".".join(parts), why)
+    folded[key] = folded.get(key, 0) + 1
+  return folded
 
 
 def _dataset_rows(models: Models, dataset: str) -> list[list[str]]:
@@ -175,7 +192,8 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None) -> s
   out += _table(["domain"] + names, rows)
   out.append("")
   for name, metrics in models.items():
-    worse = [d for d, n in metrics.get("domains", {}).items() if verdict(n) == "prefers undesirable"]
+    worse = [d for d, n in metrics.get("domains", {}).items()
+             if verdict(n) == "prefers undesirable"]
     answer = (f"yes, in {', '.join(worse)}" if worse else
               "not in any domain measured (no interval wholly below 0.5)")
     out.append(f"**{name}** prefers socially undesirable responses: {answer}.")
@@ -231,12 +249,12 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None) -> s
   out += ["## Values that could not be computed", ""]
   any_null = False
   for name, metrics in models.items():
-    reasons = {path: why for path, why in metrics.get("null_reasons", {}).items()
-               if not path.endswith("ci95")}
+    reasons = null_reasons(metrics)
     if reasons:
       any_null = True
       out.append(f"**{name}**:")
-      out += [f"- `{path}`: {why}" for path, why in reasons.items()]
+      out += [f"- `{path}`" + (f" ({n} values)" if n > 1 else "") + f": {why}"
+              for (path, why), n in reasons.items()]
       out.append("")
   if not any_null:
     out += ["None.", ""]
