@@ -8,7 +8,6 @@ hide (LayerNorm eps 1e-12, exact gelu, large activations).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import pathlib
 
@@ -21,7 +20,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from socialrm_jax.models import bert, masks, weights  # noqa: E402
+from socialrm_jax.models import bert, masks  # noqa: E402
+from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 
 TOLERANCE = 1e-4
 SENTENCES = [
@@ -44,33 +44,25 @@ def minilm_folder() -> pathlib.Path:
   return folder
 
 
-def _load_encoder(folder: pathlib.Path) -> bert.Model:
-  """The checkpoint through the shared loader, skipping the saved `embeddings.position_ids` buffer.
-
-  `load_reward_model` does not skip family buffers yet (it rejects the checkpoint as having an
-  unexpected tensor); this loads the same way it does otherwise.
-  """
-  config = bert.config_from_hf(json.loads((folder / "config.json").read_text()), "BertModel")
-  tensors = weights.SafetensorsSource(folder)
-  buffers = {name for name in tensors.keys() if bert.is_saved_buffer(name)}
-  assert buffers == {"embeddings.position_ids"}
-  return weights.load_params(bert.Model(config), bert.weight_sources(config), tensors,
-                             dtype=jnp.float32, ignore=buffers)
-
-
 @pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_minilm_hidden_states_match_transformers(minilm_folder, padding_side):
+def test_minilm_hidden_states_and_pooled_output_match_transformers(minilm_folder, padding_side):
   tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_folder)
   tokenizer.padding_side = padding_side
   batch = tokenizer(SENTENCES, padding=True, return_tensors="np")
   ids = batch["input_ids"].astype(np.int32)  # [B, T]
   mask = batch["attention_mask"].astype(np.int32)  # [B, T]
 
-  encoder = _load_encoder(minilm_folder)
+  # The checkpoint also holds the `embeddings.position_ids` buffer, which loading must skip.
+  reward_model = load_reward_model(minilm_folder)
+  assert reward_model.family is bert and not reward_model.is_causal
+  assert reward_model.config.architecture == "BertModel" and reward_model.config.head == "none"
   # Compiled: op-by-op dispatch of a 6-layer encoder is slow on a shared CPU.
   hidden = np.asarray(nnx.jit(bert.Model.__call__)(
-      encoder, jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
+      reward_model.module, jnp.asarray(ids), masks.positions_from_mask(jnp.asarray(mask)),
       masks.bidirectional_mask(jnp.asarray(mask))))  # [B, T, D]
+  first_real = np.asarray(masks.first_real_index(jnp.asarray(mask)))  # [B]: where [CLS] sits
+  pooled = np.asarray(reward_model.module.head(
+      jnp.asarray(hidden[np.arange(len(SENTENCES)), first_real])))  # [B, D]
 
   hf_model = transformers.BertModel.from_pretrained(minilm_folder).eval()
   for row in range(len(SENTENCES)):
@@ -79,4 +71,6 @@ def test_minilm_hidden_states_match_transformers(minilm_folder, padding_side):
     with torch.no_grad():
       expected = hf_model(input_ids=torch.tensor(ids[row, real][None], dtype=torch.long))
     np.testing.assert_allclose(hidden[row, real], expected.last_hidden_state[0].numpy(),
+                               rtol=0, atol=TOLERANCE)
+    np.testing.assert_allclose(pooled[row], expected.pooler_output[0].numpy(),
                                rtol=0, atol=TOLERANCE)
