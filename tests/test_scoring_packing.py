@@ -106,6 +106,10 @@ def test_padding_rows_and_bucket_shapes():
   assert packing.length_buckets(64) == (64,)
   assert packing.rows_per_batch(128, 4096, 8) == 32
   assert packing.rows_per_batch(2048, 4096, 8) == 8
+  assert packing.batch_rows(32, 32, 8) == 32
+  assert packing.batch_rows(3, 32, 1) == 4
+  assert packing.batch_rows(9, 24, 8) == 16
+  assert packing.batch_rows(20, 24, 8) == 24
   mask = np.asarray(packing.attention_mask(np.zeros((1, 4), np.int32), np.zeros((1, 4), np.int32),
                                            True))
   np.testing.assert_array_equal(mask[0], np.eye(4, dtype=bool))

@@ -55,6 +55,16 @@ def rows_per_batch(bucket: int, tokens_per_batch: int, row_multiple: int) -> int
   return max(row_multiple, rows // row_multiple * row_multiple)
 
 
+def batch_rows(rows: int, per_batch: int, row_multiple: int) -> int:
+  """Rows of a batch holding `rows` real ones: the full `per_batch`, or for a bucket's last,
+  partial batch the smallest `row_multiple * 2**k` that holds them, so a nearly empty batch does
+  not run a full batch of padding (at most log2(per_batch) extra shapes per bucket)."""
+  size = row_multiple
+  while size < rows:
+    size *= 2
+  return min(size, per_batch)
+
+
 @dataclasses.dataclass(frozen=True)
 class Group:
   """One item's shared prefix and the branches of some of its candidates, contiguous in a row."""
@@ -245,7 +255,8 @@ def make_batches(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
     writers = by_bucket[bucket]
     per_batch = rows_per_batch(bucket, tokens_per_batch, row_multiple)
     for start in range(0, len(writers), per_batch):
-      yield _stack(writers[start:start + per_batch], per_batch, bucket)
+      batch_writers = writers[start:start + per_batch]
+      yield _stack(batch_writers, batch_rows(len(batch_writers), per_batch, row_multiple), bucket)
 
 
 def _stack(writers: Sequence[RowWriter], num_rows: int, length: int) -> Batch:
