@@ -56,7 +56,8 @@ def summarise(sums: StratifiedSums, where=None) -> dict[str, Any]:
   node["n_gold_items"] = int(sums.total("gold_items", where)[0])
   if sums.total("control_pairs", where)[0] > 0:
     estimates.put(node, "control_accuracy", estimates.ratio(
-        sums.total("control_wins", where), sums.total("control_pairs", where)), NO_GOLD)
+        sums.total("control_wins", where), sums.total("control_pairs", where)),
+        "no control pairs here")
   if sums.total("directional_pairs", where)[0] > 0:
     node["n_directional_pairs"] = int(sums.total("directional_pairs", where)[0])
   return node

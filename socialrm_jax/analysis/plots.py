@@ -105,8 +105,8 @@ def selection_shares(models: Models, path: str | os.PathLike) -> str | None:
                                 if node.get("selection_shares")))
   if not datasets:
     return None
-  fig, axes = plt.subplots(len(datasets), 1, figsize=(7, 0.9 + 0.45 * len(models) * len(datasets)
-                                                       + 0.6 * len(datasets)), squeeze=False)
+  height = 0.9 + (0.45 * len(models) + 0.6) * len(datasets)
+  fig, axes = plt.subplots(len(datasets), 1, figsize=(9, height), squeeze=False)
   for ax, dataset in zip(axes[:, 0], datasets):
     names = list(models)
     roles = list(dict.fromkeys(r for m in models.values()
@@ -120,7 +120,7 @@ def selection_shares(models: Models, path: str | os.PathLike) -> str | None:
     ax.set_xlim(0, 1)
     ax.set_title(f"{dataset}: share of items whose top-reward candidate has each role",
                  fontsize="small")
-    ax.legend(fontsize="x-small", ncol=min(len(roles), 4), loc="lower right")
+    ax.legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.01, 0.5))
   return _save(fig, path)
 
 
