@@ -18,9 +18,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from safetensors import safe_open  # noqa: E402
-
 from flax import nnx  # noqa: E402
+from safetensors import safe_open  # noqa: E402
 
 from socialrm_jax.models import bert, families, gpt2, masks  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
@@ -33,21 +32,22 @@ MAX_POSITIONS = 32
 LENGTHS = (9, 5, 2)  # a full row, a half row, a nearly empty row
 SEQ_LEN = max(LENGTHS)
 TOLERANCE = 1e-4
+# Far above HF's 0.02: with the default, pre-activations stay so small that gelu's tanh
+# approximation, or a missing attention scale, would pass unnoticed.
+INIT_STDDEV = 0.2
 
-# case -> (HF architecture, num_labels, extra config fields): a single-score head, a multi-label
-# head, tied and untied LM heads, a bare encoder.
+# case -> (HF architecture, num_labels, extra config fields): a single-score head (also with
+# GPT-2's per-layer attention scaling), a multi-label head, tied and untied LM heads, a bare
+# encoder.
 CASES = {
     "GPT2ForSequenceClassification": ("GPT2ForSequenceClassification", 1, {}),
+    "GPT2ForSequenceClassification-layer-scaled": (
+        "GPT2ForSequenceClassification", 1, {"scale_attn_by_inverse_layer_idx": True}),
     "GPT2LMHeadModel": ("GPT2LMHeadModel", 1, {}),
     "GPT2LMHeadModel-untied": ("GPT2LMHeadModel", 1, {"tie_word_embeddings": False}),
     "BertForSequenceClassification": ("BertForSequenceClassification", 3, {}),
     "BertModel": ("BertModel", 1, {}),
 }
-
-
-# Far above HF's 0.02: with the default, pre-activations stay so small that gelu's tanh
-# approximation, or a missing attention scale, would pass unnoticed.
-INIT_STDDEV = 0.2
 
 
 def _hf_config(architecture: str, num_labels: int, extra: dict):
@@ -114,18 +114,19 @@ def _hf_alone(model, seq: np.ndarray):
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-@pytest.mark.parametrize("architecture",
-                         ["GPT2ForSequenceClassification", "BertForSequenceClassification"])
-def test_rewards_match_transformers(tiny_models, load, architecture, padding_side):
-  hf_model, _ = tiny_models[architecture]
+@pytest.mark.parametrize("case", ["GPT2ForSequenceClassification",
+                                  "GPT2ForSequenceClassification-layer-scaled",
+                                  "BertForSequenceClassification"])
+def test_rewards_match_transformers(tiny_models, load, case, padding_side):
+  hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=1)
   ids, mask = _pad(sequences, padding_side)
 
-  reward_model = load(architecture)
+  reward_model = load(case)
   rewards = np.asarray(reward_model(jnp.asarray(ids), jnp.asarray(mask)))
 
   expected = np.stack([_hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
-  if CASES[architecture][1] == 1:
+  if CASES[case][1] == 1:
     expected = expected[:, 0]  # a single-score head gives rewards [B]
   assert rewards.shape == expected.shape
   np.testing.assert_allclose(rewards, expected, rtol=0, atol=TOLERANCE)

@@ -1,7 +1,7 @@
 """GPT-2 (pre-LayerNorm causal transformer, learned absolute positions) in Flax NNX.
 
 Covers `GPT2ForSequenceClassification` (a bias-free linear score head) and `GPT2LMHeadModel`
-(the LM head tied to the token embedding). HF GPT-2 stores its projections as `Conv1D` weights,
+(the LM head tied to the token embedding, unless the config unties it). HF GPT-2 stores its projections as `Conv1D` weights,
 laid out [in, out] (the transpose of `nn.Linear`); `weight_sources` reads them as such and splits
 the fused `c_attn` [D, 3D] into our separate query, key and value projections.
 
