@@ -235,9 +235,9 @@ def test_saved_buffers_are_told_apart_from_weights(tiny_models, family, buffers)
   assert all(family.is_saved_buffer(name) for name in buffers)
   for case, (architecture, _, _) in CASES.items():
     if architecture in family.ARCHITECTURES:
-      folder = tiny_models[case][1]
-      config = family.config_from_hf(json.loads((folder / "config.json").read_text()), architecture)
-      assert not any(family.is_saved_buffer(s.hf_name) for s in family.weight_sources(config).values())
+      hf_config = json.loads((tiny_models[case][1] / "config.json").read_text())
+      sources = family.weight_sources(family.config_from_hf(hf_config, architecture))
+      assert not any(family.is_saved_buffer(source.hf_name) for source in sources.values())
 
 
 @pytest.mark.parametrize("case", ["GPT2ForSequenceClassification", "GPT2LMHeadModel-untied",

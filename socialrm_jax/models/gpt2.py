@@ -1,9 +1,10 @@
 """GPT-2 (pre-LayerNorm causal transformer, learned absolute positions) in Flax NNX.
 
 Covers `GPT2ForSequenceClassification` (a bias-free linear score head) and `GPT2LMHeadModel`
-(the LM head tied to the token embedding, unless the config unties it). HF GPT-2 stores its projections as `Conv1D` weights,
-laid out [in, out] (the transpose of `nn.Linear`); `weight_sources` reads them as such and splits
-the fused `c_attn` [D, 3D] into our separate query, key and value projections.
+(the LM head tied to the token embedding, unless the config unties it). HF GPT-2 stores its
+projections as `Conv1D` weights, laid out [in, out] (the transpose of `nn.Linear`);
+`weight_sources` reads them as such and splits the fused `c_attn` [D, 3D] into our separate
+query, key and value projections.
 
 Positions come from the caller (`positions`), not from the token index, so left padding and
 packed rows see the same position embeddings as the sequence scored alone.
@@ -82,7 +83,8 @@ class Config:
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF GPT-2 `config.json` dict."""
   if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a GPT-2 architecture; known: {sorted(ARCHITECTURES)}")
+    raise ValueError(f"{architecture!r} is not a GPT-2 architecture; "
+                     f"known: {sorted(ARCHITECTURES)}")
   activation = hf_config.get("activation_function", "gelu_new")
   layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   if hf_config.get("add_cross_attention"):
@@ -261,11 +263,13 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
           f"{hf}.attn.c_attn.bias", functools.partial(_columns, start, stop, (n, h)),
           model_axis=0)  # [N, H]
     sources[f"{ours}/attn/o_proj/kernel"] = WeightSource(
-        f"{hf}.attn.c_proj.weight", functools.partial(_reshape, (n, h, d)), model_axis=0)  # [N, H, D]
+        f"{hf}.attn.c_proj.weight", functools.partial(_reshape, (n, h, d)),
+        model_axis=0)  # [N, H, D]
     sources[f"{ours}/attn/o_proj/bias"] = WeightSource(f"{hf}.attn.c_proj.bias")
     sources[f"{ours}/mlp/up/kernel"] = WeightSource(f"{hf}.mlp.c_fc.weight", model_axis=1)  # [D, F]
     sources[f"{ours}/mlp/up/bias"] = WeightSource(f"{hf}.mlp.c_fc.bias", model_axis=0)  # [F]
-    sources[f"{ours}/mlp/down/kernel"] = WeightSource(f"{hf}.mlp.c_proj.weight", model_axis=0)  # [F, D]
+    sources[f"{ours}/mlp/down/kernel"] = WeightSource(
+        f"{hf}.mlp.c_proj.weight", model_axis=0)  # [F, D]
     sources[f"{ours}/mlp/down/bias"] = WeightSource(f"{hf}.mlp.c_proj.bias")
   if config.head == "score":
     # nn.Linear stores [L, D]; ours is [D, L].
