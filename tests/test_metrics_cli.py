@@ -151,3 +151,14 @@ def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
   with pytest.raises(InputError, match="1 score rows name items that are not in the items table"):
     metrics.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
                          evaluate.Options(n_resamples=10))
+
+
+def test_display_names_from_flag_run_json_or_stem(tmp_path):
+  (tmp_path / "x").mkdir()
+  tables.atomic_write_json(tmp_path / "x" / "run.json", {"model": "org/rm-7b"})
+  (tmp_path / "y").mkdir()
+  assert metrics.model_names([str(tmp_path / "x"), str(tmp_path / "y" / "scores.parquet")], []) \
+      == ["rm-7b", "y"]
+  assert metrics.model_names(["a", "b"], ["same", "same"]) == ["same", "same-2"]
+  with pytest.raises(InputError, match="--names has 1 names for 2 scores sets"):
+    metrics.model_names(["a", "b"], ["only"])

@@ -90,9 +90,9 @@ def _reward_matrix(item_ids: list[str], index: dict[str, int], n_candidates: np.
                      f"{scores.item_id[i]!r} ({n_candidates[item[i]]} candidates)", scores.path)
   k = int(n_candidates.max(initial=2))
   flat = item * k + scores.candidate
-  if np.unique(flat).size != flat.size:
-    values, counts = np.unique(flat, return_counts=True)
-    repeated = values[counts > 1][0]
+  times_scored = np.bincount(flat, minlength=len(item_ids) * k)
+  if flat.size and times_scored.max() > 1:
+    repeated = int(np.argmax(times_scored > 1))
     raise InputError(f"item {item_ids[repeated // k]!r} candidate {repeated % k} is scored more "
                      "than once", scores.path)
   rewards = np.full(len(item_ids) * k, np.nan)
