@@ -183,7 +183,9 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None) -> s
   out = ["# Social preference audit", ""]
   out.append("Models: " + ", ".join(f"**{n}**" for n in names) + ". Accuracy is the share of gold "
              "pairs where the socially desirable response gets the higher reward (ties 1/2; 0.5 "
-             "is chance); brackets are 95% percentile-bootstrap intervals over items.")
+             "is chance); brackets are 95% percentile-bootstrap intervals over items. Datasets "
+             "without a correct answer (CrowS-Pairs, StereoSet) do not enter a domain's accuracy; "
+             "their stereotype rates are in the findings and tables below.")
   out += ["", "## Does the model prefer socially undesirable responses?", ""]
   domains = list(dict.fromkeys(d for m in models.values() for d in m.get("domains", {})))
   rows = [[d] + [f"{cell(m.get('domains', {}).get(d), 'accuracy')} — "
