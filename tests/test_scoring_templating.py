@@ -103,3 +103,26 @@ def test_encoder_pairs_and_their_truncation(tmp_path):
     assert len(seq) <= 12 and seq[0] == cls
     answer = tokenizer(item["candidates"][c], add_special_tokens=False)["input_ids"]
     assert seq[-len(answer) - 1:-1].tolist() == answer
+
+
+# A template whose generation prompt is not a prefix of the finished conversation (as templates
+# that open a think block only in the generation prompt): the response starts after their longest
+# common prefix.
+DIVERGING_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{{ message['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n<|system|>\n{% endif %}")
+
+
+def test_diverging_generation_prompt_falls_back_to_the_common_prefix(tmp_path):
+  fx.train_chat_tokenizer(tmp_path)
+  tokenizer = templating.load_tokenizer(tmp_path)
+  tokenizer.chat_template = DIVERGING_TEMPLATE
+  templater = templating.Templater(tokenizer, is_causal=True, max_length=512)
+  item = fx.bbq_items()[0]
+  encoded = templater.encode(0, item)
+  prompt_ids = templater.tokenize(templater.render(item["prompt"], True))
+  assert prompt_ids[-2] == tokenizer.convert_tokens_to_ids("<|system|>")
+  for c, (seq, start) in enumerate(zip(encoded.sequences, encoded.response_starts)):
+    assert start == len(prompt_ids) - 2  # Up to "<|assistant|>\n", where the two part.
+    assert tokenizer.decode(seq[start:]).startswith(item["candidates"][c])
