@@ -261,3 +261,17 @@ def score_command(model, items, output_dir, *extra) -> list[str]:
   return [sys.executable, "-m", "socialrm_jax.score", f"--model={model}", f"--items={items}",
           f"--output_dir={output_dir}", "--max_length=256", "--tokens_per_batch=1024",
           "--chunk_size=4", *extra]
+
+
+def make_gpt2(folder: pathlib.Path, seed: int = 0, num_labels: int = 1):
+  """A tiny random GPT-2 sequence classifier with a template-less tokenizer (plain format)."""
+  from transformers import GPT2Config, GPT2ForSequenceClassification
+  tokenizer = train_chat_tokenizer(folder, with_template=False)
+  config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=512,
+                      pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, num_labels=num_labels,
+                      initializer_range=0.2)
+  _seed(seed)
+  model = GPT2ForSequenceClassification(config).eval()
+  model.save_pretrained(folder, safe_serialization=True)
+  return model, tokenizer

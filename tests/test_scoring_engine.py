@@ -140,3 +140,25 @@ def test_select_items_by_dataset_and_limit():
   assert len(engine.select_items(items, None, 2)) == 2
   with pytest.raises(InputError, match="stereoset"):
     engine.select_items(items, ["stereoset"])
+
+
+def test_plain_format_gpt2_with_two_labels_matches_pytorch(tmp_path):
+  import torch
+  from socialrm_jax.scoring import templating
+  torch_model, tokenizer = fx.make_gpt2(tmp_path / "gpt2", num_labels=2)
+  items = fx.all_items()
+  options = dataclasses.replace(OPTIONS, reward_label=1)
+  engine.score_items(load_reward_model(tmp_path / "gpt2"), items, tmp_path / "scores",
+                     options=options)
+  got = _scores(tmp_path / "scores")
+  templater = templating.Templater(tokenizer, is_causal=True, max_length=256)
+  with torch.no_grad():
+    for item in items:
+      for c, text in enumerate(item["candidates"]):
+        rendered = templater.render(item["prompt"] + [{"role": "assistant", "content": text}], False)
+        assert rendered.startswith("<s>User: ") and rendered.endswith(f"Assistant: {text}</s>")
+        ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        expected = torch_model(torch.tensor([ids])).logits[0].numpy()  # [2]
+        row = got[(item["item_id"], c)]
+        np.testing.assert_allclose(row["rewards"], expected, atol=TOLERANCE)
+        assert row["reward"] == row["rewards"][1]
