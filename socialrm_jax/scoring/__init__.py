@@ -1,0 +1,12 @@
+"""Scoring: every (item, candidate) through a reward model, once, on a device mesh.
+
+templating (items -> token ids) -> packing (ids -> fixed-shape packed batches) -> engine (the one
+jit-compiled step and the streaming loop) -> shards (resumable output) and run_report (run.json);
+mesh builds the device mesh, progress logs. See README.md beside this file for the choices made.
+"""
+
+from socialrm_jax.scoring.engine import (NonFiniteRewardError, ScoringOptions, score_items,
+                                         select_items)
+from socialrm_jax.scoring.mesh import make_mesh
+
+__all__ = ["NonFiniteRewardError", "ScoringOptions", "make_mesh", "score_items", "select_items"]

@@ -12,7 +12,7 @@ continuation (its *branch*):
 A token may attend to earlier tokens of its own segment that are in the prefix (branch 0) or in its
 own branch; positions in a branch continue after the prefix. So every branch token sees exactly
 what it would see in its full sequence alone, and gets the same hidden state. The mask itself is
-built inside the jit (see `engine.attention_mask`) from these small [B, T] arrays.
+built inside the jit (`attention_mask` below) from these small [B, T] arrays.
 
 Encoders are not causal, so nothing is shared: each candidate's whole sequence is its own segment
 (bidirectional within it). Several segments still share a row.
