@@ -162,3 +162,15 @@ def test_plain_format_gpt2_with_two_labels_matches_pytorch(tmp_path):
         row = got[(item["item_id"], c)]
         np.testing.assert_allclose(row["rewards"], expected, atol=TOLERANCE)
         assert row["reward"] == row["rewards"][1]
+
+
+def test_blocked_lm_head_log_probs_equal_the_full_log_softmax(llama_lm):
+  import jax
+  import jax.numpy as jnp
+  module = load_reward_model(llama_lm[0]).module
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.normal(size=(3, 7, 32)), jnp.float32)  # [B, S, D]
+  targets = jnp.asarray(rng.integers(0, 300, size=(3, 7)), jnp.int32)  # [B, S]
+  full = jnp.take_along_axis(jax.nn.log_softmax(module.head(hidden), -1), targets[..., None], -1)
+  blocked = engine.target_log_probs(module, hidden, targets, block=5)  # 21 readouts: 5 blocks
+  np.testing.assert_allclose(np.asarray(blocked), np.asarray(full[..., 0]), atol=1e-5)

@@ -29,6 +29,8 @@ from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import packing, progress, run_report, shards, templating
 
 PROXIES = ("none", "loglik")
+# Readouts whose LM-head logits are made at once (memory: LOGLIK_BLOCK x vocab floats).
+LOGLIK_BLOCK = 1024
 BATCH_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids", "token_type_ids",
                 "readout_index", "readout_target")
 
@@ -82,6 +84,29 @@ def select_items(items: Sequence[dict], datasets: Sequence[str] | None = None,
   return items
 
 
+def target_log_probs(module, hidden, targets, block: int = LOGLIK_BLOCK):
+  """log p(target | hidden) through the LM head: [B, S, D], [B, S] -> [B, S].
+
+  The [readouts, vocab] logits are made `block` readouts at a time (lax.map), so a 128k-token
+  vocabulary never needs [B, S, V] at once.
+  """
+  b, s, d = hidden.shape
+  n = b * s
+  block = min(block, n)
+  pad = -n % block
+  flat_hidden = jnp.pad(hidden.reshape(n, d), ((0, pad), (0, 0)))  # [N', D]
+  flat_targets = jnp.pad(targets.reshape(n), (0, pad))  # [N']
+
+  def one_block(args):
+    h, t = args  # [block, D], [block]
+    logits = module.head(h).astype(jnp.float32)  # [block, V]
+    picked = jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)  # [block]
+
+  out = jax.lax.map(one_block, (flat_hidden.reshape(-1, block, d), flat_targets.reshape(-1, block)))
+  return out.reshape(-1)[:n].reshape(b, s)
+
+
 class ScoringFunction:
   """The one jit-compiled scoring step for a model, a readout and a mesh."""
 
@@ -100,11 +125,9 @@ class ScoringFunction:
       token_types = None if self.is_causal else batch["token_type_ids"]
       hidden = module(batch["input_ids"], batch["positions"], mask, token_types)  # [B, T, D]
       picked = jnp.take_along_axis(hidden, batch["readout_index"][..., None], axis=1)  # [B, S, D]
-      out = module.head(picked).astype(jnp.float32)  # [B, S, L] or [B, S, V]
       if readout == "score":
-        return out
-      log_probs = jax.nn.log_softmax(out, axis=-1)  # [B, S, V]
-      return jnp.take_along_axis(log_probs, batch["readout_target"][..., None], axis=-1)[..., 0]
+        return module.head(picked).astype(jnp.float32)  # [B, S, L]
+      return target_log_probs(module, picked, batch["readout_target"])  # [B, S]
 
     self._step = jax.jit(step, out_shardings=self.sharding)
 
