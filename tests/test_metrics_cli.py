@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from socialrm_jax import metrics, tables
-from socialrm_jax.analysis import evaluate, scores as scores_module
+from socialrm_jax import tables
+from socialrm_jax.analysis import evaluate, runner, scores as scores_module
 from socialrm_jax.errors import InputError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -112,7 +112,7 @@ def test_missing_scores_are_an_error_with_counts_per_dataset(tmp_path, converted
           in result.stderr)
   assert "--allow_missing" in result.stderr
 
-  models = metrics.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
+  models = runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
                                 evaluate.Options(allow_missing=True, n_resamples=200))
   coverage = models["s"]["coverage"]
   assert not coverage["complete"]
@@ -149,7 +149,7 @@ def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
                                                  "reward": 1.0}]
   tables.write_rows(tmp_path / "s" / "scores.jsonl", rows)
   with pytest.raises(InputError, match="1 score rows name items that are not in the items table"):
-    metrics.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
+    runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
                          evaluate.Options(n_resamples=10))
 
 
@@ -157,8 +157,8 @@ def test_display_names_from_flag_run_json_or_stem(tmp_path):
   (tmp_path / "x").mkdir()
   tables.atomic_write_json(tmp_path / "x" / "run.json", {"model": "org/rm-7b"})
   (tmp_path / "y").mkdir()
-  assert metrics.model_names([str(tmp_path / "x"), str(tmp_path / "y" / "scores.parquet")], []) \
+  assert runner.model_names([str(tmp_path / "x"), str(tmp_path / "y" / "scores.parquet")], []) \
       == ["rm-7b", "y"]
-  assert metrics.model_names(["a", "b"], ["same", "same"]) == ["same", "same-2"]
+  assert runner.model_names(["a", "b"], ["same", "same"]) == ["same", "same-2"]
   with pytest.raises(InputError, match="--names has 1 names for 2 scores sets"):
-    metrics.model_names(["a", "b"], ["only"])
+    runner.model_names(["a", "b"], ["only"])

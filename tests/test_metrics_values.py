@@ -8,8 +8,8 @@ import zlib
 import numpy as np
 import pytest
 
-from socialrm_jax import metrics, tables
-from socialrm_jax.analysis import calibration, evaluate
+from socialrm_jax import tables
+from socialrm_jax.analysis import calibration, evaluate, runner
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,
 # attributes, pairs [(chosen, rejected, source)], rewards).
@@ -127,7 +127,7 @@ def report_dir(tmp_path_factory):
   (root / "converted").mkdir()
   (root / "scores").mkdir()
   write_tables(root / "converted", root / "scores")
-  metrics.evaluate_all(str(root / "converted"), [str(root / "scores")], str(root / "report"),
+  runner.evaluate_all(str(root / "converted"), [str(root / "scores")], str(root / "report"),
                        ["hand"], evaluate.Options(min_group_items=2))
   return root / "report"
 

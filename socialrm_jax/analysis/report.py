@@ -266,3 +266,8 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None) -> s
 def write(models: Models, path: str | os.PathLike,
           figures: Mapping[str, str | None] | None = None) -> None:
   atomic_write_bytes(path, render(models, figures).encode())
+
+
+def headline(models: Models) -> str:
+  """The report's first screen (the answer and the worst findings), for a terminal."""
+  return render(models).split("\n## Per dataset")[0].rstrip() + "\n"

@@ -1,0 +1,22 @@
+"""The bundled suite audited with the embedded default model (what `make demo` runs).
+
+  python -m socialrm_jax.audit --config=configs/bundled_suite.py
+  python -m socialrm_jax.audit --config=configs/bundled_suite.py:hf_model=/path/to/rm,name=my-rm
+
+The argument string `key=value,...` swaps the model: `hf_model` is a HF checkpoint folder, a
+native Flax checkpoint folder or a GGUF file; `name` names it in the report.
+"""
+
+import ml_collections
+
+from socialrm_jax.pipeline import audit_config, model_config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = dict(kv.split("=", 1) for kv in arg.split(",")) if arg else {}
+  config = audit_config(output_dir=args.get("output_dir", "runs/demo"))
+  if "hf_model" in args:
+    config.models = [model_config(args.get("name", "model"), args["hf_model"])]
+  else:
+    config.models = [model_config("smollm2-135m-instruct", "smollm2")]
+  return config

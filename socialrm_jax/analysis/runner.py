@@ -1,0 +1,46 @@
+"""Metrics for several scores sets at once: one metrics.json per model, one report.
+
+The library side of `python -m socialrm_jax.metrics`, used by the audit pipeline too.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+from absl import logging
+
+from socialrm_jax import tables
+from socialrm_jax.analysis import evaluate, plots, report, scores
+from socialrm_jax.errors import InputError
+
+
+def model_names(paths: list[str], names: list[str]) -> list[str]:
+  """One distinct display name per scores set (a repeated name gets `-2`, `-3`, ...)."""
+  if names and len(names) != len(paths):
+    raise InputError(f"--names has {len(names)} names for {len(paths)} scores sets")
+  chosen = names or [scores.model_name(p) for p in paths]
+  seen: dict[str, int] = {}
+  out = []
+  for name in chosen:
+    seen[name] = seen.get(name, 0) + 1
+    out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
+  return out
+
+
+def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names: list[str],
+                 options: evaluate.Options) -> dict[str, dict]:
+  """Everything the command does, importable: returns {name: metrics}."""
+  folder = pathlib.Path(items_path)
+  items = tables.read_rows(items_path, "items")
+  pair_rows = tables.read_rows(folder if folder.is_dir() else folder.parent, "pairs")
+  models = {}
+  for name, path in zip(model_names(score_paths, names), score_paths):
+    start = time.perf_counter()
+    metrics = evaluate.compute_metrics(items, pair_rows, scores.read_scores(path), options)
+    models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
+    tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", models[name])
+    logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
+  figures = plots.write_all(models, output_dir)
+  report.write(models, pathlib.Path(output_dir) / "report.md", figures)
+  return models
