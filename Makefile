@@ -22,8 +22,9 @@ install: $(STAMP)
 test: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m pytest -q
 
+# The whole audit of the bundled suite with the embedded default model; writes runs/demo/.
 demo: $(STAMP)
-	JAX_PLATFORMS=cpu $(PY) -m socialrm_jax.convert --data_dir=socialrm_jax/bundled --datasets=all --output_dir=runs/demo/converted --format=parquet
+	$(PY) -m socialrm_jax.audit --config=configs/bundled_suite.py
 
 clean:
 	rm -rf $(VENV) runs out

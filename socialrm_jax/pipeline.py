@@ -36,6 +36,7 @@ def model_config(name: str, path: str, **overrides) -> ml_collections.ConfigDict
       "max_length": 1024,
       "truncation": "left",
       "tokens_per_batch": 8192,
+      "chunk_size": 128,   # items per output shard: what a killed run loses at most
   })
   config.update(overrides)
   return config
@@ -73,7 +74,7 @@ def score_model(spec: ml_collections.ConfigDict, items_dir: pathlib.Path, scores
   options = engine.ScoringOptions(
       max_length=spec.max_length, truncation=spec.truncation,
       proxy=spec.get("proxy") or None, tokens_per_batch=spec.tokens_per_batch,
-      dtype=spec.dtype)
+      chunk_size=spec.chunk_size, dtype=spec.dtype)
   return engine.score_items(model, items, scores_dir, mesh=mesh, options=options,
                             model_path=path, items_path=items_dir)
 

@@ -25,13 +25,13 @@ _SOURCE_DIR = flags.DEFINE_string("source_dir", None, "The full dataset folders.
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "socialrm_jax/bundled", "Where the slice goes.")
 
 # Groups kept per file: the suite must be scored by the demo on 2 CPU cores in minutes.
-BBQ_GROUPS_PER_CATEGORY = 10  # x 4 rows
-CROWS_ROWS = 240
-STEREOSET_ROWS = 240
-HH_ROWS_PER_SUBSET = 100
-XSTEST_EVERY_NTH_PROMPT = 5
-ETHICS_GROUPS_PER_FILE = 16
-MORAL_STORIES_STORIES_PER_FILE = 40
+BBQ_GROUPS_PER_CATEGORY = 5  # x 4 rows
+CROWS_ROWS = 120
+STEREOSET_ROWS = 120
+HH_ROWS_PER_SUBSET = 30
+XSTEST_EVERY_NTH_PROMPT = 15
+ETHICS_GROUPS_PER_FILE = 8
+MORAL_STORIES_STORIES_PER_FILE = 20
 
 
 def csv_records(text: str) -> Iterator[tuple[list[str], str]]:

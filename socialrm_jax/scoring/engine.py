@@ -13,9 +13,10 @@ readout's target token, [B, S]).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -195,25 +196,41 @@ def _schema(readout: str, num_labels: int) -> pa.Schema:
   return pa.schema(fields)
 
 
+def _item_pairs(item: dict, pairs: dict | None) -> list[tuple[int, int]]:
+  """The (chosen, rejected) pairs of an item: from the pairs table if given, else its labels."""
+  return pairs.get(str(item["item_id"]), []) if pairs is not None else run_report.item_pairs(item)
+
+
 def score_chunk(fn: ScoringFunction, templater: templating.Templater, items: Sequence[dict],
                 first_index: int, *, buckets: Sequence[int], tokens_per_batch: int,
-                reward_label: int, pairs: dict | None) -> ChunkResult:
-  """Scores one chunk of items; nothing of it outlives the call but its rows and counts."""
+                reward_label: int, pairs: dict | None,
+                on_batch: Callable[[float, int], None] | None = None) -> ChunkResult:
+  """Scores one chunk of items; nothing of it outlives the call but its rows and counts.
+
+  `on_batch(share, tokens)` is called as each batch's result arrives, with the share of the
+  chunk's tokens it held, so progress moves within a chunk.
+  """
   encoded = [templater.encode(first_index + i, item) for i, item in enumerate(items)]
   stats = run_report.RunStats(items=len(items))
   row_multiple = fn.mesh.shape["data"]
-  outputs = []
-  for batch in packing.make_batches(encoded, is_causal=fn.is_causal, readout=fn.readout,
-                                    buckets=buckets, tokens_per_batch=tokens_per_batch,
-                                    row_multiple=row_multiple):
-    outputs.append((batch, fn(batch)))  # Dispatch all first: the device runs while we pack.
+  batches = list(packing.make_batches(encoded, is_causal=fn.is_causal, readout=fn.readout,
+                                      buckets=buckets, tokens_per_batch=tokens_per_batch,
+                                      row_multiple=row_multiple))
+  chunk_tokens = max(1, sum(batch.real_tokens for batch in batches))
+  outputs, in_flight = [], collections.deque()
+  for i, batch in enumerate(batches):
+    in_flight.append((batch, fn(batch)))  # The device runs this while the host waits on the last.
     stats.batches += 1
     stats.tokens_computed += batch.real_tokens
     stats.token_slots += batch.input_ids.size
-  outputs = [(batch, np.asarray(out)) for batch, out in outputs]
+    while in_flight and (len(in_flight) > 1 or i == len(batches) - 1):
+      done, out = in_flight.popleft()
+      outputs.append((done, np.asarray(out)))
+      if on_batch is not None:
+        on_batch(done.real_tokens / chunk_tokens, done.real_tokens)
   rows = _chunk_rows(items, encoded, fn.readout, outputs, reward_label)
   for item, enc in zip(items, encoded):
-    item_pairs = pairs.get(enc.item_id, []) if pairs is not None else run_report.item_pairs(item)
+    item_pairs = _item_pairs(item, pairs)
     stats.pairs += len(item_pairs)
     stats.tokens_naive += sum(len(enc.sequences[a]) + len(enc.sequences[b]) for a, b in item_pairs)
     stats.candidates += enc.num_candidates
@@ -272,13 +289,16 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
                "buckets %s", my_items, len(mine), len(mine) - len(todo), mesh_lib.describe(mesh),
                readout, buckets)
   for chunk in todo:
-    result = score_chunk(fn, templater, chunk_items(chunk), chunk * options.chunk_size,
-                         buckets=buckets, tokens_per_batch=options.tokens_per_batch,
-                         reward_label=options.reward_label, pairs=pairs)
+    these = chunk_items(chunk)
+    these_pairs = sum(len(_item_pairs(item, pairs)) for item in these)
+    result = score_chunk(
+        fn, templater, these, chunk * options.chunk_size, buckets=buckets,
+        tokens_per_batch=options.tokens_per_batch, reward_label=options.reward_label,
+        pairs=pairs, on_batch=lambda share, tokens: tracker.update(
+            share * len(these), share * these_pairs, tokens))
     store.write(process, chunk, result.rows, schema)
     stats.add(result.stats)
-    tracker.update(result.stats.items, result.stats.pairs, result.stats.tokens_computed,
-                   force=chunk == todo[-1])
+  tracker.log()
   run = run_report.report(
       stats, wall_seconds=time.monotonic() - start, compilations=fn.compilations,
       devices=mesh.devices.size, mesh=mesh_lib.describe(mesh), model=model_path, proxy=proxy,

@@ -25,14 +25,18 @@ class Progress:
     """Items already scored by an earlier run (resume): done, but not timed."""
     self.skipped_items += items
 
-  def update(self, items: int, pairs: int, tokens: int, force: bool = False) -> None:
+  def update(self, items: float, pairs: float, tokens: int) -> None:
+    """Adds finished work (items and pairs may be fractions: a share of a chunk's batches)."""
     self.items += items
     self.pairs += pairs
     self.tokens += tokens
+    if time.monotonic() - self.last_log >= self.every:
+      self.log()
+
+  def log(self) -> None:
     now = time.monotonic()
-    if force or now - self.last_log >= self.every:
-      self.last_log = now
-      logging.info("%s%s", self.prefix, self.line(now))
+    self.last_log = now
+    logging.info("%s%s", self.prefix, self.line(now))
 
   def line(self, now: float | None = None) -> str:
     elapsed = max((now or time.monotonic()) - self.start, 1e-9)
@@ -40,5 +44,5 @@ class Progress:
     left = self.total_items - done
     rate = self.items / elapsed
     eta = f"{left / rate:.0f}s" if rate > 0 else "?"
-    return (f"items {done}/{self.total_items} | {self.pairs / elapsed:.1f} pairs/s | "
+    return (f"items {done:.0f}/{self.total_items} | {self.pairs / elapsed:.1f} pairs/s | "
             f"{self.tokens / elapsed:.0f} tokens/s | ETA {eta}")
