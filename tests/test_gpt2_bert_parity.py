@@ -256,3 +256,31 @@ def test_native_checkpoint_gives_identical_outputs(tiny_models, load, tmp_path, 
   else:
     expected, got = source(ids, mask), native(ids, mask)
   np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_base_model_checkpoint_without_prefix_loads(tiny_models, load, tmp_path):
+  """openai-community/gpt2 saves its tensors without `transformer.` (`h.0.attn.c_attn.weight`);
+  transformers adds the prefix on load, and so must we."""
+  from safetensors.numpy import save_file
+  folder = tiny_models["GPT2LMHeadModel"][1]
+  with safe_open(folder / "model.safetensors", framework="numpy") as f:
+    bare = {name.removeprefix("transformer."): f.get_tensor(name) for name in f.keys()}
+  assert not any(name.startswith("transformer.") for name in bare)
+  (tmp_path / "bare").mkdir()
+  save_file(bare, tmp_path / "bare" / "model.safetensors")
+  (tmp_path / "bare" / "config.json").write_text((folder / "config.json").read_text())
+  ids, mask = _pad(_sequences(seed=7), "right")
+  np.testing.assert_array_equal(
+      np.asarray(load_reward_model(tmp_path / "bare").token_logprobs(ids, mask)),
+      np.asarray(load("GPT2LMHeadModel").token_logprobs(ids, mask)))
+
+
+def test_bare_encoder_call_returns_pooled_output(tiny_models, load):
+  """`BertModel` has no score head: calling it gives the pooler's output at [CLS], [B, D]."""
+  model, _ = tiny_models["BertModel"]
+  ids, mask = _pad(_sequences(seed=8), "right")
+  got = np.asarray(load("BertModel")(ids, mask))
+  assert got.shape == (len(LENGTHS), 32)
+  for row, seq in enumerate(_sequences(seed=8)):
+    np.testing.assert_allclose(got[row], _hf_alone(model, seq).pooler_output[0].numpy(),
+                               atol=TOLERANCE)

@@ -105,6 +105,32 @@ def _ignored_tensors(family: types.ModuleType, config, tensors: weights.TensorSo
   return ignored
 
 
+class _BasePrefixedTensors:
+  """A checkpoint saved from the bare base model (`h.0.attn...`, as openai-community/gpt2 is),
+  read under the names the head classes use (`transformer.h.0.attn...`), as transformers does."""
+
+  def __init__(self, tensors: weights.TensorSource, prefix: str):
+    self.tensors, self.prefix = tensors, prefix
+
+  def keys(self):
+    return [self.prefix + name for name in self.tensors.keys()]
+
+  def get(self, name: str):
+    return self.tensors.get(name.removeprefix(self.prefix))
+
+
+def _with_base_prefix(family: types.ModuleType, config,
+                      tensors: weights.TensorSource) -> weights.TensorSource:
+  prefix = getattr(family, "BASE_MODEL_PREFIX", "")
+  names = set(tensors.keys())
+  if not prefix or any(name.startswith(prefix) for name in names):
+    return tensors
+  wanted = [s.hf_name for s in family.weight_sources(config).values()]
+  if any(w.startswith(prefix) and w.removeprefix(prefix) in names for w in wanted):
+    return _BasePrefixedTensors(tensors, prefix)
+  return tensors
+
+
 def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
                       head: str | None = None) -> "RewardModel":
   """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one).
@@ -142,6 +168,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     tensors, tokenizer_path = weights.SafetensorsSource(path), path
 
   family, config = family_and_config(hf_config, path, head)
+  tensors = _with_base_prefix(family, config, tensors)
   module = abstract_module(family, config, jdtype)
   weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,
                       ignore=_ignored_tensors(family, config, tensors))
@@ -186,10 +213,14 @@ class RewardModel:
     self._token_logprobs = jax.jit(functools.partial(_token_logprobs, graphdef))
 
   def __call__(self, input_ids, attention_mask) -> jax.Array:
-    """[B, T] ids and padding mask -> rewards [B] (one label) or [B, num_labels]."""
-    if self.config.head != "score":
-      raise ValueError(f"{self.config.architecture} has no score head ({self.config.head!r}); "
-                       "use token_logprobs for language models")
+    """[B, T] ids and padding mask -> rewards [B] (one label) or [B, num_labels].
+
+    A model loaded without a head (`head="none"`, or `BertModel`) returns its pooled hidden state
+    instead, [B, D]: the last real token's for decoders, the pooler's output for BERT.
+    """
+    if self.config.head == "lm":
+      raise ValueError(f"{self.config.architecture} is a language model, with no score head; "
+                       "use token_logprobs (or score it with --proxy=loglik)")
     return self._rewards(nnx.state(self.module), jnp.asarray(input_ids, jnp.int32),
                          jnp.asarray(attention_mask, jnp.int32))
 
