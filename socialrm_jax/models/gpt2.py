@@ -121,42 +121,13 @@ def _normal(stddev: float = INIT_STDDEV):
   return jax.nn.initializers.normal(stddev)
 
 
-class Attention(nnx.Module):
-  """Multi-head self-attention with biases, under a caller-given [B, T, T] mask."""
-
-  def __init__(self, config: Config, layer_index: int, *, dtype, param_dtype, rngs: nnx.Rngs):
-    d, n, h = config.hidden_size, config.num_heads, config.head_dim
-    self.scale = (1.0 / np.sqrt(h)) if config.scale_attn_weights else 1.0
-    if config.scale_attn_by_inverse_layer_idx:
-      self.scale /= layer_index + 1
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.k_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.v_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
-
-  def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
-    q = self.q_proj(x)  # [B, T, N, H]
-    k = self.k_proj(x)  # [B, S, N, H]
-    v = self.v_proj(x)  # [B, S, N, H]
-    # Every head has its own keys and values: grouped attention with one query head per group.
-    attended = layers.grouped_query_attention(q, k, v, attention_mask, scale=self.scale,
-                                              logit_cap=None)  # [B, T, N, H]
-    return self.o_proj(attended)  # [B, T, D]
-
-
-class Mlp(nnx.Module):
-  """Position-wise feed-forward: D -> F -> D."""
-
-  def __init__(self, config: Config, *, dtype, param_dtype, rngs: nnx.Rngs):
-    d, f = config.hidden_size, config.intermediate_size
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.activation = layers.activation(config.activation)
-    self.up = layers.Projection("BTD,DF->BTF", (d, f), (f,), **kw)
-    self.down = layers.Projection("BTF,FD->BTD", (f, d), (d,), **kw)
-
-  def __call__(self, x: jax.Array) -> jax.Array:
-    return self.down(self.activation(self.up(x)))  # [B, T, D]
+def attention_scale(config: Config, layer_index: int) -> float:
+  """GPT-2's logit scale: 1/sqrt(H) unless switched off, divided by the layer's 1-based index
+  when `scale_attn_by_inverse_layer_idx` is set."""
+  scale = (1.0 / np.sqrt(config.head_dim)) if config.scale_attn_weights else 1.0
+  if config.scale_attn_by_inverse_layer_idx:
+    scale /= layer_index + 1
+  return scale
 
 
 class Block(nnx.Module):
@@ -166,9 +137,13 @@ class Block(nnx.Module):
     norm = functools.partial(nnx.LayerNorm, config.hidden_size, epsilon=config.layer_norm_eps,
                              dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.ln_1 = norm()
-    self.attn = Attention(config, layer_index, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.attn = layers.BiasedSelfAttention(
+        config.hidden_size, config.num_heads, config.head_dim,
+        scale=attention_scale(config, layer_index), dtype=dtype, param_dtype=param_dtype,
+        rngs=rngs)
     self.ln_2 = norm()
-    self.mlp = Mlp(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.mlp = layers.DenseMLP(config.hidden_size, config.intermediate_size, config.activation,
+                               dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
   def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
     x = x + self.attn(self.ln_1(x), attention_mask)  # [B, T, D]

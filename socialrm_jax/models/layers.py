@@ -1,4 +1,4 @@
-"""Building blocks shared by the decoder family: norms, rotary embeddings, attention, MLPs.
+"""Building blocks shared by the model families: norms, rotary embeddings, attention, MLPs.
 
 Each block mirrors the HuggingFace PyTorch reference it is loaded from, down to where the
 float32 upcasts happen, so fp32 outputs match to ~1e-6 and bf16 outputs drift the same way.
@@ -179,3 +179,42 @@ class GatedMLP(nnx.Module):
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     return self.down_proj(activation(self.act_name)(self.gate_proj(x)) * self.up_proj(x))
+
+
+class BiasedSelfAttention(nnx.Module):
+  """Multi-head self-attention with biased q/k/v/o projections (GPT-2, BERT), under a
+  caller-given [B, T, S] mask. Every head has its own keys and values."""
+
+  def __init__(self, hidden_size: int, num_heads: int, head_dim: int, *, scale: float, dtype,
+               param_dtype, rngs: nnx.Rngs):
+    d, n, h = hidden_size, num_heads, head_dim
+    self.scale = scale
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.q_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.k_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.v_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+    self.o_proj = Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
+
+  def __call__(self, x: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    q = self.q_proj(x)  # [B, T, N, H]
+    k = self.k_proj(x)  # [B, S, N, H]
+    v = self.v_proj(x)  # [B, S, N, H]
+    # One query head per key/value group: plain multi-head attention.
+    attended = grouped_query_attention(q, k, v, attention_mask, scale=self.scale,
+                                       logit_cap=None)  # [B, T, N, H]
+    return self.o_proj(attended)  # [B, T, D]
+
+
+class DenseMLP(nnx.Module):
+  """Position-wise feed-forward with biases (GPT-2, BERT): D -> F -> D."""
+
+  def __init__(self, hidden_size: int, intermediate_size: int, activation_name: str, *, dtype,
+               param_dtype, rngs: nnx.Rngs):
+    d, f = hidden_size, intermediate_size
+    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.activation = activation(activation_name)
+    self.up = Projection("BTD,DF->BTF", (d, f), (f,), **kw)
+    self.down = Projection("BTF,FD->BTD", (f, d), (d,), **kw)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.down(self.activation(self.up(x)))  # [B, T, D]
