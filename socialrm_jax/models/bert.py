@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
 from socialrm_jax.models.weights import WeightSource
 
@@ -31,8 +32,6 @@ ARCHITECTURES = {
 }
 IS_CAUSAL = False
 
-# PretrainedConfig's default when a config.json carries neither `id2label` nor `num_labels`.
-HF_DEFAULT_NUM_LABELS = 2
 INIT_STDDEV = 0.02  # HF's `initializer_range` for BERT; only matters before weights are loaded.
 # HF's `base_model_prefix`: where the head classes keep the encoder.
 BASE_MODEL_PREFIX = "bert."
@@ -43,13 +42,6 @@ ENCODER_PREFIX = {
 }
 # Non-parameter buffers some checkpoints saved (all-MiniLM-L6-v2 has `embeddings.position_ids`).
 _SAVED_BUFFER = re.compile(r"^(bert\.)?embeddings\.(position_ids|token_type_ids)$")
-
-
-def num_labels_from_hf(hf_config: dict[str, Any]) -> int:
-  """How many outputs HF's classifier has: `id2label` wins, as in `PretrainedConfig`."""
-  if hf_config.get("id2label"):
-    return len(hf_config["id2label"])
-  return int(hf_config.get("num_labels", HF_DEFAULT_NUM_LABELS))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +93,7 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   return Config(
       architecture=architecture,
       head=ARCHITECTURES[architecture],
-      num_labels=num_labels_from_hf(hf_config),
+      num_labels=hf_config_lib.num_labels(hf_config),
       pad_token_id=hf_config.get("pad_token_id"),
       vocab_size=int(hf_config["vocab_size"]),
       max_positions=int(hf_config["max_position_embeddings"]),

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
 from socialrm_jax.models.weights import WeightSource
 
@@ -160,12 +161,11 @@ def config_from_hf(hf_config: dict, architecture: str) -> Config:
   gemma_like = variant in ("gemma", "gemma2")
   act = _activation(hf_config, variant)
   # As in transformers: `id2label` decides the label count when present.
-  num_labels = len(hf_config.get("id2label") or {}) or hf_config.get("num_labels") or 2
   attention_bias = bool(hf_config.get("attention_bias", False))
   return Config(
       architecture=architecture,
       head=ARCHITECTURES[architecture],
-      num_labels=int(num_labels),
+      num_labels=hf_config_lib.num_labels(hf_config),
       pad_token_id=hf_config.get("pad_token_id"),
       variant=variant,
       vocab_size=hf_config["vocab_size"],
