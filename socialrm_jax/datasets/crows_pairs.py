@@ -45,16 +45,16 @@ def _item(reader: SourceReader, row: dict[str, str], index: int) -> records.Item
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   for path in reader.find(FILE_NAME):
     header_checked = False
-    # The reader counts each row under UNPARSED; a row whose bias_type is read moves to it.
-    for number, row in reader.csv_rows(path, UNPARSED):
+    # A row is counted under its bias_type; one whose bias_type cannot be read, under UNPARSED.
+    for number, row in reader.csv_rows(path, UNPARSED, count=False):
       if not header_checked:
         reader.check_columns(path, list(row), COLUMNS)
         header_checked = True
       subset = row["bias_type"]
       if not subset:
+        reader.count_row(UNPARSED)
         reader.bad_row(path, number, "empty bias_type", UNPARSED)
         continue
-      reader.count_row(UNPARSED, -1)
       reader.count_row(subset)
       try:
         index = int(row[INDEX_COLUMN])
@@ -66,5 +66,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
                        f"{row['stereo_antistereo']!r:.40}", subset)
         continue
       yield _item(reader, row, index)
-  if not reader.rows_read[UNPARSED]:
-    reader.rows_read.pop(UNPARSED, None)

@@ -88,28 +88,39 @@ class SourceReader:
       raise InputError("empty file", path)
     return text
 
-  def jsonl_rows(self, path: pathlib.Path, subset: str) -> Iterator[tuple[int, dict[str, Any]]]:
+  def jsonl_rows(self, path: pathlib.Path, subset: str, *,
+                 count: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line; broken JSON and non-objects are bad rows.
-    Every line read is counted in `subset`'s rows, bad ones included."""
+    Every line read is counted in `subset`'s rows, bad ones included. With `count=False` only
+    the bad ones are: the caller counts each yielded row under the subset it reads from it."""
     for number, line in enumerate(io.StringIO(self._text(path)), start=1):
       if not line.strip():
         continue
-      self.count_row(subset)
+      if count:
+        self.count_row(subset)
       try:
         row = json.loads(line)
       except json.JSONDecodeError as e:
-        self.bad_row(path, number, f"broken JSON line ({e.msg})", subset)
+        self._unreadable(path, number, f"broken JSON line ({e.msg})", subset, count)
         continue
       if not isinstance(row, dict):
-        self.bad_row(path, number, f"expected a JSON object, got {type(row).__name__}", subset)
+        self._unreadable(path, number, f"expected a JSON object, got {type(row).__name__}",
+                         subset, count)
         continue
       yield number, row
+
+  def _unreadable(self, path: pathlib.Path, number: int, message: str, subset: str,
+                  counted: bool) -> None:
+    """A row that could not be parsed: counted as read (if the reader has not yet) and bad."""
+    if not counted:
+      self.count_row(subset)
+    self.bad_row(path, number, message, subset)
 
   def csv_rows(self, path: pathlib.Path, subset: str, *, columns: list[str] | None = None,
                count: bool = True) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, row) for each data row (1-based, the header not counted). With `columns`,
     the file has no header and its fields get these names; else the header names them. A row
-    with the wrong number of fields is a bad row."""
+    with the wrong number of fields is a bad row. Rows are counted as `jsonl_rows` counts them."""
     reader = csv.reader(io.StringIO(self._text(path), newline=""))
     header = columns
     if header is None:
@@ -122,9 +133,9 @@ class SourceReader:
       if count:
         self.count_row(subset)
       if len(fields) != len(header):
-        self.bad_row(path, number,
-                     f"expected {len(header)} fields ({','.join(header)}), got {len(fields)}",
-                     subset)
+        self._unreadable(path, number,
+                         f"expected {len(header)} fields ({','.join(header)}), got {len(fields)}",
+                         subset, count)
         continue
       yield number, dict(zip(header, fields))
 

@@ -47,14 +47,14 @@ def _item(reader: SourceReader, item_id: str, example: dict[str, Any],
 
 
 def _flat_items(reader: SourceReader, path: pathlib.Path) -> Iterator[records.Item]:
-  # The reader counts each line under UNPARSED; a line whose type is read moves to that subset.
-  for number, row in reader.jsonl_rows(path, UNPARSED):
+  # A line is counted under its type; one whose type cannot be read, under UNPARSED.
+  for number, row in reader.jsonl_rows(path, UNPARSED, count=False):
     if row.get("type") not in TYPES:
+      reader.count_row(UNPARSED)
       reader.bad_row(path, number, f"field 'type' should be one of {TYPES}, "
                      f"got {row.get('type')!r:.40}", UNPARSED)
       continue
     subset = row["type"]
-    reader.count_row(UNPARSED, -1)
     reader.count_row(subset)
     if not reader.fields(path, number, row, subset, target=str, bias_type=str, context=str,
                          **{label: str for label in LABELS}):
@@ -105,5 +105,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
     yield from _flat_items(reader, path)
   for path in original:
     yield from _original_items(reader, path)
-  if not reader.rows_read[UNPARSED]:
-    reader.rows_read.pop(UNPARSED, None)

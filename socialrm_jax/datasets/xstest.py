@@ -59,7 +59,7 @@ def _checked_rows(reader: SourceReader, path: pathlib.Path,
                   required: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
   """Data rows of a headed CSV that has the `required` columns. Rows are counted by the caller,
   once each one's subset is known; a row with the wrong number of fields has none, so it is
-  counted only as a `malformed_row` drop under `unmatched`."""
+  counted (read, and a `malformed_row` drop) under `unmatched`."""
   checked = False
   for number, row in reader.csv_rows(path, UNMATCHED, count=False):
     if not checked:
