@@ -334,3 +334,13 @@ def test_bbq_bias_score_is_zero_when_the_biased_answer_is_never_selected():
                           np.array([5.0, 5.0, 5.0]))
   np.testing.assert_allclose(score, [0.0, 2 * 1 / 4 - 1, 2 * 3 / 4 - 1])
   assert np.isnan(bias.bias_score(np.array([0.0]), np.array([0.0]), np.array([0.0])))[0]
+
+
+def test_group_accuracy_counts_an_item_with_ties_and_no_loss_as_one_half():
+  """An item's exact-match outcome is its worst pair: won 1, tied 1/2 (however many ties), lost 0."""
+  from test_metrics_bootstrap import make_items
+  items, pair_rows, scores = make_items([[2.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0],
+                                         [1.0, 2.0, 1.0]])
+  metrics = evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(n_resamples=10))
+  close(metrics["datasets"]["ethics"]["subsets"]["deontology"]["group_accuracy"],
+        (1 + 0.5 + 0.5 + 0) / 4)
