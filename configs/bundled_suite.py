@@ -9,14 +9,14 @@ native Flax checkpoint folder or a GGUF file; `name` names it in the report.
 
 import ml_collections
 
-from socialrm_jax.pipeline import audit_config, model_config
+from socialrm_jax.pipeline import audit_config, model_config, models
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = dict(kv.split("=", 1) for kv in arg.split(",")) if arg else {}
   config = audit_config(output_dir=args.get("output_dir", "runs/demo"))
   if "hf_model" in args:
-    config.models = [model_config(args.get("name", "model"), args["hf_model"])]
+    config.models = models(model_config(args.get("name", "model"), args["hf_model"]))
   else:
-    config.models = [model_config("smollm2-135m-instruct", "smollm2")]
+    config.models = models(model_config("smollm2-135m-instruct", "smollm2"))
   return config

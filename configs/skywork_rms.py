@@ -11,7 +11,7 @@ goes. The settings per model are what each needs to fit and to read its chat tem
 
 import ml_collections
 
-from socialrm_jax.pipeline import audit_config, model_config
+from socialrm_jax.pipeline import audit_config, model_config, models
 
 MODELS = {
     # Skywork-Reward-V2 (Qwen3ForSequenceClassification), 0.6B: one device holds it in fp32.
@@ -37,6 +37,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   settings = dict(MODELS[choice])
   config = audit_config(output_dir=args.get("output_dir", "runs/" + choice))
   config.data_dir = args.get("data_dir", "bundled")
-  config.models = [model_config(settings.pop("name"),
-                                       args.get("weights", "/path/to/" + choice), **settings)]
+  config.models = models(model_config(settings.pop("name"),
+                                      args.get("weights", "/path/to/" + choice), **settings))
   return config

@@ -2,7 +2,7 @@
 
   python -m socialrm_jax.audit --config=configs/bundled_suite.py
   python -m socialrm_jax.audit --config=configs/bundled_suite.py --config.output_dir=runs/x \
-      --config.models.0.path=/path/to/hf_reward_model
+      --config.models.smollm2_135m_instruct.max_length=512
 """
 
 from __future__ import annotations

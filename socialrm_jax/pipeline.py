@@ -9,6 +9,7 @@ where it stopped (SPEC sec. 6: finished shards are kept).
 from __future__ import annotations
 
 import pathlib
+import re
 import time
 from typing import Any
 
@@ -42,6 +43,12 @@ def model_config(name: str, path: str, **overrides) -> ml_collections.ConfigDict
   return config
 
 
+def models(*specs: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config.models`: the model specs keyed by their name made an identifier, so one field can be
+  overridden from the command line (`--config.models.my_rm.dtype=bfloat16`)."""
+  return ml_collections.ConfigDict({re.sub(r"\W", "_", spec.name): spec for spec in specs})
+
+
 def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   """An audit of the bundled suite with every default; a config file sets `models`."""
   config = ml_collections.ConfigDict()
@@ -53,7 +60,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.output_dir = output_dir
   config.score_datasets = []  # score only these datasets (default: every converted one)
   config.limit_items = 0  # score only the first N items (0 = all)
-  config.models = []
+  config.models = models()  # see `models`
   config.metrics = ml_collections.ConfigDict(
       {"n_resamples": 1000, "seed": 0, "allow_missing": False})
   return config
@@ -90,11 +97,12 @@ def run_audit(config) -> dict[str, Any]:
   logging.info("converted %d items, %d pairs in %.1f s", len(converted.items),
                len(converted.pairs), time.perf_counter() - start)
 
-  names = [m.name for m in config.models]
-  if len(set(names)) != len(names):
-    raise ValueError(f"model names must be distinct, got {names}")
+  specs = list(config.models.values())
+  names = [spec.name for spec in specs]
+  if not specs or len(set(names)) != len(names):
+    raise ValueError(f"config.models needs one or more models with distinct names, got {names}")
   score_dirs = []
-  for spec in config.models:
+  for spec in specs:
     score_dir = out / "scores" / spec.name
     run = score_model(spec, items_dir, score_dir, list(config.get("score_datasets", [])),
                       config.get("limit_items") or None)

@@ -134,7 +134,8 @@ def small_suite(tmp_path_factory) -> pathlib.Path:
 def small_audit_config(data_dir: pathlib.Path, output_dir: pathlib.Path):
   config = pipeline.audit_config(str(output_dir))
   config.data_dir = str(data_dir)
-  config.models = [pipeline.model_config(MODEL_NAME, default_model.ALIAS, max_length=512)]
+  config.models = pipeline.models(
+      pipeline.model_config(MODEL_NAME, default_model.ALIAS, max_length=512))
   config.metrics.n_resamples = N_RESAMPLES
   return config
 
@@ -228,12 +229,15 @@ def test_audit_command_runs_the_bundled_config_and_prints_the_report_path(small_
       sys.executable, "-m", "socialrm_jax.audit",
       f"--config=configs/bundled_suite.py:output_dir={out}",
       f"--config.data_dir={small_suite}", "--config.datasets=crows_pairs,moral_stories",
-      f"--config.metrics.n_resamples={N_RESAMPLES}"]
+      f"--config.metrics.n_resamples={N_RESAMPLES}",
+      "--config.models.smollm2_135m_instruct.max_length=512"]
   result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
 
   assert result.returncode == 0, result.stderr[-3000:]
   assert f"Report: {out / 'report.md'}" in result.stdout
+  run = json.loads((out / "scores" / MODEL_NAME / "run.json").read_text())
+  assert run["max_length"] == 512  # a model's field overridden from the command line
   assert (out / "report.md").is_file()
   metrics = json.loads((out / MODEL_NAME / "metrics.json").read_text())
   assert set(metrics["datasets"]) == {"crows_pairs", "moral_stories"}
