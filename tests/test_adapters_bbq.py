@@ -1,7 +1,6 @@
 """BBQ conversion on real rows, checked by hand against SPEC sec. 3."""
 
 import json
-import pathlib
 
 import pytest
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import pathlib
 import shutil
 from typing import Callable, Iterator
