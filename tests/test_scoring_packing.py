@@ -113,3 +113,20 @@ def test_padding_rows_and_bucket_shapes():
   mask = np.asarray(packing.attention_mask(np.zeros((1, 4), np.int32), np.zeros((1, 4), np.int32),
                                            True))
   np.testing.assert_array_equal(mask[0], np.eye(4, dtype=bool))
+
+
+def test_short_items_go_into_short_rows():
+  """Attention work per token grows with the row's length: groups are packed into the shortest
+  bucket that holds GROUPS_PER_ROW of them, and only long ones into rows of max_length."""
+  buckets = packing.length_buckets(1024)  # 128, 256, 512, 1024
+  per_row = packing.GROUPS_PER_ROW
+  assert packing.row_length_for(100, buckets) == next(b for b in buckets if b >= per_row * 100)
+  assert packing.row_length_for(30, buckets) == 128
+  assert packing.row_length_for(900, buckets) == 1024
+  items = [templating.EncodedItem(i, f"it{i}", (np.arange(1, 40), np.arange(1, 41)), (5, 5),
+                                  None, 0) for i in range(8)]
+  batches = list(packing.make_batches(items, is_causal=True, readout="score", buckets=buckets,
+                                      tokens_per_batch=4096))
+  assert {b.input_ids.shape[1] for b in batches} <= {128, 256}
+  # Each item: a 38-token shared prefix (each candidate keeps its last token), branches of 1 and 2.
+  assert sum(b.real_tokens for b in batches) == 8 * (38 + 1 + 2)

@@ -35,6 +35,8 @@ SMALLEST_BUCKET = 128
 # Readout slots per row are padded to a power of two at least this large (bounds recompiles).
 SMALLEST_READOUT_SLOTS = 8
 READOUTS = ("score", "loglik")
+# Rows are sized to hold about this many groups of similar length (see `row_length_for`).
+GROUPS_PER_ROW = 4
 
 
 def length_buckets(max_length: int, smallest: int = SMALLEST_BUCKET) -> tuple[int, ...]:
@@ -233,6 +235,14 @@ def _pad_to_power_of_two(n: int, smallest: int) -> int:
   return size
 
 
+def row_length_for(group_length: int, buckets: Sequence[int]) -> int:
+  """The length of the rows a group is packed into: the shortest bucket that holds
+  `GROUPS_PER_ROW` groups of its length, else the longest. Attention costs each token work in
+  proportion to its row's length, so short items go into short rows rather than all into rows of
+  `max_length` (which would fill as well, but spend most of the attention on masked pairs)."""
+  return next((b for b in buckets if b >= GROUPS_PER_ROW * group_length), buckets[-1])
+
+
 def make_batches(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
                  buckets: Sequence[int], tokens_per_batch: int,
                  row_multiple: int = 1) -> Iterator[Batch]:
@@ -242,7 +252,11 @@ def make_batches(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
   capacity = buckets[-1]
   offsets = candidate_offsets(items)
   groups = [g for slot, item in enumerate(items) for g in item_groups(item, slot, capacity, is_causal)]
-  rows = pack_rows(groups, capacity)
+  by_row_length: dict[int, list[Group]] = {}
+  for group in groups:
+    by_row_length.setdefault(row_length_for(group.length, buckets), []).append(group)
+  rows = [row for length in sorted(by_row_length)
+          for row in pack_rows(by_row_length[length], length)]
   by_bucket: dict[int, list[RowWriter]] = {}
   for row in rows:
     used = sum(g.length for g in row)
