@@ -6,12 +6,13 @@ import signal
 import subprocess
 import time
 
+import pyarrow as pa
 import pytest
 
 import scoring_fixtures as fx
 from socialrm_jax import tables
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import engine, shards
 
 NUM_ITEMS = 160
 CHUNK = 4
@@ -54,3 +55,19 @@ def test_killed_run_resumes_to_the_uninterrupted_scores(tmp_path):
   assert fx.scores_by_key(resumed) == fx.scores_by_key(reference)
   manifest = json.loads((out / "manifest.json").read_text())
   assert manifest["chunks_done"] == list(range(total))
+
+
+def test_shard_renamed_before_the_manifest_update_is_recorded_on_reopen(tmp_path):
+  """A kill can land between a shard's rename and the manifest update: reopening the folder
+  brings the manifest in line with the complete shards on disk."""
+  identity = dict(model={"sha256": "m", "path": "rm"}, items=shards.items_identity(["a", "b"]),
+                  settings={"proxy": "none"}, chunk_size=1)
+  shards.ShardStore(tmp_path, **identity)
+  schema = pa.schema([("item_id", pa.string()), ("candidate", pa.int32()), ("reward", pa.float64())])
+  # What `ShardStore.write` does before it takes the lock: the complete shard, renamed in place.
+  tables.write_rows(tmp_path / shards.shard_name(0, 1), [{"item_id": "b", "candidate": 0,
+                                                          "reward": 1.0}], "parquet", schema)
+  assert json.loads((tmp_path / "manifest.json").read_text())["chunks_done"] == []
+  store = shards.ShardStore(tmp_path, **identity)
+  assert store.done_chunks() == {1}
+  assert json.loads((tmp_path / "manifest.json").read_text())["chunks_done"] == [1]

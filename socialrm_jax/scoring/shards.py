@@ -117,6 +117,11 @@ class ShardStore:
         tables.atomic_write_json(self.folder / MANIFEST, {**self.identity, "chunks_done": []})
       else:
         self._check(manifest)
+        # A run killed between a shard's rename and the manifest update left a complete shard
+        # the manifest does not list: the shards on disk are the record, so bring it up to date.
+        done = sorted(set(manifest.get("chunks_done", [])) | self.done_chunks())
+        if done != manifest.get("chunks_done"):
+          tables.atomic_write_json(self.folder / MANIFEST, {**manifest, "chunks_done": done})
 
   def _read(self) -> dict | None:
     path = self.folder / MANIFEST
