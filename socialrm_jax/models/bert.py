@@ -45,7 +45,7 @@ _SAVED_BUFFER = re.compile(r"^(bert\.)?embeddings\.(position_ids|token_type_ids)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(hf_config_lib.JsonConfig):
   """What a BERT checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
   architecture: str
   head: str  # "score" | "none"
@@ -64,13 +64,6 @@ class Config:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
-
-  def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  @classmethod
-  def from_dict(cls, d: dict[str, Any]) -> Config:
-    return cls(**d)
 
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:

@@ -40,7 +40,7 @@ def _variant_of(architecture: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(hf_config_lib.JsonConfig):
   """Everything the decoder needs; hashable, so it can live in an nnx graph definition."""
   architecture: str
   head: str  # "score" | "lm" | "none"
@@ -74,17 +74,6 @@ class Config:
   final_logit_softcap: float | None = None
   layer_windows: tuple[int | None, ...] = ()  # per layer: sliding window or None (full)
   tie_word_embeddings: bool = False
-
-  def to_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["layer_windows"] = list(self.layer_windows)
-    return d
-
-  @classmethod
-  def from_dict(cls, d: dict[str, Any]) -> "Config":
-    d = dict(d)
-    d["layer_windows"] = tuple(d.get("layer_windows", ()))
-    return cls(**d)
 
   @property
   def attention_scale(self) -> float:

@@ -41,7 +41,7 @@ INIT_STDDEV = 0.02  # HF's `initializer_range` for GPT-2; only matters before we
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(hf_config_lib.JsonConfig):
   """What a GPT-2 checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
   architecture: str
   head: str  # "score" | "lm"
@@ -63,13 +63,6 @@ class Config:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
-
-  def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  @classmethod
-  def from_dict(cls, d: dict[str, Any]) -> Config:
-    return cls(**d)
 
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
