@@ -283,7 +283,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   for chunk in mine:
     if chunk in done:
       skipped = len(chunk_items(chunk))
-      stats.skipped_items += skipped
+      stats.items_resumed += skipped
       tracker.skip(skipped)
   logging.info("scoring %d items in %d chunks (%d already done) on mesh %s, readout %s, "
                "buckets %s", my_items, len(mine), len(mine) - len(todo), mesh_lib.describe(mesh),
@@ -306,5 +306,5 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       extra={"buckets": list(buckets), "tokens_per_batch": options.tokens_per_batch,
              "max_length": options.max_length, "chunk_size": options.chunk_size,
              "dtype": options.dtype})
-  run_report.write(output_dir, process, process_count, run)
+  run_report.write(output_dir, process, process_count, run, stats)
   return run

@@ -68,6 +68,10 @@ def initialize_distributed(coordinator_address: str | None, num_processes: int |
                            process_id: int | None, auto: bool) -> None:
   """Joins a multi-process job: with an explicit coordinator (the local launcher, Slurm scripts)
   or, with `auto`, from the environment JAX recognises (Cloud TPU pods, Slurm)."""
+  if coordinator_address or auto:
+    # CPU processes (the local launcher's) need a cross-process collective backend for the
+    # barrier at the end of a run; accelerators bring their own.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if coordinator_address:
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id)

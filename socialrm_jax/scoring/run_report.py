@@ -7,7 +7,8 @@ sequences (pairs from the pairs table beside the items when there is one, else f
 desirability and roles, as the converter builds them). `pairs_per_second` counts those pairs.
 
 Every process writes `run-<process>.json`; with one process that is also `run.json`; with several,
-process 0 waits for the others' files and writes `run.json` with the sums.
+all processes meet at a barrier once their files are written (so a rerun never merges an earlier
+run's files), and process 0 writes `run.json` from the summed counts.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import dataclasses
 import itertools
 import json
 import pathlib
-import time
-
-from absl import logging
 
 from socialrm_jax import tables
 from socialrm_jax.errors import InputError
@@ -26,7 +24,6 @@ from socialrm_jax.errors import InputError
 # Directional and control pairs (SPEC section 3), by candidate role: (chosen, rejected).
 ROLE_PAIRS = (("anti_stereotype", "stereotype"), ("stereotype", "unrelated"),
               ("anti_stereotype", "unrelated"))
-WAIT_FOR_PROCESSES_SECONDS = 600.0
 
 
 def item_pairs(item: dict) -> list[tuple[int, int]]:
@@ -70,7 +67,7 @@ class RunStats:
   tokens_naive: int = 0
   truncated: int = 0
   batches: int = 0
-  skipped_items: int = 0      # Already scored by an earlier run into the folder.
+  items_resumed: int = 0      # Already scored by an earlier run into the folder.
 
   def add(self, other: "RunStats") -> None:
     for field in dataclasses.fields(self):
@@ -95,7 +92,7 @@ def report(stats: RunStats, *, wall_seconds: float, compilations: int, devices: 
       "compilations": compilations,
       "truncated": stats.truncated,
       "items": stats.items,
-      "items_resumed": stats.skipped_items,
+      "items_resumed": stats.items_resumed,
       "candidates": stats.candidates,
       "pairs": stats.pairs,
       "batches": stats.batches,
@@ -108,40 +105,31 @@ def report(stats: RunStats, *, wall_seconds: float, compilations: int, devices: 
   }
 
 
-SUMMED = ("pairs", "candidates", "items", "items_resumed", "tokens_computed", "tokens_naive",
-          "token_slots", "truncated", "batches", "compilations", "devices")
-
-
-def write(folder, process: int, process_count: int, run: dict) -> None:
+def write(folder, process: int, process_count: int, run: dict, stats: RunStats) -> None:
+  """Writes this process's run file; with several processes, waits at a barrier for the others'
+  and lets process 0 write `run.json` over all of them."""
   folder = pathlib.Path(folder)
-  tables.atomic_write_json(folder / f"run-{process:05d}.json", run)
+  tables.atomic_write_json(folder / f"run-{process:05d}.json", {**run, "counts": dataclasses.asdict(stats)})
   if process_count == 1:
     tables.atomic_write_json(folder / "run.json", run)
-  elif process == 0:
-    _merge(folder, process_count, run)
+    return
+  from jax.experimental import multihost_utils  # Only multi-process runs need it.
+  multihost_utils.sync_global_devices("socialrm_jax: run files written")
+  if process == 0:
+    tables.atomic_write_json(folder / "run.json", merge(folder, process_count, run))
 
 
-def _merge(folder: pathlib.Path, process_count: int, own: dict) -> None:
-  """Process 0's run.json over every process: counts summed, the slowest wall time."""
-  paths = [folder / f"run-{p:05d}.json" for p in range(process_count)]
-  deadline = time.monotonic() + WAIT_FOR_PROCESSES_SECONDS
-  while not all(p.exists() for p in paths):
-    if time.monotonic() > deadline:
-      logging.warning("run.json not written: not every process wrote its run-<process>.json")
-      return
-    time.sleep(0.5)
-  runs = [json.loads(p.read_text()) for p in paths]
-  merged = dict(own)
-  for key in SUMMED:
-    merged[key] = sum(r[key] for r in runs)
-  merged["wall_seconds"] = max(r["wall_seconds"] for r in runs)
-  seconds = max(merged["wall_seconds"], 1e-9)
-  merged["pairs_per_second"] = merged["pairs"] / seconds
-  merged["candidates_per_second"] = merged["candidates"] / seconds
-  merged["tokens_per_second"] = merged["tokens_computed"] / seconds
-  slots = merged["token_slots"]
-  merged["padding_fraction"] = 1 - merged["tokens_computed"] / slots if slots else 0.0
-  merged["tokens_computed_over_naive"] = (merged["tokens_computed"] / merged["tokens_naive"]
-                                          if merged["tokens_naive"] else None)
-  merged["mesh_per_process"] = own["mesh"]
-  tables.atomic_write_json(folder / "run.json", merged)
+def merge(folder: pathlib.Path, process_count: int, own: dict) -> dict:
+  """run.json over every process's run file: counts summed, the slowest wall time, rates anew."""
+  runs = [json.loads((folder / f"run-{p:05d}.json").read_text()) for p in range(process_count)]
+  total = RunStats()
+  for run in runs:
+    total.add(RunStats(**run["counts"]))
+  fixed = {k: v for k, v in own.items() if k not in report(RunStats(), wall_seconds=0,
+                                                               compilations=0, devices=0, mesh="",
+                                                               model="", proxy="",
+                                                               process_count=0)}
+  return report(total, wall_seconds=max(r["wall_seconds"] for r in runs),
+                compilations=sum(r["compilations"] for r in runs),
+                devices=sum(r["devices"] for r in runs), mesh=own["mesh"], model=own["model"],
+                proxy=own["proxy"], process_count=process_count, extra=fixed)
