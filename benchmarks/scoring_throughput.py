@@ -114,7 +114,7 @@ def main(argv):
                             mesh=mesh)
   items = _items(_ITEMS.value, _LIMIT.value)
   options = engine.ScoringOptions(max_length=_MAX_LENGTH.value,
-                                  tokens_per_batch=_TOKENS_PER_BATCH.value, dtype=_DTYPE.value)
+                                  tokens_per_batch=_TOKENS_PER_BATCH.value)
   packed = time_engine(model, mesh, items, options)
   naive = time_naive(model, items, options)
   print(json.dumps({

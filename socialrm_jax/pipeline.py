@@ -16,10 +16,9 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax import conversion, default_model, tables
+from socialrm_jax import conversion
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.scoring import engine
-from socialrm_jax.scoring import mesh as mesh_lib
 
 BUNDLED_DATA = pathlib.Path(__file__).resolve().parent / "bundled"
 # What `config.data_dir` accepts to mean the suite that ships with the package.
@@ -73,17 +72,12 @@ def resolve_data_dir(data_dir: str) -> pathlib.Path:
 def score_model(spec: ml_collections.ConfigDict, items_dir: pathlib.Path, scores_dir: pathlib.Path,
                 datasets: list[str], limit: int | None) -> dict[str, Any]:
   """Loads one model as its config says and scores the converted items into `scores_dir`."""
-  from socialrm_jax.models import load_reward_model  # jax starts here, not at import.
-  path = default_model.resolve_model_path(spec.path)
-  mesh = mesh_lib.make_mesh(spec.get("mesh") or None)
-  items = engine.select_items(tables.read_rows(items_dir, "items"), datasets, limit)
-  model = load_reward_model(path, dtype=spec.dtype, mesh=mesh)
   options = engine.ScoringOptions(
-      max_length=spec.max_length, truncation=spec.truncation,
-      proxy=spec.get("proxy") or None, tokens_per_batch=spec.tokens_per_batch,
-      chunk_size=spec.chunk_size, dtype=spec.dtype)
-  return engine.score_items(model, items, scores_dir, mesh=mesh, options=options,
-                            model_path=path, items_path=items_dir)
+      max_length=spec.max_length, truncation=spec.truncation, proxy=spec.get("proxy") or None,
+      tokens_per_batch=spec.tokens_per_batch, chunk_size=spec.chunk_size)
+  return engine.score_model_at(spec.path, items_dir, scores_dir, options=options,
+                               dtype=spec.dtype, mesh_spec=spec.get("mesh") or None,
+                               datasets=datasets, limit=limit)
 
 
 def run_audit(config) -> dict[str, Any]:

@@ -17,7 +17,6 @@ import sys
 
 from absl import app, flags, logging
 
-from socialrm_jax import default_model, tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.scoring import engine
 from socialrm_jax.scoring import mesh as mesh_lib
@@ -57,19 +56,14 @@ def main(argv):
   del argv
   mesh_lib.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                   _DISTRIBUTED.value)
-  from socialrm_jax.models.reward_model import load_reward_model  # After distributed start-up.
   options = engine.ScoringOptions(
       max_length=_MAX_LENGTH.value, truncation=_TRUNCATION.value, proxy=_PROXY.value,
       tokens_per_batch=_TOKENS_PER_BATCH.value, chunk_size=_CHUNK_SIZE.value,
-      reward_label=_REWARD_LABEL.value, dtype=_DTYPE.value)
+      reward_label=_REWARD_LABEL.value)
   try:
-    model_path = default_model.resolve_model_path(_MODEL.value)
-    mesh = mesh_lib.make_mesh(_MESH.value)
-    items = engine.select_items(tables.read_rows(_ITEMS.value, "items"), _DATASETS.value,
-                                _LIMIT.value)
-    model = load_reward_model(model_path, dtype=_DTYPE.value, mesh=mesh)
-    run = engine.score_items(model, items, _OUTPUT_DIR.value, mesh=mesh, options=options,
-                             model_path=model_path, items_path=_ITEMS.value)
+    run = engine.score_model_at(_MODEL.value, _ITEMS.value, _OUTPUT_DIR.value, options=options,
+                                dtype=_DTYPE.value, mesh_spec=_MESH.value,
+                                datasets=_DATASETS.value, limit=_LIMIT.value)
   except InputError as e:
     print(f"socialrm-score: error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -21,8 +21,10 @@ ITEM_IDS = (
     "stereoset/test/1", "stereoset/test/2",
     "ethics/commonsense/test/1", "ethics/deontology/test/1",
 )
-# What the audit's model config scores with (pipeline.model_config): packing and prefix sharing.
-OPTIONS = dict(max_length=1024, tokens_per_batch=8192, chunk_size=128)
+# What the audit scores the default model with (packing and prefix sharing on).
+SPEC = pipeline.model_config("smollm2-135m-instruct", default_model.ALIAS)
+OPTIONS = dict(max_length=SPEC.max_length, tokens_per_batch=SPEC.tokens_per_batch,
+               chunk_size=SPEC.chunk_size)
 
 needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec(default_model.PACKAGE) is None,

@@ -57,7 +57,14 @@ def test_plain_format_without_a_chat_template(tmp_path):
   encoded = templater.encode(0, item)
   prompt_text = templater.render(item["prompt"], True)
   assert prompt_text.endswith("Assistant: ")
-  assert encoded.response_starts[0] <= len(templater.tokenize(prompt_text))
+  prompt_ids = templater.tokenize(prompt_text)
+  start = encoded.response_starts[0]
+  # The response starts where the full conversation leaves the templated prompt (here the
+  # prompt's trailing space merges into the response's first token), and holds the response.
+  assert len(prompt_ids) - 1 <= start <= len(prompt_ids)
+  np.testing.assert_array_equal(encoded.sequences[0][:start], prompt_ids[:start])
+  response = tokenizer.decode(encoded.sequences[0][start:])
+  assert response.replace(" ", "").endswith(item["candidates"][0].replace(" ", "") + "</s>")
 
 
 def test_left_truncation_keeps_bos_and_whole_responses(chat_tokenizer):

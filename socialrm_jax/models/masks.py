@@ -1,8 +1,10 @@
 """Attention masks and positions built from a [B, T] padding mask.
 
 Every model takes an explicit 3-D mask [B, T(query), T(key)] (True = may attend) and explicit
-positions, so left padding, right padding and packed rows all go through the same code. Families
-add only what depends on positions (sliding windows); everything else is built here.
+positions, so left padding, right padding and packed rows all go through the same model code.
+Families add only what depends on positions (sliding windows). The masks for padded batches are
+built here; those for packed rows (shared prefixes, several sequences a row) in
+`socialrm_jax.scoring.packing.attention_mask`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ import pyarrow as pa
 from absl import logging
 from flax import nnx
 
+from socialrm_jax import default_model, tables
 from socialrm_jax.errors import InputError
+from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import packing, progress, run_report, shards, templating
 
@@ -49,7 +51,6 @@ class ScoringOptions:
   chunk_size: int = 1024            # Items per output shard.
   smallest_bucket: int = packing.SMALLEST_BUCKET
   reward_label: int = 0             # Which output of a multi-label score head is `reward`.
-  dtype: str = "float32"            # Recorded in the manifest; the model is loaded with it.
 
 
 def resolve_proxy(head: str, proxy: str | None) -> str:
@@ -252,6 +253,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   process = jax.process_index() if process is None else process
   process_count = jax.process_count() if process_count is None else process_count
   readout = resolve_proxy(model.config.head, options.proxy)
+  dtype = str(jax.tree.leaves(nnx.state(model.module, nnx.Param))[0].dtype)  # as loaded
   proxy = "loglik" if readout == "loglik" else "none"
   model_path = str(model_path or model.tokenizer_path)
 
@@ -259,7 +261,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       output_dir, model=shards.model_identity(model_path),
       items=shards.items_identity([str(it["item_id"]) for it in items]),
       settings={"proxy": proxy, "max_length": options.max_length,
-                "truncation": options.truncation, "dtype": options.dtype,
+                "truncation": options.truncation, "dtype": dtype,
                 "reward_label": options.reward_label},
       chunk_size=options.chunk_size)
   mine = shards.process_chunks(len(items), options.chunk_size, process, process_count)
@@ -305,6 +307,19 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       process_count=process_count,
       extra={"buckets": list(buckets), "tokens_per_batch": options.tokens_per_batch,
              "max_length": options.max_length, "chunk_size": options.chunk_size,
-             "dtype": options.dtype})
+             "dtype": dtype})
   run_report.write(output_dir, process, process_count, run, stats)
   return run
+
+
+def score_model_at(model_path: str, items_path, output_dir, *, options: ScoringOptions,
+                   dtype: str = "float32", mesh_spec: str | None = None,
+                   datasets: Sequence[str] = (), limit: int | None = None) -> dict:
+  """What `socialrm-score` and the audit do: load the model at `model_path` (or the embedded
+  default's alias) onto a mesh, read the items, and score them into `output_dir`."""
+  path = default_model.resolve_model_path(model_path)
+  mesh = mesh_lib.make_mesh(mesh_spec)
+  items = select_items(tables.read_rows(items_path, "items"), datasets, limit)
+  model = load_reward_model(path, dtype=dtype, mesh=mesh)
+  return score_items(model, items, output_dir, mesh=mesh, options=options, model_path=path,
+                     items_path=items_path)

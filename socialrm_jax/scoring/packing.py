@@ -210,8 +210,8 @@ def attention_mask(segment_ids, branch_ids, is_causal: bool):
   """[B, T, T] bool (query, key) from the packed layout; runs inside the jit.
 
   Same non-padding segment; for causal models also key not after query, and key in the shared
-  prefix or in the query's own branch. Every token may attend to itself, so padding rows stay
-  finite (a fully masked softmax row would give NaN, and NaN times a zero weight is still NaN).
+  prefix or in the query's own branch. Every token may attend to itself, so a padding row's
+  softmax has a real key rather than relying on the masked logit being finite.
   """
   seg_q, seg_k = segment_ids[:, :, None], segment_ids[:, None, :]  # [B, T, 1], [B, 1, T]
   mask = (seg_q == seg_k) & (seg_q > 0)
