@@ -2,8 +2,8 @@
 
   python -m socialrm_jax.convert_checkpoint --input=HF_DIR_or_GGUF --output=DIR [--dtype=bfloat16]
 
-The native folder (see models/checkpoint.py) loads faster and gives bit-identical outputs to the
-source at the same dtype. Tokenizer files are copied alongside (for GGUF input, the tokenizer
+The native folder (see models/checkpoint.py) gives bit-identical outputs to the source at the
+same dtype. Tokenizer files are copied alongside (for GGUF input, the tokenizer
 transformers builds from the GGUF metadata is saved).
 """
 

@@ -242,5 +242,8 @@ def test_trunk_only_loading_skips_the_head(tmp_path):
   folder = model_fixtures.save_tiny_hf_model(tmp_path, "Gemma2ForSequenceClassification")
   model = load_reward_model(folder, head="none")
   assert model.config.head == "none" and not hasattr(model.module, "score")
+  ids, mask = model_fixtures.random_batch([5, 3], 5, padding_side="left")
+  pooled = np.asarray(model(ids, mask))  # the last real token's final hidden state, [B, D]
+  assert pooled.shape == (2, model.config.hidden_size) and np.all(np.isfinite(pooled))
   with pytest.raises(InputError, match="carries a 'score' head"):
     load_reward_model(folder, head="lm")

@@ -145,11 +145,12 @@ class Model(nnx.Module):
     self.layers = nnx.List([
         Block(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         for _ in range(config.num_layers)])
-    self.pooler = nnx.Linear(d, d, dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(),
-                             rngs=rngs)
+    precision = layers.matmul_precision(dtype)  # full fp32 products, as the trunk's
+    self.pooler = nnx.Linear(d, d, precision=precision, dtype=dtype, param_dtype=param_dtype,
+                             kernel_init=_normal(), rngs=rngs)
     if config.head == "score":
-      self.classifier = nnx.Linear(d, config.num_labels, dtype=dtype, param_dtype=param_dtype,
-                                   kernel_init=_normal(), rngs=rngs)
+      self.classifier = nnx.Linear(d, config.num_labels, precision=precision, dtype=dtype,
+                                   param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array | None = None) -> jax.Array:

@@ -283,7 +283,8 @@ class Model(nnx.Module):
     return self.final_norm(x)  # [B, T, D]
 
   def head(self, hidden: jnp.ndarray) -> jnp.ndarray:
-    """[..., D] -> [..., num_labels] (score head) or [..., V] (LM head)."""
+    """[..., D] -> [..., num_labels] (score head) or [..., V] (LM head); unchanged when the
+    model was loaded trunk-only (`head="none"`)."""
     if self.config.head == "score":
       return self.score(hidden)
     if self.config.head == "lm":
@@ -292,7 +293,7 @@ class Model(nnx.Module):
       else:
         logits = self.lm_head(hidden)
       return layers.soft_cap(logits, self.config.final_logit_softcap)
-    raise ValueError(f"{self.config.architecture} was loaded without a head")
+    return hidden
 
 
 def is_saved_buffer(name: str) -> bool:

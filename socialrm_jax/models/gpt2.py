@@ -151,12 +151,15 @@ class Model(nnx.Module):
         for i in range(config.num_layers)])
     self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
                                     param_dtype=param_dtype, rngs=rngs)
+    precision = layers.matmul_precision(dtype)  # full fp32 products, as the trunk's
     if config.head == "score":
-      self.score = nnx.Linear(d, config.num_labels, use_bias=False, dtype=dtype,
-                              param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+      self.score = nnx.Linear(d, config.num_labels, use_bias=False, precision=precision,
+                              dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(),
+                              rngs=rngs)
     if config.head == "lm" and not config.tie_word_embeddings:
-      self.lm_head = nnx.Linear(d, config.vocab_size, use_bias=False, dtype=dtype,
-                                param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+      self.lm_head = nnx.Linear(d, config.vocab_size, use_bias=False, precision=precision,
+                                dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(),
+                                rngs=rngs)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, attention_mask: jax.Array,
                token_type_ids: jax.Array | None = None) -> jax.Array:
