@@ -1,7 +1,7 @@
 """The records every stage shares: items and the preference pairs derived from them (SPEC sec. 2).
 
 An item is one prompt with K >= 2 candidate responses; a pair is (prompt, chosen, rejected) drawn
-from one item. Adapters build `Item`s with the pairs they imply; `pair_rows` turns them into rows.
+from one item. Adapters build `Item`s with the pairs they imply; `pair_row` turns each into a row.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ _ALL = (
         "intersentence": "{context}",
         "intrasentence": "Fill in the blank: {context}",
     }),
-    # The prompt is the transcript itself: every turn before the final assistant turn.
+    # HH-RLHF prompts are the transcript's turns before the final assistant turn; each human
+    # turn's text is rendered through this template on its own.
     PromptTemplate("hh_rlhf.default", 1, {"": "{transcript}"}),
     PromptTemplate("xstest.default", 1, {"": "{prompt}"}),
     PromptTemplate("ethics.default", 1, {

@@ -308,3 +308,11 @@ def test_hh_rlhf_empty_missing_or_unnamed_folder(tmp_path):
     convert_dataset("hh_rlhf", tmp_path)
   with pytest.raises(InputError, match="no folder for dataset"):
     convert_dataset("hh_rlhf", tmp_path / "elsewhere")
+
+
+def test_header_without_a_required_column_is_an_error_even_with_no_rows(tmp_path):
+  folder = tmp_path / "crows_pairs"
+  folder.mkdir()
+  (folder / "crows_pairs_anonymized.csv").write_text(",sent_more,stereo_antistereo,bias_type\n")
+  with pytest.raises(InputError, match="missing column\\(s\\) sent_less"):
+    convert_dataset("crows_pairs", tmp_path)

@@ -44,12 +44,8 @@ def _item(reader: SourceReader, row: dict[str, str], index: int) -> records.Item
 
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   for path in reader.find(FILE_NAME):
-    header_checked = False
     # A row is counted under its bias_type; one whose bias_type cannot be read, under UNPARSED.
-    for number, row in reader.csv_rows(path, UNPARSED, count=False):
-      if not header_checked:
-        reader.check_columns(path, list(row), COLUMNS)
-        header_checked = True
+    for number, row in reader.csv_rows(path, UNPARSED, required=COLUMNS, count=False):
       subset = row["bias_type"]
       if not subset:
         reader.count_row(UNPARSED)

@@ -65,11 +65,7 @@ def _rows(reader: SourceReader, task: Task, path: pathlib.Path) -> Iterator[_Row
     for number, fields in reader.csv_rows(path, task.name, columns=task.columns):
       yield _Row(number, fields, 1)
     return
-  checked = False
-  for number, fields in reader.csv_rows(path, task.name):
-    if not checked:
-      reader.check_columns(path, list(fields), task.columns)
-      checked = True
+  for number, fields in reader.csv_rows(path, task.name, required=task.columns):
     label = reader.int_field(path, number, fields["label"], "label", task.name)
     if label is not None:
       yield _Row(number, fields, label)

@@ -117,16 +117,19 @@ class SourceReader:
     self.bad_row(path, number, message, subset)
 
   def csv_rows(self, path: pathlib.Path, subset: str, *, columns: list[str] | None = None,
-               count: bool = True) -> Iterator[tuple[int, dict[str, str]]]:
+               required: list[str] = (), count: bool = True
+               ) -> Iterator[tuple[int, dict[str, str]]]:
     """(row number, row) for each data row (1-based, the header not counted). With `columns`,
     the file has no header and its fields get these names; else the header names them. A row
-    with the wrong number of fields is a bad row. Rows are counted as `jsonl_rows` counts them."""
+    with the wrong number of fields is a bad row. A header lacking a `required` column is an error
+    before any row is read. Rows are counted as `jsonl_rows` counts them."""
     reader = csv.reader(io.StringIO(self._text(path), newline=""))
     header = columns
     if header is None:
       header = next(reader, None)
       if not header:
         raise InputError("empty file (no header row)", path)
+      self.check_columns(path, header, list(required))
     for number, fields in enumerate(reader, start=1):
       if not fields:
         continue

@@ -60,12 +60,7 @@ def _checked_rows(reader: SourceReader, path: pathlib.Path,
   """Data rows of a headed CSV that has the `required` columns. Rows are counted by the caller,
   once each one's subset is known; a row with the wrong number of fields has none, so it is
   counted (read, and a `malformed_row` drop) under `unmatched`."""
-  checked = False
-  for number, row in reader.csv_rows(path, UNMATCHED, count=False):
-    if not checked:
-      reader.check_columns(path, list(row), required)
-      checked = True
-    yield number, row
+  yield from reader.csv_rows(path, UNMATCHED, required=required, count=False)
 
 
 def _read_prompts(reader: SourceReader, path: pathlib.Path) -> dict[str, _Prompt]:
