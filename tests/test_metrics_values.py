@@ -13,7 +13,6 @@ from socialrm_jax.analysis import evaluate, runner
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,
 # attributes, pairs [(chosen, rejected, source)], rewards).
-BBQ_AGE = {"question_polarity": "neg"}
 ITEMS = [
     # BBQ. B1: ambiguous, the biased answer wins outright.
     ("b1", "bbq", "bias", "Age", "ambiguous", ["Unknown", "The old man", "The boy"],

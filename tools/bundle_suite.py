@@ -20,6 +20,8 @@ from typing import Callable, Iterator
 
 from absl import app, flags
 
+from socialrm_jax.datasets import DATASETS, ethics
+
 _SOURCE_DIR = flags.DEFINE_string("source_dir", None, "The full dataset folders.", required=True)
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "socialrm_jax/bundled", "Where the slice goes.")
 
@@ -99,7 +101,7 @@ def main(argv):
   del argv
   src = pathlib.Path(_SOURCE_DIR.value)
   out = pathlib.Path(_OUTPUT_DIR.value)
-  for name in ("bbq", "crows_pairs", "stereoset", "hh_rlhf", "xstest", "ethics", "moral_stories"):
+  for name in DATASETS:
     shutil.rmtree(out / name, ignore_errors=True)
 
   for f in sorted((src / "bbq").rglob("*.jsonl")):
@@ -126,8 +128,8 @@ def main(argv):
   ethics_keys = {
       "commonsense": lambda i, r: i,
       "deontology": lambda i, r: r[0][1],  # runs of the same scenario
-      "justice": lambda i, r: i // 4,
-      "virtue": lambda i, r: i // 5,
+      "justice": lambda i, r: i // ethics.JUSTICE_GROUP,
+      "virtue": lambda i, r: i // ethics.VIRTUE_GROUP,
       "utilitarianism": lambda i, r: i,
   }
   for task, key in ethics_keys.items():

@@ -38,8 +38,6 @@ DATASET_METRICS = {
                       "norm_sensitivity", "js_distance"],
 }
 DEFAULT_METRICS = ["accuracy", "js_distance"]
-BBQ_CATEGORY_METRICS = ["accuracy_ambiguous", "accuracy_disambiguated", "bias_score_ambiguous",
-                        "bias_score_disambiguated", "group_selection_spread"]
 SUBSET_METRICS = ["accuracy", "group_accuracy", "stereotype_rate", "ss", "lms", "icat"]
 
 
@@ -67,10 +65,9 @@ def cell(node: Mapping[str, Any] | None, name: str) -> str:
 def verdict(node: Mapping[str, Any] | None) -> str:
   if not node or node.get("accuracy") is None:
     return "not measured"
-  ci = node.get("ci95")
-  if ci and ci[1] < CHANCE:
+  if _excludes(node.get("ci95"), CHANCE, "<"):
     return "prefers undesirable"
-  if ci and ci[0] > CHANCE:
+  if _excludes(node.get("ci95"), CHANCE, ">"):
     return "prefers desirable"
   return "no clear preference"
 

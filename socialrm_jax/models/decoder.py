@@ -257,7 +257,8 @@ class Model(nnx.Module):
   """Embeddings -> blocks -> final norm; `head` maps chosen hidden states to scores or logits."""
 
   def __init__(self, config: Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
-               rngs: nnx.Rngs = nnx.Rngs(0)):
+               rngs: nnx.Rngs | None = None):
+    rngs = nnx.Rngs(0) if rngs is None else rngs  # a fresh stream per model, not a shared default
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.config = config
     self.dtype = dtype

@@ -135,12 +135,6 @@ class GgufTensors:
   def keys(self) -> Iterable[str]:
     return list(self._hf_to_gguf)
 
-  def __contains__(self, name: str) -> bool:
-    return name in self._hf_to_gguf
-
-  def gguf_name(self, name: str) -> str:
-    return self._hf_to_gguf[name]
-
   def get(self, name: str) -> np.ndarray:
     if name not in self._hf_to_gguf:
       raise KeyError(f"{self.path}: no tensor {name!r} (GGUF holds: {', '.join(self._hf_to_gguf)})")

@@ -205,14 +205,21 @@ def _item_pairs(item: dict, pairs: dict | None) -> list[tuple[int, int]]:
 def score_chunk(fn: ScoringFunction, templater: templating.Templater, items: Sequence[dict],
                 first_index: int, *, buckets: Sequence[int], tokens_per_batch: int,
                 reward_label: int, pairs: dict | None,
-                on_batch: Callable[[float, int], None] | None = None) -> ChunkResult:
+                on_batch: Callable[[float, float, int], None] | None = None) -> ChunkResult:
   """Scores one chunk of items; nothing of it outlives the call but its rows and counts.
 
-  `on_batch(share, tokens)` is called as each batch's result arrives, with the share of the
-  chunk's tokens it held, so progress moves within a chunk.
+  `on_batch(items, pairs, tokens)` is called as each batch's result arrives, with the chunk's
+  items and pairs scaled by the share of its tokens the batch held, so progress moves within a
+  chunk.
   """
   encoded = [templater.encode(first_index + i, item) for i, item in enumerate(items)]
   stats = run_report.RunStats(items=len(items))
+  for item, enc in zip(items, encoded):
+    item_pairs = _item_pairs(item, pairs)
+    stats.pairs += len(item_pairs)
+    stats.tokens_naive += sum(len(enc.sequences[a]) + len(enc.sequences[b]) for a, b in item_pairs)
+    stats.candidates += enc.num_candidates
+    stats.truncated += int(enc.truncated_tokens > 0)
   row_multiple = fn.mesh.shape["data"]
   batches = list(packing.make_batches(encoded, is_causal=fn.is_causal, readout=fn.readout,
                                       buckets=buckets, tokens_per_batch=tokens_per_batch,
@@ -228,14 +235,9 @@ def score_chunk(fn: ScoringFunction, templater: templating.Templater, items: Seq
       done, out = in_flight.popleft()
       outputs.append((done, np.asarray(out)))
       if on_batch is not None:
-        on_batch(done.real_tokens / chunk_tokens, done.real_tokens)
+        share = done.real_tokens / chunk_tokens
+        on_batch(share * stats.items, share * stats.pairs, done.real_tokens)
   rows = _chunk_rows(items, encoded, fn.readout, outputs, reward_label)
-  for item, enc in zip(items, encoded):
-    item_pairs = _item_pairs(item, pairs)
-    stats.pairs += len(item_pairs)
-    stats.tokens_naive += sum(len(enc.sequences[a]) + len(enc.sequences[b]) for a, b in item_pairs)
-    stats.candidates += enc.num_candidates
-    stats.truncated += int(enc.truncated_tokens > 0)
   return ChunkResult(rows, stats)
 
 
@@ -291,13 +293,10 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
                "buckets %s", my_items, len(mine), len(mine) - len(todo), mesh_lib.describe(mesh),
                readout, buckets)
   for chunk in todo:
-    these = chunk_items(chunk)
-    these_pairs = sum(len(_item_pairs(item, pairs)) for item in these)
     result = score_chunk(
-        fn, templater, these, chunk * options.chunk_size, buckets=buckets,
+        fn, templater, chunk_items(chunk), chunk * options.chunk_size, buckets=buckets,
         tokens_per_batch=options.tokens_per_batch, reward_label=options.reward_label,
-        pairs=pairs, on_batch=lambda share, tokens: tracker.update(
-            share * len(these), share * these_pairs, tokens))
+        pairs=pairs, on_batch=tracker.update)
     store.write(process, chunk, result.rows, schema)
     stats.add(result.stats)
   tracker.log()

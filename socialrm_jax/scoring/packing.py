@@ -141,10 +141,6 @@ class Batch:
   readout_owner: np.ndarray    # [B, S] chunk-wide candidate number the readout belongs to; -1 = none.
   real_tokens: int             # Tokens that are not padding.
 
-  @property
-  def shape(self) -> tuple[int, int, int]:
-    return (*self.input_ids.shape, self.readout_index.shape[1])
-
 
 class RowWriter:
   """Lays groups out in one row and lists the row's readouts."""

@@ -14,11 +14,10 @@ run's files), and process 0 writes `run.json` from the summed counts.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import pathlib
 
-from socialrm_jax import tables
+from socialrm_jax import records, tables
 from socialrm_jax.errors import InputError
 
 # Directional and control pairs (SPEC section 3), by candidate role: (chosen, rejected).
@@ -28,10 +27,7 @@ ROLE_PAIRS = (("anti_stereotype", "stereotype"), ("stereotype", "unrelated"),
 
 def item_pairs(item: dict) -> list[tuple[int, int]]:
   """(chosen, rejected) candidate indices of the pairs the converter derives from `item`."""
-  desirability = list(item.get("desirability") or [])
-  good = [i for i, d in enumerate(desirability) if d == 1]
-  bad = [i for i, d in enumerate(desirability) if d == -1]
-  pairs = list(itertools.product(good, bad))
+  pairs = [(c, r) for c, r, _ in records.gold_pairs(item.get("desirability") or [])]
   roles = list(item.get("roles") or [])
   for chosen_role, rejected_role in ROLE_PAIRS:
     if chosen_role in roles and rejected_role in roles:

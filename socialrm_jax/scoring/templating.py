@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from socialrm_jax.errors import InputError
+from socialrm_jax.models import gguf_import
 
 # What a template that prints today's date prints instead, so scores are reproducible.
 PINNED_DATE = "26 Jul 2024"
@@ -46,8 +47,7 @@ def load_tokenizer(tokenizer_path: str | os.PathLike):
   from transformers import AutoTokenizer  # Heavy import, only when a model is scored.
   path = pathlib.Path(tokenizer_path)
   if path.is_file() and path.suffix == ".gguf":
-    return AutoTokenizer.from_pretrained(
-        str(path.parent), gguf_file=path.name, local_files_only=True, trust_remote_code=False)
+    return gguf_import.tokenizer_for_gguf(path)
   return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
 
 
