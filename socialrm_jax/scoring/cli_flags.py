@@ -55,6 +55,12 @@ _COMPILATION_CACHE = flags.DEFINE_string(
     "Persistent XLA compilation cache folder; 'default' = ~/.cache/socialrm_jax/xla (or under "
     "$XDG_CACHE_HOME); empty = off.")
 
+_CHECK_INVARIANCE = flags.DEFINE_integer(
+    "check_invariance", _DEFAULTS.check_invariance,
+    "After scoring, re-score this many of the items (a fixed sample) in other batch "
+    "compositions and row lengths, and record the largest reward difference in run.json "
+    "(`invariance`); 0 = off.")
+
 
 def options() -> engine.ScoringOptions:
   """The parsed flags as scoring options."""
@@ -64,4 +70,4 @@ def options() -> engine.ScoringOptions:
       tokens_per_batch=_TOKENS_PER_BATCH.value, chunk_size=_CHUNK_SIZE.value,
       objective=_OBJECTIVE.value, objective_weights=tuple(_OBJECTIVE_WEIGHTS.value),
       dtype=_DTYPE.value, mesh=_MESH.value, attention=_ATTENTION.value,
-      compilation_cache=_COMPILATION_CACHE.value)
+      compilation_cache=_COMPILATION_CACHE.value, check_invariance=_CHECK_INVARIANCE.value)

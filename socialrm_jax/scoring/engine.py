@@ -32,7 +32,8 @@ from socialrm_jax import default_model, records, tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import packing, progress, proxies, run_report, shards, step as step_lib
+from socialrm_jax.scoring import packing, progress, proxies, run_manifest, run_report, shards
+from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.scoring import templating
 
 PROXIES = proxies.PROXIES
@@ -64,12 +65,16 @@ class ScoringOptions:
   mesh: str | None = None           # e.g. "data:4,model:2"; None: every device on `data`.
   attention: str = "auto"           # "auto" | "xla" | "cudnn" | "splash"
   compilation_cache: str = DEFAULT_CACHE  # A folder; "default": the user's cache; "": off.
+  check_invariance: int = 0         # Items re-scored in other batch compositions (invariance.py).
 
   def validate(self) -> None:
     """Refuses settings no run can use, naming the option."""
     for name in ("max_length", "tokens_per_batch", "chunk_size", "smallest_bucket"):
       if getattr(self, name) <= 0:
         raise InputError(f"--{name} must be positive, got {getattr(self, name)}")
+    if self.check_invariance < 0:
+      raise InputError(f"--check_invariance must be >= 0 (items to re-score; 0: off), got "
+                       f"{self.check_invariance}")
     self.objective_spec().validate()
     if self.truncation not in templating.TRUNCATION_MODES:
       raise InputError(f"--truncation must be one of {', '.join(templating.TRUNCATION_MODES)}, "
@@ -358,6 +363,10 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       settings={**proxy.settings(), "max_length": options.max_length,
                 "truncation": options.truncation, "dtype": dtype},
       chunk_size=options.chunk_size, writer=process if group.is_writer else None)
+  manifest = run_manifest.build(
+      store.identity, items_path=items_path, templater=scorer.templater,
+      example_item=items[0] if items else None, dtype=dtype, mesh=mesh,
+      attention=getattr(model, "attention", "xla"), options=options)
   mine = shards.process_chunks(len(items), options.chunk_size, process, process_count)
   done = store.done_chunks()
   todo = [c for c in mine if c not in done]
@@ -403,9 +412,16 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
              "buckets": list(batcher.buckets), "tokens_per_batch": options.tokens_per_batch,
              "max_length": options.max_length, "chunk_size": options.chunk_size,
              "dtype": dtype, **{k: v for k, v in proxy.settings().items() if k != "proxy"},
-             **summary})
+             **summary, "manifest": manifest})
+  # After the run's counts are taken: the check's compilations and seconds are its own.
+  checked = None
+  if options.check_invariance:
+    from socialrm_jax.scoring import invariance  # It builds on this module (Scorer, Chunk).
+    checked = invariance.check(scorer, items, output_dir, options, chunks=mine, dtype=dtype,
+                               compare=group.is_writer)
   return run_report.write(output_dir, process, process_count, run, stats,
-                          is_writer=group.is_writer, nothing_done=not todo)
+                          is_writer=group.is_writer, nothing_done=not todo,
+                          amend={"invariance": checked} if checked else None)
 
 
 def load_models(model_path: str, options: ScoringOptions, mesh):

@@ -5,6 +5,8 @@
 what a scorer computes that runs every preference pair's chosen and rejected as two separate full
 sequences (pairs from the pairs table beside the items when there is one, else the pairs each
 item's labels and roles imply, `records.item_pairs`). `pairs_per_second` counts those pairs.
+`manifest` says what the scores came from (run_manifest.py), `invariance` what
+`--check_invariance` found (invariance.py).
 
 Every process writes `run-<process>.json`; with one process that is also `run.json`; with several,
 all processes meet at a barrier once their files are written (so a rerun never merges an earlier
@@ -85,23 +87,27 @@ def report(stats: RunStats, *, wall_seconds: float, compilations: int, devices: 
 
 
 def write(folder, process: int, process_count: int, run: dict, stats: RunStats, *,
-          is_writer: bool = True, nothing_done: bool = False) -> dict:
+          is_writer: bool = True, nothing_done: bool = False, amend: dict | None = None) -> dict:
   """Writes the run file of data-parallel group `process` (of `process_count`); with several
   groups, waits at a barrier for the others' (every JAX process joins it, writer or not) and
   lets group 0 write `run.json` over all of them. Returns the group's run as recorded.
 
   `nothing_done`: every chunk of the group was already scored. Its earlier run file then stays as
-  it is, so rerunning a complete folder changes nothing, `run.json` included.
+  it is, so rerunning a complete folder changes nothing, `run.json` included, except for `amend`:
+  fields set in the run file either way (an invariance check of a complete folder).
   """
   folder = pathlib.Path(folder)
   own = folder / f"run-{process:05d}.json"
   keep = nothing_done and own.exists()
   if keep:
-    run = {k: v for k, v in json.loads(own.read_text()).items() if k != "counts"}
-  elif is_writer:
+    run = json.loads(own.read_text())
+    stats = RunStats(**run.pop("counts"))
+  changed = not keep or bool(amend)
+  run = {**run, **(amend or {})}
+  if is_writer and changed:
     tables.atomic_write_json(own, {**run, "counts": dataclasses.asdict(stats)})
   if process_count == 1:
-    if is_writer and not (keep and (folder / "run.json").exists()):
+    if is_writer and (changed or not (folder / "run.json").exists()):
       tables.atomic_write_json(folder / "run.json", run)
     return run
   from jax.experimental import multihost_utils  # Only multi-process runs need it.
@@ -121,7 +127,20 @@ def merge(folder: pathlib.Path, process_count: int, own: dict) -> dict:
                                                                compilations=0, devices=0, mesh="",
                                                                model="", proxy="",
                                                                process_count=0)}
+  checks = [r["invariance"] for r in runs if r.get("invariance")]
+  if checks:
+    fixed["invariance"] = merge_invariance(checks)
   return report(total, wall_seconds=max(r["wall_seconds"] for r in runs),
                 compilations=sum(r["compilations"] for r in runs),
                 devices=sum(r["devices"] for r in runs), mesh=own["mesh"], model=own["model"],
                 proxy=own["proxy"], process_count=process_count, extra=fixed)
+
+
+def merge_invariance(checks: list[dict]) -> dict:
+  """The data groups' invariance checks (invariance.py) as one: items and compilations summed,
+  the largest difference and where it was, the slowest group's seconds."""
+  compared = [c for c in checks if c.get("max_abs_diff") is not None]
+  worst = max(compared, key=lambda c: c["max_abs_diff"]) if compared else checks[0]
+  return {**worst, "items": sum(c["items"] for c in checks),
+          "compilations": sum(c["compilations"] for c in checks),
+          "seconds": max(c["seconds"] for c in checks), "groups": len(checks)}

@@ -1,0 +1,255 @@
+"""run.json's `manifest`: what a scoring run's numbers can be traced back to.
+
+- `model`: the checkpoint's path and the hash of its files (every file's name, size and bytes,
+  sampled above 1 GiB: `shards.model_identity`, the same hash the output folder's manifest.json
+  holds), and its files' names and sizes. The weights are among those files; they are not hashed a
+  second time.
+- `items`: where they came from, how many, and the hash of their ids, prompts and candidates
+  (`shards.items_identity`, as in manifest.json).
+- `tokenizer`: a hash of the tokenizer as loaded (tokenizer.json's contents and the special tokens
+  the chat template sees), and `chat_template`: the template's hash (null: the plain format).
+- `example`: the first item's prompt with its first candidate, rendered and tokenized as it is
+  scored, and its BOS/EOS counts: as scored (the rendered text tokenized with
+  `add_special_tokens=False`, templating.py) and as the tokenizer's post-processor would make it
+  (`add_special_tokens=True`, what a transformers tokenizer call does by default).
+- `warnings`: a doubled BOS. Either the scored sequence itself starts with two BOS (the template
+  writes it twice), or the template writes BOS and the post-processor adds another: this run does
+  not tokenize that way, but a tool that does (RewardBench before allenai/reward-bench#164) scores
+  the model on a sequence it never saw in training, so its numbers differ from these.
+- the run's dtype, mesh (as resolved: axes, devices and their kind), attention implementation, the
+  settings that change a score (as in manifest.json), every scoring option, package versions and
+  the command line.
+
+`report_section` turns the run.json beside each scores set into report.md's "Run manifest"
+section, with the invariance check's result (invariance.py) where the run made one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import sys
+from typing import Any, Mapping, Sequence
+
+from absl import logging
+
+from socialrm_jax.analysis import report
+from socialrm_jax.scoring import templating
+
+# Whose versions decide the numbers: the compiler and runtime, the model code, the tokenizer.
+PACKAGES = ("jax", "jaxlib", "flax", "numpy", "tokenizers", "socialrm_jax")
+# Hex digits of a hash shown in report.md (run.json keeps them whole).
+SHORT_HASH = 12
+RUN_FILE = "run.json"
+
+
+def package_versions() -> dict[str, str | None]:
+  """The installed version of each of `PACKAGES` (None: not installed)."""
+  versions: dict[str, str | None] = {"python": platform.python_version()}
+  for name in PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  return versions
+
+
+def _sha256(text: str) -> str:
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokenizer_identity(tokenizer) -> dict:
+  """A hash of what turns text into ids: the tokenizers model as loaded (its vocabulary, merges,
+  normalizer, pre- and post-processor, added tokens) and the named special tokens."""
+  backend = tokenizer.backend_tokenizer
+  special = json.dumps(tokenizer.special_tokens_map, sort_keys=True, ensure_ascii=False)
+  return {"source": tokenizer.source,
+          "sha256": _sha256(backend.to_str() + "\0" + special),
+          "vocab_size": backend.get_vocab_size(with_added_tokens=True),
+          "bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token}
+
+
+def chat_template_identity(tokenizer) -> dict:
+  template = tokenizer.chat_template
+  return {"sha256": _sha256(template) if template else None,
+          "format": "chat template" if template else "plain (no chat template)"}
+
+
+def special_token_counts(ids: Sequence[int], bos_id: int | None,
+                         eos_id: int | None) -> dict[str, int | None]:
+  """How many BOS and EOS ids a sequence holds, and how many BOS open it (None: the tokenizer has
+  no such token)."""
+  ids = [int(i) for i in ids]
+  leading = 0
+  while bos_id is not None and leading < len(ids) and ids[leading] == bos_id:
+    leading += 1
+  return {"bos": None if bos_id is None else ids.count(bos_id),
+          "eos": None if eos_id is None else ids.count(eos_id),
+          "leading_bos": None if bos_id is None else leading}
+
+
+def rendered_example(templater: templating.Templater, item: Mapping[str, Any]) -> dict:
+  """`item`'s prompt with its first candidate as the model is given it (untruncated): the text,
+  the token ids and their BOS/EOS counts, scored and with the post-processor's special tokens."""
+  tokenizer = templater.tokenizer
+  first = {**item, "candidates": list(item["candidates"])[:1]}
+  # Untruncated: the example shows the template and the special tokens, whatever --max_length.
+  whole = templating.Templater(tokenizer, is_causal=templater.is_causal, max_length=sys.maxsize)
+  ids = whole.encode(0, first).sequences[0]
+  bos_id, eos_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+  example = {"item_id": str(item["item_id"]), "candidate": 0}
+  if templater.is_causal:
+    text = templater.render(list(item["prompt"]) + [
+        {"role": "assistant", "content": first["candidates"][0]}], add_generation_prompt=False)
+    with_special = tokenizer(text, add_special_tokens=True)["input_ids"]
+    example.update(text=text, ids=[int(i) for i in ids],
+                   scored=special_token_counts(ids, bos_id, eos_id),
+                   with_special_tokens=special_token_counts(with_special, bos_id, eos_id))
+  else:  # Encoders are scored through the post-processor already ([CLS] q [SEP] a [SEP]).
+    example.update(text=tokenizer.decode(ids), ids=[int(i) for i in ids],
+                   scored=special_token_counts(ids, bos_id, eos_id), with_special_tokens=None)
+  return example
+
+
+def bos_warnings(example: Mapping[str, Any], bos_token: str | None) -> list[str]:
+  """A doubled BOS in the example, as scored or as a default tokenizer call makes it."""
+  scored = example["scored"]["leading_bos"] or 0
+  if scored >= 2:
+    return [f"doubled BOS: the scored sequences begin with {scored} BOS tokens ({bos_token!r}); "
+            "the chat template writes BOS more than once, and the model was not trained on "
+            "that. Fix the template or use another tokenizer."]
+  added = (example.get("with_special_tokens") or {}).get("leading_bos") or 0
+  if scored == 1 and added >= 2:
+    return [f"doubled BOS with special tokens: the chat template writes BOS ({bos_token!r}) and "
+            "the tokenizer's post-processor adds another, so tokenizing the rendered "
+            "conversation with special tokens (a transformers tokenizer call's default) gives "
+            f"{added} (allenai/reward-bench#164). This run tokenizes with "
+            "add_special_tokens=False and its scores see one BOS; a tool that does not differs."]
+  return []
+
+
+def mesh_facts(mesh) -> dict:
+  """The mesh as resolved: axis sizes, device count, platform and device kind."""
+  device = mesh.devices.flat[0]
+  return {"axes": {str(k): int(v) for k, v in mesh.shape.items()},
+          "devices": int(mesh.devices.size), "platform": device.platform,
+          "device_kind": getattr(device, "device_kind", None)}
+
+
+def _model_files(path: str) -> list[dict]:
+  """The model's files (names and sizes) the identity hash covers, weights among them."""
+  root = pathlib.Path(path)
+  files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+  return [{"name": p.name if p == root else str(p.relative_to(root)), "bytes": p.stat().st_size}
+          for p in files]
+
+
+def build(identity: Mapping[str, Any], *, items_path: str | os.PathLike | None,
+          templater: templating.Templater, example_item: Mapping[str, Any] | None, dtype: str,
+          mesh, attention: str, options) -> dict:
+  """The manifest of a run; `identity` is the output folder's (`shards.ShardStore.identity`:
+  model, items and score-changing settings, already hashed). Logs each warning."""
+  tokenizer = templater.tokenizer
+  example = rendered_example(templater, example_item) if example_item is not None else None
+  warnings = bos_warnings(example, tokenizer.bos_token) if example is not None else []
+  for warning in warnings:
+    logging.warning("%s: %s", identity["model"]["path"], warning)
+  return {
+      "model": {**identity["model"], "files": _model_files(identity["model"]["path"])},
+      "items": {"path": None if items_path is None else str(items_path), **identity["items"]},
+      "tokenizer": tokenizer_identity(tokenizer),
+      "chat_template": chat_template_identity(tokenizer),
+      "example": example,
+      "warnings": warnings,
+      "dtype": dtype,
+      "mesh": mesh_facts(mesh),
+      "attention": attention,
+      "settings": dict(identity["settings"]),
+      "options": dataclasses.asdict(options),
+      "versions": package_versions(),
+      "command_line": list(sys.argv),
+  }
+
+
+# report.md.
+def _short(digest: str | None) -> str:
+  return f"`{digest[:SHORT_HASH]}`" if digest else "–"
+
+
+def invariance_sentence(invariance: Mapping[str, Any] | None) -> str:
+  """What the run's `--check_invariance` found, in words."""
+  if not invariance:
+    return "not checked (`--check_invariance=N` re-scores N items in other batch compositions)"
+  if invariance.get("max_abs_diff") is None:
+    return f"{invariance.get('items', 0)} items re-scored, not compared"
+  text = (f"largest difference {invariance['max_abs_diff']:.2e} over {invariance['items']} items "
+          f"re-scored in {len(invariance['compositions'])} other batch compositions "
+          f"({', '.join(invariance['compositions'])})")
+  tolerance = invariance.get("tolerance")
+  if tolerance is not None:
+    within = invariance["max_abs_diff"] <= tolerance
+    text += f"; {'within' if within else 'OVER'} the {tolerance:g} bound of {invariance['dtype']}"
+  return text
+
+
+def report_lines(run_json: Mapping[str, Any], model_name: str) -> list[str]:
+  """One model's part of the "Run manifest" section: a table of what its scores came from."""
+  manifest = run_json.get("manifest")
+  if not manifest:
+    return [f"**{model_name}**: its run.json has no manifest (scored by an earlier version).", ""]
+  example = manifest.get("example") or {}
+  scored = example.get("scored") or {}
+  mesh = manifest["mesh"]
+  versions = manifest["versions"]
+  rows = [
+      ["model", f"{manifest['model']['path']} {_short(manifest['model']['sha256'])} "
+                f"({len(manifest['model']['files'])} files: weights, config, tokenizer)"],
+      ["items", f"{manifest['items']['count']} from {manifest['items']['path'] or '–'} "
+                f"{_short(manifest['items']['sha256'])}"],
+      ["tokenizer", _short(manifest["tokenizer"]["sha256"])],
+      ["chat template", f"{manifest['chat_template']['format']} "
+                        f"{_short(manifest['chat_template']['sha256'])}"],
+      ["BOS / EOS in an example", f"{report.fmt(scored.get('bos'))} / "
+                                  f"{report.fmt(scored.get('eos'))} (item "
+                                  f"{example.get('item_id', '–')}, candidate 0)"],
+      ["dtype, attention", f"{manifest['dtype']}, {manifest['attention']}"],
+      ["mesh", f"{', '.join(f'{k}:{v}' for k, v in mesh['axes'].items())} on {mesh['devices']} "
+               f"{mesh['device_kind'] or mesh['platform']}"],
+      ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v is not None)],
+      ["invariance", invariance_sentence(run_json.get("invariance"))],
+  ]
+  lines = [f"**{model_name}**", ""] + report.table(["", ""], rows) + [""]
+  lines += [f"- warning: {w}" for w in manifest.get("warnings", [])]
+  return lines + ([""] if manifest.get("warnings") else [])
+
+
+def read_run(scores_path: str | os.PathLike) -> dict | None:
+  """The run.json beside a scores set (a folder of shards, or a file in one); None if absent."""
+  path = pathlib.Path(scores_path)
+  run_file = (path if path.is_dir() else path.parent) / RUN_FILE
+  if not run_file.is_file():
+    return None
+  try:
+    return json.loads(run_file.read_text(encoding="utf-8"))
+  except json.JSONDecodeError:
+    return None
+
+
+def report_section(scores_paths: Mapping[str, str | os.PathLike]) -> list[str]:
+  """report.md's "Run manifest" section for {model name: its scores path} (empty if no scores
+  set has a run.json beside it)."""
+  runs = {name: run for name, path in scores_paths.items() if (run := read_run(path)) is not None}
+  if not runs:
+    return []
+  lines = ["## Run manifest", "",
+           "What each model's scores came from (run.json's `manifest` beside the scores; hashes "
+           f"shortened to {SHORT_HASH} hex digits, whole in run.json), and whether a reward "
+           "depends on the batch it was scored in.", ""]
+  for name, run in runs.items():
+    lines += report_lines(run, name)
+  return lines
