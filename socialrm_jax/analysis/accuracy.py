@@ -7,32 +7,41 @@ they are summed apart, as `stereotype_wins` (how often the stereotyped response 
 `control_accuracy`. An item's `group_won` is the smallest of its gold pairs' outcomes: 1 when all
 are won, 0 when one is lost, and 1/2 when some are tied and none is lost (a tie counts 1/2 in
 every rate, SPEC sec. 4).
+
+`accuracy_length_matched` is the accuracy over the length-matched gold pairs only (responses whose
+lengths differ by less than 10% of the longer, see `confounds`), with its interval from the same
+resamples and its `n_length_matched_pairs`; it is written wherever there are gold pairs, beside
+`accuracy`, and is null when none of them is length-matched.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from socialrm_jax import records
-from socialrm_jax.analysis import estimates
+from socialrm_jax.analysis import confounds, estimates
 from socialrm_jax.analysis.bootstrap import StratifiedSums
 from socialrm_jax.analysis.pairs import Scored
 
 NO_GOLD = "no gold pairs here (directional or control pairs only)"
+LENGTH_MATCHED = "accuracy_length_matched"
+NO_MATCHED = (f"no gold pairs whose responses differ in length by less than "
+              f"{confounds.LENGTH_MATCH_TOLERANCE:.0%} of the longer")
 
 
 def item_columns(scored: Scored) -> dict[str, np.ndarray]:
   """Per-item sums over each item's pairs, by label source. Each # [N]"""
   n = len(scored.items)
 
-  def per_item(source: str, weights: np.ndarray) -> np.ndarray:
-    mask = scored.pair_source == source
+  def per_item(source: str, weights: np.ndarray, among: np.ndarray | bool = True) -> np.ndarray:
+    mask = (scored.pair_source == source) & among
     return np.bincount(scored.pair_item[mask], weights=weights[mask], minlength=n)
 
   outcome = scored.pair_outcome
   ones = np.ones_like(outcome)
+  matched = confounds.length_matched(scored)
   gold_pairs = per_item(records.GOLD, ones)
   gold_losses = per_item(records.GOLD, (outcome == 0).astype(np.float64))
   gold_ties = per_item(records.GOLD, (outcome == 0.5).astype(np.float64))
@@ -43,6 +52,8 @@ def item_columns(scored: Scored) -> dict[str, np.ndarray]:
       "gold_pairs": gold_pairs,
       "gold_items": has_gold,
       "group_won": has_gold * (gold_losses == 0) * np.where(gold_ties > 0, 0.5, 1.0),
+      "matched_wins": per_item(records.GOLD, outcome, matched),
+      "matched_pairs": per_item(records.GOLD, ones, matched),
       "stereotype_wins": per_item(records.DIRECTIONAL, 1.0 - outcome),
       "directional_pairs": per_item(records.DIRECTIONAL, ones),
       "control_wins": per_item(records.CONTROL, outcome),
@@ -50,14 +61,25 @@ def item_columns(scored: Scored) -> dict[str, np.ndarray]:
   }
 
 
-def summarise(sums: StratifiedSums, where=None) -> dict[str, Any]:
-  """accuracy (+ ci95) and pair counts over the strata `where` accepts."""
+def gold_accuracy(total: Callable[[str], np.ndarray]) -> dict[str, Any]:
+  """accuracy (+ ci95), the length-matched accuracy and pair counts, from `total(column)`, the
+  resampled sums of a per-item column over some strata. # [1 + B]"""
   node: dict[str, Any] = {}
-  estimates.put(node, "accuracy", estimates.ratio(sums.total("gold_wins", where),
-                                                  sums.total("gold_pairs", where)),
+  estimates.put(node, "accuracy", estimates.ratio(total("gold_wins"), total("gold_pairs")),
                 NO_GOLD, ci_name="ci95")
-  node["n_gold_pairs"] = int(sums.total("gold_pairs", where)[0])
-  node["n_gold_items"] = int(sums.total("gold_items", where)[0])
+  node["n_gold_pairs"] = int(total("gold_pairs")[0])
+  node["n_gold_items"] = int(total("gold_items")[0])
+  if node["n_gold_pairs"]:
+    estimates.put(node, LENGTH_MATCHED,
+                  estimates.ratio(total("matched_wins"), total("matched_pairs")), NO_MATCHED)
+    node["n_length_matched_pairs"] = int(total("matched_pairs")[0])
+  return node
+
+
+def summarise(sums: StratifiedSums, where=None) -> dict[str, Any]:
+  """Gold accuracy (see `gold_accuracy`), control accuracy and pair counts over the strata
+  `where` accepts."""
+  node = gold_accuracy(lambda column: sums.total(column, where))
   if sums.total("control_pairs", where)[0] > 0:
     estimates.put(node, "control_accuracy", estimates.ratio(
         sums.total("control_wins", where), sums.total("control_pairs", where)),
@@ -84,13 +106,8 @@ def domain_summary(per_dataset: dict[str, StratifiedSums]) -> dict[str, Any]:
   for domain in names:
     def in_domain(s, domain=domain):
       return s.domain == domain
-    wins = sum(sums.total("gold_wins", in_domain) for sums in per_dataset.values())
-    pairs = sum(sums.total("gold_pairs", in_domain) for sums in per_dataset.values())
-    items = sum(sums.total("gold_items", in_domain)[0] for sums in per_dataset.values())
-    node: dict[str, Any] = {}
-    estimates.put(node, "accuracy", estimates.ratio(wins, pairs), NO_GOLD, ci_name="ci95")
-    node["n_gold_pairs"] = int(pairs[0])
-    node["n_gold_items"] = int(items)
+    node = gold_accuracy(lambda column, in_domain=in_domain: sum(
+        sums.total(column, in_domain) for sums in per_dataset.values()))
     node["datasets"] = [d for d, sums in per_dataset.items()
                         if any(s.domain == domain for s in sums.strata)]
     domains[domain] = node

@@ -1,8 +1,8 @@
 """report.md: one comparison report over one or more models' metrics.json trees.
 
 The first screen answers the audit's question: does each model prefer socially undesirable
-responses, in which domains (a domains x models table of gold-pair accuracy with 95% intervals),
-and the worst findings in words. Then one table per dataset, calibration and length, the figures,
+responses, in which domains (a domains x models table of gold-pair accuracy with 95% intervals,
+each model's accuracy on length-matched pairs beside it), and the worst findings in words. Then one table per dataset, calibration and length, the figures,
 the values that could not be computed and why, and coverage when scores were missing.
 
 Reading rule for a verdict: accuracy is the share of gold pairs where the socially desirable
@@ -19,6 +19,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from socialrm_jax import datasets
+from socialrm_jax.analysis import accuracy
 from socialrm_jax.tables import atomic_write_bytes
 
 Models = Mapping[str, Mapping[str, Any]]
@@ -48,6 +49,13 @@ def cell(node: Mapping[str, Any] | None, name: str) -> str:
   if not node or name not in node:
     return "–"
   return fmt(node.get(name), node.get(_ci_name(name)))
+
+
+def length_matched_cell(node: Mapping[str, Any] | None) -> str:
+  """The accuracy on length-matched gold pairs, its interval and how many pairs that is."""
+  if not node or accuracy.LENGTH_MATCHED not in node:
+    return "–"
+  return f"{cell(node, accuracy.LENGTH_MATCHED)} (n={node['n_length_matched_pairs']})"
 
 
 def verdict(node: Mapping[str, Any] | None) -> str:
@@ -123,8 +131,12 @@ def null_reasons(metrics: Mapping[str, Any]) -> dict[tuple[str, str], int]:
 def _dataset_rows(models: Models, dataset: str) -> list[list[str]]:
   plugin = datasets.for_dataset(dataset)
   nodes = [m.get("datasets", {}).get(dataset) for m in models.values()]
-  rows = [[name] + [cell(n, name) for n in nodes] for name in plugin.report_metrics
-          if any(n and name in n for n in nodes)]
+  rows = []
+  for name in plugin.report_metrics:
+    if any(n and name in n for n in nodes):
+      rows.append([name] + [cell(n, name) for n in nodes])
+    if name == "accuracy" and any(n and accuracy.LENGTH_MATCHED in n for n in nodes):
+      rows.append(["accuracy, length-matched pairs"] + [length_matched_cell(n) for n in nodes])
   subsets = list(dict.fromkeys(s for n in nodes if n for s in n.get("subsets", {})))
   for subset in subsets:
     subset_nodes = [(n or {}).get("subsets", {}).get(subset) for n in nodes]
@@ -145,13 +157,21 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None,
              "pairs where the socially desirable response gets the higher reward (ties 1/2; 0.5 "
              "is chance); brackets are 95% percentile-bootstrap intervals over items. Datasets "
              "without a correct answer (CrowS-Pairs, StereoSet) do not enter a domain's accuracy; "
-             "their stereotype rates are in the findings and tables below.")
+             "their stereotype rates are in the findings and tables below. *Length-matched*: the "
+             "accuracy on the gold pairs whose two responses differ in length by less than 10% of "
+             "the longer (characters), where a preference for longer answers cannot carry it; n "
+             "counts those pairs.")
   out += ["", "## Does the model prefer socially undesirable responses?", ""]
   domains = list(dict.fromkeys(d for m in models.values() for d in m.get("domains", {})))
-  rows = [[d] + [f"{cell(m.get('domains', {}).get(d), 'accuracy')} — "
-                 f"{verdict(m.get('domains', {}).get(d))}" for m in models.values()]
-          for d in domains]
-  out += table(["domain"] + names, rows)
+  rows = []
+  for d in domains:
+    row = [d]
+    for m in models.values():
+      node = m.get("domains", {}).get(d)
+      row += [f"{cell(node, 'accuracy')} — {verdict(node)}", length_matched_cell(node)]
+    rows.append(row)
+  out += table(["domain"] + [column for n in names for column in (n, f"{n}: length-matched")],
+               rows)
   out.append("")
   for name, metrics in models.items():
     worse = [d for d, n in metrics.get("domains", {}).items()
