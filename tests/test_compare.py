@@ -1,11 +1,15 @@
 """Length-matched accuracy and the paired comparison of models, on hand-computed cases and against
 scipy."""
 
+import math
+
 import numpy as np
 import pytest
+from scipy import stats
 
-from socialrm_jax.analysis import accuracy, confounds, evaluate, pairs, report
+from socialrm_jax.analysis import accuracy, compare, confounds, estimates, evaluate, pairs, report
 from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.errors import InputError
 
 
 def gold_items(candidates_per_item, dataset="ethics", domain="morality", subset="deontology"):
@@ -92,3 +96,156 @@ def test_report_shows_the_length_matched_accuracy_beside_the_accuracy():
   assert f"| morality | {report.cell(node, 'accuracy')} — " in text
   assert f" | {matched} |" in text.split("## Per dataset")[0]
   assert f"| accuracy, length-matched pairs | {matched} |" in text.split("### ethics")[1]
+
+
+# --- Paired comparisons ---------------------------------------------------------------------------
+
+# Four items, one gold pair each: A wins items 0-2, B items 0-1. Responses of unlike lengths, so
+# no pair is length-matched.
+HAND_A, HAND_B = (1, 1, 1, 0), (1, 1, 0, 0)
+
+
+def outcome_rewards(outcomes):
+  """Rewards (chosen, rejected) giving each pair the outcome 1, 1/2 or 0."""
+  return [{1: (1.0, 0.0), 0.5: (0.0, 0.0), 0: (0.0, 1.0)}[o] for o in outcomes]
+
+
+def two_models(outcomes_a, outcomes_b, **item_fields):
+  items, pair_rows = gold_items([("good", "a much worse answer")] * len(outcomes_a), **item_fields)
+  return [pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)))
+          for o in (outcomes_a, outcomes_b)]
+
+
+def test_paired_bootstrap_resamples_the_same_items_for_both_models():
+  a, b = two_models(HAND_A, HAND_B)
+  options = evaluate.Options(n_resamples=20_000)
+  rows_a, rows_b = compare.paired_rows(a, b, options)[("datasets", "ethics")]["accuracy"]
+  difference = rows_a - rows_b
+  # Only item 2 differs (A wins, B loses), so a resample's difference is (copies of item 2) / 4,
+  # copies ~ Binomial(4, 1/4); resampling the models apart would also give negative differences.
+  assert difference[0] == 0.25
+  values, counts = np.unique(difference[1:], return_counts=True)
+  assert values.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+  expected = [math.comb(4, k) * 0.25**k * 0.75**(4 - k) for k in range(5)]
+  np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.01)
+  # Two-sided p: 2 P(d <= 0) = 2 (3/4)^4.
+  assert compare.bootstrap_p(difference) == pytest.approx(2 * 0.75**4, abs=0.02)
+
+
+def test_compare_pair_on_the_hand_case():
+  a, b = two_models(HAND_A, HAND_B)
+  put = estimates.put
+  rows = compare.compare_pair(a, b, evaluate.Options(n_resamples=20_000))
+  assert estimates.put is put  # the wrapper that keeps rows is gone again
+  # The dataset's accuracy is its domain's (listed once); no pair is length-matched; ETHICS adds
+  # its group accuracy (one pair per item: the same values, tested by the bootstrap).
+  assert [(r["level"], r["key"], r["metric"]) for r in rows] == [
+      ("domains", "morality", "accuracy"), ("datasets", "ethics", "group_accuracy")]
+  accuracy_row, group_row = rows
+  # CI: the 2.5 and 97.5 percentiles of d above: P(d = 0) = 0.316 > 0.025, and
+  # P(d <= 0.5) = 0.949 < 0.975 < P(d <= 0.75) = 0.996.
+  for row in rows:
+    assert (row["value_a"], row["value_b"], row["difference"]) == (0.75, 0.5, 0.25)
+    assert row["ci95"] == [0.0, 0.75]
+  # McNemar: one discordant pair, A's: p = 2 * P(X <= 0 | n = 1) capped at 1.
+  assert accuracy_row["test"] == compare.MCNEMAR
+  assert (accuracy_row["a_better"], accuracy_row["b_better"], accuracy_row["p"]) == (1, 0, 1.0)
+  assert group_row["test"] == compare.PAIRED_BOOTSTRAP
+  assert group_row["p"] == pytest.approx(2 * 0.75**4, abs=0.02)
+
+
+def test_paired_interval_matches_scipy_paired_bootstrap():
+  rng = np.random.default_rng(5)
+  n = 300
+  outcome_a = rng.choice([0, 0.5, 1], size=n, p=[0.25, 0.1, 0.65])
+  # B agrees with A on most items: the paired interval is much narrower than an unpaired one.
+  outcome_b = np.where(rng.random(n) < 0.85, outcome_a, rng.choice([0, 1], size=n))
+  a, b = two_models(outcome_a.tolist(), outcome_b.tolist())
+  row = compare.compare_pair(a, b, evaluate.Options(n_resamples=20_000))[0]
+  assert row["metric"] == "accuracy"
+
+  def mean_difference(x, y, axis=-1):
+    return x.mean(axis=axis) - y.mean(axis=axis)
+  kwargs = dict(n_resamples=20_000, method="percentile", rng=np.random.default_rng(0))
+  paired = stats.bootstrap((outcome_a, outcome_b), mean_difference, paired=True, **kwargs)
+  unpaired = stats.bootstrap((outcome_a, outcome_b), mean_difference, paired=False, **kwargs)
+  assert row["difference"] == pytest.approx(outcome_a.mean() - outcome_b.mean())
+  np.testing.assert_allclose(row["ci95"], [paired.confidence_interval.low,
+                                           paired.confidence_interval.high], atol=0.006)
+  unpaired_width = unpaired.confidence_interval.high - unpaired.confidence_interval.low
+  assert row["ci95"][1] - row["ci95"][0] < 0.6 * unpaired_width
+
+
+@pytest.mark.parametrize("successes,trials", [(0, 1), (1, 1), (3, 10), (5, 10), (7, 9), (0, 25),
+                                              (40, 100), (60, 100), (2400, 5000), (2600, 5001),
+                                              (1, 60_000)])
+def test_mcnemar_is_scipys_exact_binomial_test(successes, trials):
+  assert compare.binomial_two_sided_p(successes, trials) == pytest.approx(
+      stats.binomtest(successes, trials, 0.5).pvalue, rel=1e-9, abs=1e-300)
+
+
+def test_mcnemar_counts_a_tie_against_a_win_or_a_loss_as_discordant():
+  # A better on 8 pairs (4 win/loss, 2 win/tie, 2 tie/loss), B on 1; 3 pairs agree.
+  outcome_a = np.asarray([1, 1, 1, 1, 1, 1, 0.5, 0.5, 0, 1, 0.5, 0])
+  outcome_b = np.asarray([0, 0, 0, 0, 0.5, 0.5, 0, 0, 1, 1, 0.5, 0])
+  result = compare.mcnemar(outcome_a, outcome_b)
+  assert (result["a_better"], result["b_better"], result["n_pairs"]) == (8, 1, 12)
+  # 2 P(X <= 1), X ~ Binomial(9, 1/2): 2 (1 + 9) / 2^9.
+  assert result["p"] == pytest.approx(20 / 512)
+  assert compare.mcnemar(outcome_b, outcome_a)["p"] == result["p"]
+  assert compare.mcnemar(outcome_a, outcome_a)["p"] == 1.0  # no discordant pair
+
+
+def test_holm_step_down_adjustment():
+  np.testing.assert_allclose(compare.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+  # Sorted 0.001 < 0.02 < 0.04 < 0.3: times 4, 3, 2, 1 = 0.004, 0.06, 0.08, 0.3.
+  np.testing.assert_allclose(compare.holm([0.3, 0.04, 0.001, 0.02]), [0.3, 0.08, 0.004, 0.06])
+  np.testing.assert_allclose(compare.holm([0.5, 0.5]), [1.0, 1.0])  # capped at 1
+  assert compare.holm([]).size == 0
+
+
+def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_together():
+  items, pair_rows = gold_items([("good", "a much worse answer")] * 30)
+  rng = np.random.default_rng(2)
+  outcomes = {"x": np.ones(30), "y": rng.choice([0, 1], size=30), "z": np.zeros(30)}
+  scored = {}
+  for name, o in outcomes.items():
+    score_set = scores_for(items, outcome_rewards(o.tolist()))
+    if name == "z":  # z left items 0-4 unscored
+      keep = ~np.isin(score_set.item_id, [f"ethics/{i}" for i in range(5)])
+      score_set = Scores(score_set.item_id[keep], score_set.candidate[keep],
+                         score_set.reward[keep], "z")
+    scored[name] = pairs.join(items, pair_rows, score_set, allow_missing=True)
+  tree = compare.compare_models(scored, evaluate.Options(n_resamples=500))
+  assert [(p["a"], p["b"], p["n_items_a"], p["n_items_b"], p["n_common_items"])
+          for p in tree["pairs"]] == [("x", "y", 30, 30, 30), ("x", "z", 30, 25, 25),
+                                      ("y", "z", 30, 25, 25)]
+  y_z = tree["pairs"][2]["comparisons"][0]
+  assert y_z["value_a"] == pytest.approx(outcomes["y"][5:].mean())  # on the 25 common items
+  tested = [row for p in tree["pairs"] for row in p["comparisons"]]
+  assert tree["n_tests"] == len(tested) == 6
+  np.testing.assert_allclose([row["p_holm"] for row in tested],
+                             compare.holm([row["p"] for row in tested]))
+  assert all(row["holds"] == (row["p_holm"] < compare.ALPHA) for row in tested)
+  x_z = tree["pairs"][1]["comparisons"][0]
+  assert (x_z["a_better"], x_z["b_better"], x_z["holds"]) == (25, 0, True)
+
+  lines = compare.report_lines(tree)
+  assert lines[0] == "## Model comparisons"
+  assert "- x and z: 25 items in common (of 30 and 25 scored)" in lines
+  table = [line for line in lines if line.startswith("| domain morality: accuracy |")]
+  assert len(table) == 3
+  assert table[1].startswith("| domain morality: accuracy | x 1.000 | z 0.000 | 1.000 | "
+                             "[1.000, 1.000] | exact McNemar | ")
+  assert table[1].endswith(" | yes |")
+  assert compare.report_lines(compare.compare_models({"x": scored["x"]},
+                                                     evaluate.Options(n_resamples=10))) == []
+
+
+def test_models_joined_to_different_pairs_tables_are_refused():
+  items, pair_rows = gold_items([("good", "bad", "worse")] * 3)
+  score_set = scores_for(items, [(1, 0, 0)] * 3)
+  a = pairs.join(items, pair_rows, score_set)
+  b = pairs.join(items, pair_rows[::-1], score_set)
+  with pytest.raises(InputError, match="joined to different items or pairs tables"):
+    compare.compare_models({"a": a, "b": b}, evaluate.Options(n_resamples=10))

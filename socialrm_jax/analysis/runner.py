@@ -1,4 +1,5 @@
-"""Metrics for several scores sets at once: one metrics.json per model, one report.
+"""Metrics for several scores sets at once: one metrics.json per model, comparisons.json (each
+pair of models compared on the same items, see `compare`), one report.
 
 The library side of `python -m socialrm_jax.metrics`, used by the audit pipeline too.
 """
@@ -12,7 +13,7 @@ from typing import Sequence
 from absl import logging
 
 from socialrm_jax import tables
-from socialrm_jax.analysis import evaluate, objectives, plots, report, scores
+from socialrm_jax.analysis import compare, evaluate, objectives, pairs, plots, report, scores
 from socialrm_jax.errors import InputError
 
 
@@ -33,20 +34,30 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
                  options: evaluate.Options,
                  sections: Sequence[Sequence[str]] = ()) -> dict[str, dict]:
   """Everything the command does, importable: returns {name: metrics}. `sections`: further
-  report sections (markdown lines), e.g. the audit's value probes."""
+  report sections (markdown lines), e.g. the audit's value probes.
+
+  comparisons.json is written with any number of models (with one, it lists no pair), so a
+  folder never keeps the comparisons of an earlier run beside new metrics."""
   folder = pathlib.Path(items_path)
   items = tables.read_rows(items_path, "items")
   pair_rows = tables.read_rows(folder if folder.is_dir() else folder.parent, "pairs")
   models = {}
+  joined: dict[str, pairs.Scored] = {}  # kept for the paired comparisons
   for name, path in zip(model_names(score_paths, names), score_paths):
     start = time.perf_counter()
     score_set = scores.read_scores(path)
-    metrics = evaluate.compute_metrics(items, pair_rows, score_set, options)
+    joined[name] = pairs.join(items, pair_rows, score_set, options.allow_missing)
+    metrics = evaluate.metrics_from_scored(joined[name], options)
     metrics.update(objectives.per_objective(items, pair_rows, score_set, options))
     models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
     tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", models[name])
     logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
+  start = time.perf_counter()
+  comparisons = compare.compare_models(joined, options)
+  tables.atomic_write_json(pathlib.Path(output_dir) / "comparisons.json", comparisons)
+  logging.info("comparisons of %d pairs of models in %.1f s", len(comparisons["pairs"]),
+               time.perf_counter() - start)
   figures = plots.write_all(models, output_dir)
   report.write(models, pathlib.Path(output_dir) / "report.md", figures,
-               [objectives.report_lines(models), *sections])
+               [objectives.report_lines(models), compare.report_lines(comparisons), *sections])
   return models

@@ -1,0 +1,323 @@
+"""Paired comparison of reward models on the same items: differences, intervals and tests.
+
+Every pair of models (A, B, in the order given) is compared on the items both scored (the
+intersection of their joined items; `n_common_items` says how many, beside each model's own
+count), on every metric that metrics.json gives a 95% interval at the domain level
+(`domains.<domain>`) or the dataset level (`datasets.<dataset>`) and that has a value for both
+models there: gold-pair accuracy and its length-matched variant, control accuracy, and each
+dataset's own rates and scores (BBQ's accuracies and bias scores, stereotype rates, StereoSet's
+ss / lms / icat, XSTest's rates, ETHICS' group accuracy, Moral Stories' accuracies and norm
+sensitivity, and whatever a plug-in adds). Subsets, categories and labels are left out: they would
+multiply the comparisons, and with them the correction, many times over for values the per-model
+tables already show. A dataset's statistic that is its domain's, resample for resample (the
+domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
+
+- Difference: A - B, with a 95% interval from a paired percentile bootstrap over items. The two
+  models' per-item values are resampled together: one stratified resample of the common items,
+  with the strata, generator (seed, dataset) and number of resamples of the single-model
+  intervals, and each statistic computed on each model's sums over that same resample by the code
+  that computes metrics.json (the dataset plug-ins' summaries and `accuracy`). Because
+  `bootstrap` draws a resample over the distinct rows of the values it is given, here both
+  models' values at once, a model's resampled values are distributed as in its own intervals but
+  are not the same draws.
+- Test, gold-pair accuracies (`accuracy`, `accuracy_length_matched`): the exact McNemar test over
+  the gold pairs the accuracy counts. A pair is discordant when the two models' outcomes on it
+  differ, and counts for the model with the higher outcome; p is the two-sided binomial test of
+  A's share of the discordant pairs against 1/2, and 1 when there is no discordant pair. With
+  outcomes 0 and 1 only this is McNemar's test; a tie (1/2) against a win or a loss counts as
+  discordant too, which makes it the sign test of the pairs' outcome differences: a tie is half a
+  win in the accuracy, so a model that ties where the other wins is worse on that pair, and a
+  test that dropped such pairs could find nothing where every resample shows a difference.
+  McNemar takes the pairs as independent, which the pairs of one item
+  (BBQ's two, an ETHICS scenario's several) are not; the interval, over items, does not assume
+  it.
+- Test, every other metric: the paired bootstrap's two-sided p = min(1, 2 (1 + t) / (1 + B)),
+  t = min(#{d_r <= 0}, #{d_r >= 0}) over the B resamples where the difference d is defined: how
+  far into a tail of the resampled differences 0 lies (about the smallest level at which the
+  percentile interval would exclude 0), the data counted as one more resample so that finitely
+  many resamples never give p = 0.
+- Correction: Holm's step-down method over every comparison with a p-value (all pairs of models
+  and all metrics: the report's whole table); a difference holds when its adjusted p is below
+  `ALPHA`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from socialrm_jax import datasets, records
+from socialrm_jax.analysis import accuracy, bootstrap, confounds, estimates, evaluate, report
+from socialrm_jax.analysis.estimates import Missing
+from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.errors import InputError
+
+ALPHA = 0.05
+MCNEMAR, PAIRED_BOOTSTRAP = "exact McNemar", "paired bootstrap"
+DOMAINS, DATASETS = "domains", "datasets"
+# The gold-pair accuracies McNemar tests; the length-matched one counts only matched pairs.
+GOLD_PAIR_ACCURACIES = ("accuracy", accuracy.LENGTH_MATCHED)
+NO_RESAMPLES = "the difference is undefined in every resample"
+
+# (level, key) -> metric -> (A's rows, B's rows), each # [1 + B]
+PairedRows = dict[tuple[str, str], dict[str, tuple[np.ndarray, np.ndarray]]]
+
+
+def binomial_two_sided_p(successes: int, trials: int) -> float:
+  """The exact two-sided binomial test of `successes` in `trials` against 1/2 (as
+  `scipy.stats.binomtest`: the outcomes no more likely than the observed one, which for 1/2 are
+  the two tails beyond min(k, n - k)); 1 when there are no trials."""
+  if trials == 0:
+    return 1.0
+  low = min(successes, trials - successes)
+  i = np.arange(1, low + 1)
+  # log C(n, i) for i = 0..low, from C(n, i) = C(n, i - 1) (n - i + 1) / i: no overflow at any n.
+  log_choose = np.concatenate([[0.0], np.cumsum(np.log(trials - i + 1) - np.log(i))])
+  tail = math.exp(np.logaddexp.reduce(log_choose) - trials * math.log(2))
+  return min(1.0, 2 * tail)
+
+
+def mcnemar(outcome_a: np.ndarray, outcome_b: np.ndarray) -> dict[str, Any]:
+  """Exact McNemar test of two models' outcomes on the same pairs (see the module docstring).
+  outcome_a, outcome_b # [P] in {0, 1/2, 1}"""
+  a_better = int(np.count_nonzero(outcome_a > outcome_b))
+  b_better = int(np.count_nonzero(outcome_a < outcome_b))
+  return {"p": binomial_two_sided_p(a_better, a_better + b_better), "n_pairs": int(outcome_a.size),
+          "a_better": a_better, "b_better": b_better}
+
+
+def bootstrap_p(differences: np.ndarray) -> float | Missing:
+  """Two-sided p of a paired bootstrap (see the module docstring). differences # [1 + B]"""
+  resampled = differences[1:][np.isfinite(differences[1:])]
+  if not resampled.size:
+    return Missing(NO_RESAMPLES)
+  tail = min(np.count_nonzero(resampled <= 0), np.count_nonzero(resampled >= 0))
+  return min(1.0, 2 * (1 + tail) / (1 + resampled.size))
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+  """Holm's step-down adjusted p-values, in the order given: the i-th smallest of m is multiplied
+  by m - i + 1 (i from 1), then made non-decreasing in that order, and capped at 1. # [m]"""
+  p = np.asarray(p_values, dtype=np.float64)
+  order = np.argsort(p, kind="stable")
+  multiplier = p.size - np.arange(p.size)
+  adjusted = np.empty_like(p)
+  adjusted[order] = np.minimum(1.0, np.maximum.accumulate(multiplier * p[order]))
+  return adjusted
+
+
+def _restricted(scored: Scored, keep: np.ndarray) -> Scored:
+  """The items where `keep` [N] bool is set, with their pairs (renumbered)."""
+  new_index = np.cumsum(keep) - 1                                        # [N]
+  kept_pairs = keep[scored.pair_item]                                    # [P]
+  per_item = {name: getattr(scored, name)[keep] for name in (
+      "dataset", "domain", "subset", "context_condition", "roles", "desirability", "valid",
+      "rewards", "selection", "candidate_length")}
+  per_pair = {name: getattr(scored, name)[kept_pairs] for name in (
+      "pair_chosen", "pair_rejected", "pair_source", "pair_outcome")}
+  return Scored(items=[row for row, k in zip(scored.items, keep) if k], **per_item, **per_pair,
+                pair_item=new_index[scored.pair_item[kept_pairs]], coverage=scored.coverage)
+
+
+def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
+  """Both models' scored items restricted to the items both scored, in the items table's order."""
+  ids = [[row["item_id"] for row in s.items] for s in (a, b)]
+  shared = set(ids[0]).intersection(ids[1])
+  a, b = (_restricted(s, np.fromiter((i in shared for i in s_ids), bool, len(s_ids)))
+          for s, s_ids in zip((a, b), ids))
+  same = ([row["item_id"] for row in a.items] == [row["item_id"] for row in b.items]
+          and all(np.array_equal(getattr(a, f), getattr(b, f))
+                  for f in ("pair_item", "pair_chosen", "pair_rejected", "pair_source")))
+  if not same:
+    raise InputError("the two scores sets were joined to different items or pairs tables; "
+                     "compare models scored on one conversion")
+  return a, b
+
+
+@contextlib.contextmanager
+def _kept_rows() -> Iterator[list[tuple[dict, str, np.ndarray]]]:
+  """Within it, every `estimates.put` also keeps (node, name, rows): each statistic's value on the
+  data and on every resample, before they become a value and an interval.
+
+  Why: every metric with an interval, ours and each plug-in's, reaches metrics.json through
+  `estimates.put`, and a paired difference needs the rows themselves; wrapping the one function
+  they all pass through lets the comparison reuse every summary as it is. `estimates.put` is
+  restored on leaving."""
+  kept: list[tuple[dict, str, np.ndarray]] = []
+  put = estimates.put
+
+  def keeping_put(node, name, rows, reason, ci_name=None):
+    kept.append((node, name, np.asarray(rows, dtype=np.float64)))
+    put(node, name, rows, reason, ci_name)
+  estimates.put = keeping_put
+  try:
+    yield kept
+  finally:
+    estimates.put = put
+
+
+def _rows_of(kept: list[tuple[dict, str, np.ndarray]], node: dict) -> dict[str, np.ndarray]:
+  """The rows of the statistics put into `node` itself (not into the nodes below it)."""
+  return {name: rows for n, name, rows in kept if n is node}
+
+
+def _side(joint: bootstrap.StratifiedSums, side: str) -> bootstrap.StratifiedSums:
+  """One model's columns of sums resampled for both, under their own names."""
+  prefix = f"{side}/"
+  picked = [i for i, c in enumerate(joint.columns) if c.startswith(prefix)]
+  return bootstrap.StratifiedSums(joint.strata, tuple(joint.columns[i][len(prefix):]
+                                                      for i in picked), joint.table[:, :, picked])
+
+
+def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
+  """Each domain- and dataset-level statistic of both models over the same resamples.
+
+  `a` and `b` hold the same items and pairs (see `common_items`)."""
+  sides = {"a": a, "b": b}
+  generic = {side: accuracy.item_columns(s) for side, s in sides.items()}
+  sums: dict[str, dict[str, bootstrap.StratifiedSums]] = {"a": {}, "b": {}}
+  found: dict[tuple[str, str], dict[str, dict[str, np.ndarray]]] = {}
+  for name in dict.fromkeys(a.dataset):
+    index = np.flatnonzero(a.dataset == name)                            # [n]
+    plugin = datasets.for_dataset(name)
+    columns = {}
+    for side, scored in sides.items():
+      mine = {k: v[index] for k, v in generic[side].items()}
+      if plugin.item_columns is not None:
+        mine.update(plugin.item_columns(scored, index))
+      columns.update({f"{side}/{k}": v for k, v in mine.items()})
+    # The strata depend on the items only, so A's are B's. (evaluate's own, for the same strata.)
+    joint = bootstrap.stratified_sums(
+        columns, evaluate._strata(a, index, plugin.stratum_group),  # pylint: disable=protected-access
+        options.n_resamples, bootstrap.generator(options.seed, name))
+    for side, scored in sides.items():
+      sums[side][name] = _side(joint, side)
+      with _kept_rows() as kept:
+        node = accuracy.dataset_summary(sums[side][name])
+        own = (plugin.summary(evaluate.DatasetView(scored, index, sums[side][name], options))
+               if plugin.summary is not None else {})
+      found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
+                                                      **_rows_of(kept, own)}
+  for side in sides:
+    with _kept_rows() as kept:
+      domains = accuracy.domain_summary(sums[side])
+    for domain, node in domains.items():
+      found.setdefault((DOMAINS, domain), {})[side] = _rows_of(kept, node)
+  # Domains first, as the report's first screen orders them.
+  ordered = sorted(found, key=lambda level_key: level_key[0] != DOMAINS)
+  return {key: {metric: (found[key]["a"][metric], found[key]["b"][metric])
+                for metric in found[key]["a"] if metric in found[key]["b"]}
+          for key in ordered}
+
+
+def _pairs_counted(scored: Scored, level: str, key: str, metric: str) -> np.ndarray:
+  """The gold pairs a gold-pair accuracy counts at (level, key). # [P] bool"""
+  field = scored.domain if level == DOMAINS else scored.dataset
+  counted = (scored.pair_source == records.GOLD) & (field[scored.pair_item] == key)
+  if metric == accuracy.LENGTH_MATCHED:
+    counted &= confounds.length_matched(scored)
+  return counted
+
+
+def _repeats_a_domain(level: str, metric: str, rows: tuple[np.ndarray, np.ndarray],
+                      domain_rows: list[tuple[str, tuple[np.ndarray, np.ndarray]]]) -> bool:
+  """Whether a dataset's statistic is one of its domain's, row for row (the domain's only dataset
+  with gold pairs, as BBQ is bias's): the same comparison, listed and tested once."""
+  return level == DATASETS and any(
+      name == metric and all(np.array_equal(x, y, equal_nan=True) for x, y in zip(seen, rows))
+      for name, seen in domain_rows)
+
+
+def compare_pair(a: Scored, b: Scored, options: evaluate.Options) -> list[dict[str, Any]]:
+  """One row per metric both models have a value for, on their common items (unadjusted p)."""
+  out = []
+  domain_rows: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
+  for (level, key), metrics in paired_rows(a, b, options).items():
+    for metric, (rows_a, rows_b) in metrics.items():
+      if not (np.isfinite(rows_a[0]) and np.isfinite(rows_b[0])):
+        continue
+      if _repeats_a_domain(level, metric, (rows_a, rows_b), domain_rows):
+        continue
+      if level == DOMAINS:
+        domain_rows.append((metric, (rows_a, rows_b)))
+      difference, ci = estimates.interval(rows_a - rows_b, NO_RESAMPLES)
+      row = {"level": level, "key": key, "metric": metric, "value_a": float(rows_a[0]),
+             "value_b": float(rows_b[0]), "difference": difference, "ci95": ci}
+      if metric in GOLD_PAIR_ACCURACIES:
+        counted = _pairs_counted(a, level, key, metric)
+        row.update(test=MCNEMAR, **mcnemar(a.pair_outcome[counted], b.pair_outcome[counted]))
+      else:
+        row.update(test=PAIRED_BOOTSTRAP, p=bootstrap_p(rows_a - rows_b))
+      out.append(row)
+  return out
+
+
+def compare_models(scored: Mapping[str, Scored], options: evaluate.Options) -> dict[str, Any]:
+  """comparisons.json: every pair of models, every shared metric, Holm-adjusted over them all."""
+  pairs = []
+  for (name_a, a), (name_b, b) in itertools.combinations(scored.items(), 2):
+    common_a, common_b = common_items(a, b)
+    pairs.append({"a": name_a, "b": name_b, "n_items_a": len(a.items),
+                  "n_items_b": len(b.items), "n_common_items": len(common_a.items),
+                  "comparisons": compare_pair(common_a, common_b, options)})
+  tested = [row for pair in pairs for row in pair["comparisons"]
+            if not isinstance(row["p"], Missing)]
+  for row, adjusted in zip(tested, holm([row["p"] for row in tested])):
+    row["p_holm"] = float(adjusted)
+    row["holds"] = bool(adjusted < ALPHA)
+  tree = {"models": list(scored), "n_resamples": options.n_resamples, "seed": options.seed,
+          "alpha": ALPHA, "correction": "holm", "n_tests": len(tested), "pairs": pairs}
+  reasons: dict[str, str] = {}
+  tree = estimates.finalize(tree, reasons=reasons)
+  tree["null_reasons"] = reasons
+  return tree
+
+
+def _p_text(p: float | None) -> str:
+  if p is None:
+    return "null"
+  return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
+
+
+def _interval_text(ci: list[float] | None) -> str:
+  return "null" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def report_lines(comparisons: Mapping[str, Any]) -> list[str]:
+  """The report's "Model comparisons" section (none for a single model)."""
+  if not comparisons.get("pairs"):
+    return []
+  metrics = list(dict.fromkeys(row["metric"] for pair in comparisons["pairs"]
+                               for row in pair["comparisons"]))
+  out = ["## Model comparisons", "",
+         "Each pair of models on the items both scored, for every metric with a 95% interval at "
+         "the domain and dataset level that both have there (here: " +
+         ", ".join(f"`{m}`" for m in metrics) + "; subsets, categories and labels are left out, "
+         "and a dataset's accuracy that is its domain's is listed once). Difference = A − B, its "
+         "interval a paired percentile bootstrap over items: both models on the same resampled "
+         "items, with the strata, seed and resamples of the intervals above. Test: "
+         f"{MCNEMAR} over the gold pairs for gold-pair accuracies (a pair is discordant when "
+         "the models' outcomes on it differ, a tie against a win or a loss included), else the "
+         "paired bootstrap's two-sided p. p-values are corrected with Holm's step-down method "
+         f"over all {comparisons['n_tests']} comparisons below; a difference holds when the "
+         f"adjusted p is below {comparisons['alpha']}.", ""]
+  for pair in comparisons["pairs"]:
+    out.append(f"- {pair['a']} and {pair['b']}: {pair['n_common_items']} items in common (of "
+               f"{pair['n_items_a']} and {pair['n_items_b']} scored)")
+  out.append("")
+  rows = []
+  for pair in comparisons["pairs"]:
+    for row in pair["comparisons"]:
+      scope = f"domain {row['key']}" if row["level"] == DOMAINS else row["key"]
+      rows.append([f"{scope}: {row['metric']}", f"{pair['a']} {report.fmt(row['value_a'])}",
+                   f"{pair['b']} {report.fmt(row['value_b'])}", report.fmt(row["difference"]),
+                   _interval_text(row["ci95"]), row["test"], _p_text(row["p"]),
+                   _p_text(row.get("p_holm")),
+                   "–" if row["p"] is None else "yes" if row["holds"] else "no"])
+  out += report.table(["metric", "A", "B", "A − B", "95% CI", "test", "p", "Holm p", "holds"],
+                      rows)
+  return out + [""]
