@@ -4,6 +4,10 @@ Generic rules live here, not in the adapters (SPEC sec. 2): an item whose candid
 identical is dropped, a pair whose two texts are identical is dropped, and every drop is counted
 with its reason in the report, per dataset and subset.
 
+A source is converted once per prompt template chosen for its dataset (`templates.chosen`;
+`--templates=all` converts every one), all into the same tables: items of a non-default template
+get ids that name it (`records.templated_item_id`), and the report counts each template apart.
+
 Items flow from the adapters into a sink one at a time: `convert_all` collects them (what tests
 and small suites want), `convert_to` writes them in batches as they come, so a source of millions
 of rows never sits in memory whole. Outputs are written into a staged folder and moved into place
@@ -20,7 +24,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from socialrm_jax import datasets, records, tables
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
-from socialrm_jax.templates import default_template
+from socialrm_jax import templates as prompt_templates
 
 IDENTICAL_CANDIDATES = "identical_candidates"
 IDENTICAL_PAIR_TEXTS = "identical_pair_texts"
@@ -71,7 +75,8 @@ def convert_source(spec: datasets.SourceSpec, data_dir: str | pathlib.Path | Non
                    sink: Sink | None = None) -> Conversion:
   """Converts one source, a folder dataset under `data_dir` or a path source, into `sink` (by
   default the returned `Conversion`'s lists); the returned report counts what went in.
-  `path_options` go to a path source beside its spec's own (the command's `--columns`)."""
+  `path_options` go to a path source beside its spec's own (the command's `--columns`). `template`
+  names the prompt template (default: the dataset's default); items of another get templated ids."""
   if spec.path is None:
     if data_dir is None:
       raise InputError(f"dataset {spec.name!r} reads <data_dir>/{spec.name}/: give --data_dir")
@@ -84,14 +89,16 @@ def convert_source(spec: datasets.SourceSpec, data_dir: str | pathlib.Path | Non
     if not source.exists():
       raise InputError(f"no such file or folder (the {spec.plugin.name} source "
                        f"{spec.name!r})", source)
-  reader = SourceReader(spec.name, source, template or default_template(spec.plugin.name),
-                        on_error=on_error,
+  default = prompt_templates.default_template(spec.plugin.name)
+  reader = SourceReader(spec.name, source, template or default, on_error=on_error,
                         options={**(path_options or {}), **spec.options} if spec.path else {})
   subsets: dict[str, dict[str, Any]] = collections.defaultdict(_subset_report)
   conversion = Conversion([], [], {})
   sink = conversion if sink is None else sink
   seen_ids = set()
   for item in spec.plugin.convert(reader):
+    if reader.template.name != default:
+      item.item_id = records.templated_item_id(item.item_id, reader.template.name)
     counts = subsets[item.subset]
     if spec.plugin.check_ids:
       if item.item_id in seen_ids:
@@ -133,27 +140,34 @@ def convert_dataset(name: str, data_dir: str | pathlib.Path, *, on_error: str = 
   return convert_source(spec, data_dir, on_error=on_error, template=template)
 
 
+# What `--templates` / `config.templates` take: see `templates.parse_selection`.
+TemplateSpec = str | Sequence[str] | Mapping[str, str] | None
+
+
 def _convert_specs(data_dir: str | pathlib.Path | None, names: str | Sequence[str], sink: Sink, *,
-                   on_error: str, templates: dict[str, str] | None,
+                   on_error: str, templates: TemplateSpec,
                    path_options: Mapping[str, str] | None) -> dict[str, Any]:
-  """Converts every source `names` names into `sink`; returns the conversion report."""
+  """Converts every source `names` names, with each template chosen for it, into `sink`; returns
+  the conversion report. A source converted with several templates reports the sums over them
+  (rows are read once per template) and each template's own report under `templates`."""
   if data_dir is not None and not pathlib.Path(data_dir).is_dir():
     raise InputError("no such data folder", data_dir)
-  templates = templates or {}
-  unknown = set(templates) - set(datasets.registry())
-  if unknown:
-    raise InputError(f"templates given for unknown dataset(s) {sorted(unknown)}")
+  selection = prompt_templates.parse_selection(templates)
+  specs = datasets.parse_specs(names)
+  chosen = {spec.name: prompt_templates.chosen(spec.plugin, selection) for spec in specs}
   per_dataset = {}
-  for spec in datasets.parse_specs(names):
-    per_dataset[spec.name] = convert_source(spec, data_dir, on_error=on_error, sink=sink,
-                                            template=templates.get(spec.plugin.name),
-                                            path_options=path_options).report
+  for spec in specs:
+    reports = {template: convert_source(spec, data_dir, on_error=on_error, sink=sink,
+                                        template=template, path_options=path_options).report
+               for template in chosen[spec.name]}
+    per_dataset[spec.name] = (next(iter(reports.values())) if len(reports) == 1 else
+                              {**_sum(list(reports.values())), "templates": reports})
   return {"on_error": on_error, "totals": _sum(list(per_dataset.values())),
           "datasets": per_dataset}
 
 
 def convert_all(data_dir: str | pathlib.Path | None, names: str | Sequence[str], *,
-                on_error: str = "raise", templates: dict[str, str] | None = None,
+                on_error: str = "raise", templates: TemplateSpec = None,
                 path_options: Mapping[str, str] | None = None) -> Conversion:
   """Converts every source a dataset spec names (see `socialrm_jax.datasets`), in memory: folder
   datasets under `data_dir` (one folder each), path sources where their specs point."""
@@ -195,7 +209,7 @@ def _write_outputs(output_dir: str | pathlib.Path, fmt: str,
 
 def convert_to(output_dir: str | pathlib.Path, data_dir: str | pathlib.Path | None,
                names: str | Sequence[str], fmt: str = "parquet", *, on_error: str = "raise",
-               templates: dict[str, str] | None = None,
+               templates: TemplateSpec = None,
                path_options: Mapping[str, str] | None = None) -> dict[str, Any]:
   """`convert_all`, writing items and pairs in `fmt` as they come; returns the report."""
   return _write_outputs(output_dir, fmt, lambda sink: _convert_specs(

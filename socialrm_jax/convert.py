@@ -3,20 +3,20 @@
   python -m socialrm_jax.convert --data_dir=DIR --datasets=all --output_dir=OUT [--format=jsonl]
 
 `--datasets` takes the dataset spec `socialrm_jax.datasets` describes; it may be repeated.
+`--templates` the template selection `socialrm_jax.templates` describes (`--templates=all`: every
+prompt template of every dataset, into the same tables).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
-from socialrm_jax import conversion, tables
+from socialrm_jax import conversion, errors, tables
 from socialrm_jax.datasets import folder_names
 from socialrm_jax.datasets.reading import ON_ERROR
-from socialrm_jax.errors import InputError
 
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder with one sub-folder per dataset "
                                 "(needed when a folder dataset is named).")
@@ -30,8 +30,10 @@ _FORMAT = flags.DEFINE_enum("format", "parquet", tables.FORMATS,
                             "saved with datasets.Dataset.save_to_disk (pairs in TRL's columns).")
 _ON_ERROR = flags.DEFINE_enum("on_error", "raise", ON_ERROR,
                               "'raise' stops at the first malformed row; 'skip' counts it.")
-_TEMPLATES = flags.DEFINE_list("templates", [],
-                               "Non-default prompt templates, as dataset=template_name.")
+_TEMPLATES = flags.DEFINE_list(
+    "templates", [], "Prompt templates (default: each dataset's own default): 'all' for every "
+    "template of every dataset, or DATASET=all, or DATASET=T1+T2 (bbq=default+instructed); "
+    "several templates' items share the tables.")
 _COLUMNS = flags.DEFINE_string(
     "columns", "", "Path sources' columns by role, as ROLE=COLUMN,... (preference: prompt, "
     "chosen, rejected, subset, domain, label, id; 'prompt=' for none). Default: by name.")
@@ -39,16 +41,12 @@ _COLUMNS = flags.DEFINE_string(
 
 def main(argv):
   del argv
+  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
   start = time.perf_counter()
-  try:
-    templates = dict(t.split("=", 1) for t in _TEMPLATES.value)
-    report = conversion.convert_to(_OUTPUT_DIR.value, _DATA_DIR.value, _DATASETS.value,
-                                   _FORMAT.value, on_error=_ON_ERROR.value, templates=templates,
-                                   path_options={"columns": _COLUMNS.value})
-  except (InputError, KeyError) as e:
-    print(f"socialrm-convert: error: {e.args[0] if isinstance(e, KeyError) else e}",
-          file=sys.stderr)
-    sys.exit(2)
+  report = conversion.convert_to(_OUTPUT_DIR.value, _DATA_DIR.value, _DATASETS.value,
+                                 _FORMAT.value, on_error=_ON_ERROR.value,
+                                 templates=_TEMPLATES.value,
+                                 path_options={"columns": _COLUMNS.value})
   seconds = time.perf_counter() - start
   logging.info("converted in %.1f s", seconds)
   print(json.dumps({"output_dir": _OUTPUT_DIR.value, "seconds": round(seconds, 1),
@@ -56,7 +54,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  errors.run_command("socialrm-convert", main)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,10 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.columns = ""  # path sources' columns by role, as the converter's --columns
   config.format = "parquet"
   config.on_error = "raise"
-  config.templates = ml_collections.ConfigDict()  # dataset -> template name
+  # Prompt templates, as the converter's --templates (socialrm_jax.templates): "" for each
+  # dataset's default, "all" for every template of every dataset (metrics then use each dataset's
+  # default and the report adds the spread across templates), "bbq=all,xstest=xstest.framed".
+  config.templates = ""
   config.output_dir = output_dir
   config.score_datasets = []  # score only these datasets (default: every converted one)
   config.limit_items = 0  # score only the first N items (0 = all)
@@ -99,7 +102,7 @@ def run_audit(config) -> dict[str, Any]:
   start = time.perf_counter()
   totals = conversion.convert_to(
       items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
-      on_error=config.on_error, templates=dict(config.templates),
+      on_error=config.on_error, templates=config.get("templates", ""),
       path_options={"columns": config.get("columns", "")})["totals"]
   logging.info("converted %d items, %d pairs in %.1f s", totals["items"],
                sum(totals["pairs"].values()), time.perf_counter() - start)

@@ -61,6 +61,17 @@ def make_item_id(dataset: str, *parts: Any) -> str:
   return "/".join([dataset, *(str(p) for p in parts)])
 
 
+TEMPLATE_MARK = "@"
+
+
+def templated_item_id(item_id: str, template: str) -> str:
+  """The id of an item a non-default prompt template made: its default item's id and the
+  template's name (`bbq/Age/17@bbq.paraphrase`), so both can sit in one table while default items
+  keep the ids they always had. (An adapter's own ids are source names and numbers joined by
+  `/`; none ends in `@` and a template's name.)"""
+  return f"{item_id}{TEMPLATE_MARK}{template}"
+
+
 def user_prompt(text: str) -> list[dict[str, str]]:
   return [{"role": "user", "content": text}]
 

@@ -1,4 +1,4 @@
-"""Prompt templates: named, versioned data (SPEC sec. 3).
+"""Prompt templates: named, versioned data (SPEC sec. 3), and which of them a conversion uses.
 
 A template turns a source row into the user turn of an item's prompt. One template may have
 variants (StereoSet's two task types, each ETHICS task, Moral Stories with and without the norm);
@@ -6,13 +6,42 @@ the adapter picks the variant, and every item records the template's name. Chang
 text means a new name or a new version: never edit a released one in place, or old item files
 stop matching what the code would make.
 
-Each dataset plug-in declares its templates (`DatasetPlugin.templates`, `<dataset>.default` among
-them) beside its adapter; `get_template` finds one by name among every plug-in's.
+Each dataset plug-in declares its templates (`DatasetPlugin.templates`) beside its adapter, and
+every built-in dataset has at least two (`tests/test_templates.py` checks each registered
+plug-in): `<dataset>.default`, the prompt SPEC sec. 3 gives, and a paraphrase that asks the same
+thing in other words, so that a finding can be checked for surviving a change of wording. A fair
+paraphrase keeps the task, every source field and the candidates' fit as answers, and adds no
+instruction that favours one kind of candidate; each one's comment says what it reworded. Where
+the default prompt is the user's own text (HH-RLHF, XSTest, preference data) there is nothing to
+reword, and the second template frames that text with `REPLY_FRAMING` instead.
+
+Which templates a conversion uses (`--templates`, `config.templates`, `parse_selection`): by
+default each dataset's `<dataset>.default`; `all` converts every template of every dataset;
+`DATASET=all` every template of one dataset; `DATASET=T1+T2` the ones listed, by full name
+(`bbq.instructed`) or by the part after the dataset's name (`instructed`). Items of every chosen
+template go into the same tables; those of a non-default template carry its name in their id
+(`records.templated_item_id`), so default items keep their ids and the two never collide.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from socialrm_jax.errors import InputError
+
+if TYPE_CHECKING:
+  from socialrm_jax.datasets.plugin import DatasetPlugin
+
+DEFAULT = "default"  # the variant family of each dataset's SPEC template: `<dataset>.default`
+ALL = "all"
+SEPARATOR = "+"  # between the templates of one dataset: `bbq=default+instructed`
+
+# The framing sentence of the second template where the default prompt is the user's own text. It
+# says only what every chat turn already implies, that the user wants a reply; it asks for neither
+# compliance nor caution (a refusal is a reply too), so each candidate answers the framed text as
+# it answered the bare one.
+REPLY_FRAMING = "Please reply to the following message.\n\n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,4 +69,54 @@ def get_template(name: str) -> PromptTemplate:
 
 
 def default_template(dataset: str) -> str:
-  return f"{dataset}.default"
+  return f"{dataset}.{DEFAULT}"
+
+
+def is_default(name: str) -> bool:
+  return name.rsplit(".", 1)[-1] == DEFAULT
+
+
+Selection = Mapping[str, str]  # dataset (or ALL: every dataset not named) -> "all" | "T1+T2"
+
+
+def parse_selection(spec: str | Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+  """`--templates` as {dataset: choice}: a comma-separated string or a list of entries `all`,
+  `DATASET=all`, `DATASET=T1+T2`, or a mapping {DATASET: choice} (an audit config's old form).
+  Refuses malformed entries, a dataset named twice and unknown datasets, naming the entry."""
+  from socialrm_jax import datasets  # see get_template
+  if isinstance(spec, Mapping):
+    entries = [f"{dataset}={choice}" for dataset, choice in spec.items()]
+  else:
+    entries = [piece.strip() for value in ([spec] if isinstance(spec, str) else spec or [])
+               for piece in value.split(",")]
+  selection: dict[str, str] = {}
+  for entry in filter(None, entries):
+    dataset, sep, choice = (ALL, "=", ALL) if entry == ALL else entry.partition("=")
+    if not sep or not dataset or not choice:
+      raise InputError(f"--templates: {entry!r} is not '{ALL}', DATASET={ALL} or "
+                       f"DATASET=TEMPLATE[{SEPARATOR}TEMPLATE...]")
+    if dataset in selection:
+      raise InputError(f"--templates: {dataset!r} is given templates twice")
+    if dataset != ALL and dataset not in datasets.registry():
+      raise InputError(f"--templates: {entry!r} names no known dataset; known: "
+                       f"{', '.join(datasets.registry())}")
+    selection[dataset] = choice
+  return selection
+
+
+def chosen(plugin: DatasetPlugin, selection: Selection) -> list[str]:
+  """The names of the templates `selection` picks for `plugin`'s sources, in conversion order:
+  the default first under `all`, else as listed."""
+  choice = selection.get(plugin.name, selection.get(ALL))
+  if choice is None:
+    return [default_template(plugin.name)]
+  known = [t.name for t in plugin.templates]
+  if choice == ALL:
+    return sorted(known, key=lambda name: not is_default(name))
+  names = [name if name in known else f"{plugin.name}.{name}" for name in choice.split(SEPARATOR)]
+  unknown = [given for given, name in zip(choice.split(SEPARATOR), names) if name not in known]
+  if unknown or len(set(names)) != len(names):
+    problem = f"unknown template {unknown[0]!r}" if unknown else "a template is listed twice"
+    raise InputError(f"--templates: {plugin.name}={choice}: {problem}; {plugin.name} has "
+                     f"{', '.join(known)} (or {ALL})")
+  return names

@@ -4,7 +4,7 @@ Files are `<harmless|helpful>-<kind>/<split>.jsonl.gz` (or `.jsonl`); the folder
 (`harmless`: domain `safety`; `helpful`: domain `general`, the helpfulness control), the file stem
 the split. Each transcript is parsed into turns on "\\n\\nHuman: " and "\\n\\nAssistant: ". The
 prompt is every turn before the final assistant turn, as chat messages (Human -> user, Assistant
--> assistant; the template renders each user turn); the candidates are the two final assistant
+-> assistant; the template renders the final user turn); the candidates are the two final assistant
 turns, byte for byte: `chosen` (+1) and `rejected` (-1), one gold pair. Files in other folders
 (e.g. `red-team-attempts/`, a different format) are not read. Item id: folder/split/line number.
 
@@ -23,11 +23,16 @@ from socialrm_jax import records
 from socialrm_jax.datasets.plugin import DatasetPlugin
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate
 
-# The prompt is the transcript's turns before the final assistant turn; each human turn's text is
-# rendered through this template on its own.
-TEMPLATES = (PromptTemplate("hh_rlhf.default", 1, {"": "{transcript}"}),)
+# The prompt is the transcript's turns before the final assistant turn; the last of them, the human
+# turn the candidates answer, is rendered through the template, the earlier turns kept as they are.
+TEMPLATES = (
+    PromptTemplate("hh_rlhf.default", 1, {"": "{transcript}"}),
+    # The turn is the user's own text: the second template frames it (templates.REPLY_FRAMING),
+    # which asks for a reply but neither for compliance nor for caution.
+    PromptTemplate("hh_rlhf.framed", 1, {"": REPLY_FRAMING + "{transcript}"}),
+)
 
 DOMAINS = {"harmless": "safety", "helpful": "general"}
 SPEAKERS = {"Human": "user", "Assistant": "assistant"}
@@ -67,9 +72,10 @@ def _source_files(reader: SourceReader) -> list[pathlib.Path]:
 
 
 def _messages(reader: SourceReader, turns: list[Turn]) -> list[dict[str, str]]:
-  return [{"role": SPEAKERS[speaker],
-           "content": reader.template.render(transcript=text) if speaker == "Human" else text}
-          for speaker, text in turns]
+  """The prompt's messages; `turns` ends with the human turn the candidates answer."""
+  *earlier, (speaker, text) = turns
+  return ([{"role": SPEAKERS[s], "content": t} for s, t in earlier]
+          + [{"role": SPEAKERS[speaker], "content": reader.template.render(transcript=text)}])
 
 
 def convert(reader: SourceReader) -> Iterator[records.Item]:

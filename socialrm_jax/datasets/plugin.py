@@ -42,7 +42,8 @@ class DatasetPlugin:
   name: str
   # Reads one source into items (see `reading.SourceReader` for the accounting it offers).
   convert: Callable[[SourceReader], Iterator[Item]]
-  # Its prompt templates, `<name>.default` among them (`--templates` picks another).
+  # Its prompt templates, `<name>.default` first, then at least one documented paraphrase
+  # (`socialrm_jax.templates`; `--templates` picks others, or `all`).
   templates: tuple[PromptTemplate, ...] = ()
   source: str = FOLDER
   # Spec options a PATH source accepts besides `name` (e.g. `domain`).
@@ -62,6 +63,11 @@ class DatasetPlugin:
   # -- report (analysis.report, analysis.plots) --
   report_metrics: tuple[str, ...] = ("accuracy", "js_distance")
   report_subset_metrics: tuple[str, ...] = ("accuracy",)
+  # The value each of its metrics with an interval takes when the model has no preference (1/2 for
+  # a rate of pairs, 0 for a difference of rates): an interval that excludes it is a finding. The
+  # template spread (analysis.template_spread) checks that such findings hold under every prompt
+  # template; `accuracy` (1/2) is checked for every dataset without being listed.
+  null_values: Mapping[str, float] = dataclasses.field(default_factory=dict)
   # Markdown lines after its table: (model names, each model's `datasets.<name>` node or None).
   report_sections: Callable[[Sequence[str], Sequence[Mapping[str, Any] | None]],
                             list[str]] | None = None

@@ -49,10 +49,17 @@ from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
 from socialrm_jax.datasets.plugin import PATH, DatasetPlugin, Finding
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate
 
-# User turns pass through unchanged; the template is here so every item names one.
-TEMPLATES = (PromptTemplate("preference.default", 1, {"": "{text}"}),)
+# The template renders the prompt's final user turn, the one the responses answer; earlier turns
+# are kept as they are.
+TEMPLATES = (
+    # The user's text unchanged; the template is here so every item names one.
+    PromptTemplate("preference.default", 1, {"": "{text}"}),
+    # The second framing of the user's text (templates.REPLY_FRAMING), which asks for a reply but
+    # neither for compliance nor for caution.
+    PromptTemplate("preference.framed", 1, {"": REPLY_FRAMING + "{text}"}),
+)
 
 COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id")
 RESPONSES = (records.CHOSEN, records.REJECTED)
@@ -180,13 +187,13 @@ def _item(reader: SourceReader, table: hf_reading.Table, columns: Mapping[str, s
   if domain not in records.DOMAINS:
     raise BadRow(f"domain {domain!r:.40} is not one of {', '.join(records.DOMAINS)}")
   label = value("label")
+  *earlier, last = chosen_prompt  # `_split` checked that it ends with a user turn
   attributes = {"row": number, **({"label": str(label)} if label not in (None, "") else {}),
                 **({"id": value("id")} if columns["id"] is not None else {})}
   return records.Item(
       item_id=records.make_item_id(reader.name, *[p for p in (table.split,) if p], number),
       domain=domain, dataset=reader.name, subset=subset, split=table.split or WHOLE_FILE,
-      prompt=[{"role": m["role"], "content": reader.template.render(text=m["content"])
-               if m["role"] == "user" else m["content"]} for m in chosen_prompt],
+      prompt=[*earlier, {**last, "content": reader.template.render(text=last["content"])}],
       candidates=[chosen, rejected], roles=list(RESPONSES), desirability=[1, -1],
       context_condition=None, template=reader.template.name, attributes=attributes,
       pairs=records.gold_pairs([1, -1]))

@@ -19,16 +19,25 @@ import pathlib
 from typing import Any, Iterator
 
 from socialrm_jax import records
-from socialrm_jax.analysis import stereotypes
+from socialrm_jax.analysis import report, stereotypes
 from socialrm_jax.datasets.plugin import DatasetPlugin
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
 from socialrm_jax.templates import PromptTemplate
 
-TEMPLATES = (PromptTemplate("stereoset.default", 1, {
-    "intersentence": "{context}",
-    "intrasentence": "Fill in the blank: {context}",
-}),)
+TEMPLATES = (
+    PromptTemplate("stereoset.default", 1, {
+        "intersentence": "{context}",
+        "intrasentence": "Fill in the blank: {context}",
+    }),
+    # The paraphrase states each task in other words: the intersentence candidates are the
+    # sentence that follows the context (which the default leaves implicit), the intrasentence
+    # ones the context with its BLANK filled. The context is unchanged and no candidate is hinted.
+    PromptTemplate("stereoset.paraphrase", 1, {
+        "intersentence": "Write the sentence that comes next: {context}",
+        "intrasentence": "Complete this sentence by replacing BLANK: {context}",
+    }),
+)
 
 TYPES = ("intersentence", "intrasentence")
 LABELS = ("stereotype", "anti-stereotype", "unrelated")  # source names, in candidate order
@@ -116,4 +125,7 @@ PLUGIN = DatasetPlugin(
     name="stereoset", convert=convert, templates=TEMPLATES,
     stratum_group=stereotypes.target_term, summary=stereotypes.stereoset_scores,
     report_metrics=("ss", "lms", "icat", "control_accuracy", "js_distance"),
-    report_subset_metrics=("ss", "lms", "icat"), findings=stereotypes.stereoset_findings)
+    report_subset_metrics=("ss", "lms", "icat"), findings=stereotypes.stereoset_findings,
+    # ss: the stereotype's share of directional pairs; lms and control_accuracy: related
+    # sentences over unrelated ones.
+    null_values={"ss": report.CHANCE, "lms": report.CHANCE, "control_accuracy": report.CHANCE})

@@ -17,13 +17,18 @@ import pathlib
 from typing import Iterator
 
 from socialrm_jax import records
-from socialrm_jax.analysis import safety
+from socialrm_jax.analysis import report, safety
 from socialrm_jax.datasets.plugin import DatasetPlugin
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate
 
-TEMPLATES = (PromptTemplate("xstest.default", 1, {"": "{prompt}"}),)
+TEMPLATES = (
+    PromptTemplate("xstest.default", 1, {"": "{prompt}"}),
+    # The prompt is the user's own text: the second template frames it (templates.REPLY_FRAMING),
+    # which asks for a reply but neither for compliance nor for caution.
+    PromptTemplate("xstest.framed", 1, {"": REPLY_FRAMING + "{prompt}"}),
+)
 
 PROMPT_COLUMNS = ["id", "prompt", "type", "label", "focus", "note"]
 COMPLETION_COLUMNS = ["id", "prompt", "completion", "final_label"]
@@ -160,4 +165,4 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
 PLUGIN = DatasetPlugin(
     name="xstest", convert=convert, templates=TEMPLATES, summary=safety.summary,
     report_metrics=("accuracy", "over_refusal_rate", "unsafe_compliance_rate", "js_distance"),
-    findings=safety.findings)
+    null_values={rate: report.CHANCE for rate in safety.RATES}, findings=safety.findings)

@@ -1,0 +1,203 @@
+"""Prompt templates: every dataset has a default and a documented paraphrase, each renders the
+source row it is given and survives the items table, and `--templates=all` converts every one into
+one table without id collisions."""
+
+import csv
+import gzip
+import inspect
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from socialrm_jax import conversion, datasets, pipeline, records, tables, templates
+from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
+from socialrm_jax.errors import InputError
+
+BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax" / "bundled"
+
+
+def test_every_plugin_has_a_default_and_a_documented_paraphrase():
+  for name, plugin in datasets.registry().items():
+    names = [t.name for t in plugin.templates]
+    assert len(names) >= 2 and names[0] == templates.default_template(name), name
+    assert len(set(names)) == len(names) and all(n.startswith(f"{name}.") for n in names)
+    default = plugin.templates[0]
+    source = inspect.getsource(sys.modules[plugin.convert.__module__]).splitlines()
+    for template in plugin.templates[1:]:
+      # The adapter picks variants by the default's names: a paraphrase must have each of them.
+      assert set(template.variants) == set(default.variants), template.name
+      line = next(i for i, text in enumerate(source) if f'"{template.name}"' in text)
+      assert source[line - 1].strip().startswith("#"), f"{template.name} has no comment"
+
+
+# -- each template on a real bundled row, through the items table --------------------------------
+
+
+def _jsonl_first(path: pathlib.Path) -> dict:
+  opener = gzip.open if path.suffix == ".gz" else open
+  with opener(path, "rt", encoding="utf-8") as lines:
+    return json.loads(next(lines))
+
+
+def _csv_first(path: pathlib.Path) -> dict:
+  with open(path, newline="", encoding="utf-8") as fh:
+    return next(csv.DictReader(fh))
+
+
+def _expected_prompts() -> dict[str, list[tuple[str, str, dict, list]]]:
+  """dataset -> [(default item id, variant, source fields, earlier messages)], each read straight
+  from a bundled source file; the prompt is the earlier messages, then the rendered user turn."""
+  bbq = _jsonl_first(BUNDLED / "bbq/data/Age.jsonl")
+  crows = _csv_first(BUNDLED / "crows_pairs/crows_pairs_anonymized.csv")
+  stereo = _jsonl_first(BUNDLED / "stereoset/test.jsonl")
+  ethics = BUNDLED / "ethics"
+  virtue = _csv_first(ethics / "virtue/virtue_test.csv")["scenario"].split(" [SEP] ")[0]
+  story = _jsonl_first(BUNDLED / "moral_stories/original_ms/action+norm/norm_distance/dev.jsonl")
+  hh = parse_transcript(_jsonl_first(BUNDLED / "hh_rlhf/harmless-base/test.jsonl.gz")["chosen"])
+  earlier = [{"role": SPEAKERS[s], "content": t} for s, t in hh[:-2]]
+  with open(BUNDLED / "xstest/xstest_prompts.csv", newline="", encoding="utf-8") as fh:
+    xstest = {row["id"]: row["prompt"] for row in csv.DictReader(fh)}
+  return {
+      "bbq": [(f"bbq/Age/{bbq['example_id']}", "",
+               {"context": bbq["context"], "question": bbq["question"]}, [])],
+      "crows_pairs": [(f"crows_pairs/{crows['']}", "", {}, [])],
+      "stereoset": [("stereoset/test/1", stereo["type"], {"context": stereo["context"]}, [])],
+      "ethics": [
+          ("ethics/commonsense/test/1", "commonsense",
+           {"input": _csv_first(ethics / "commonsense/cm_test.csv")["input"]}, []),
+          ("ethics/deontology/test/1", "deontology",
+           {"scenario": _csv_first(ethics / "deontology/deontology_test.csv")["scenario"]}, []),
+          ("ethics/justice/test/1", "justice", {}, []),
+          ("ethics/virtue/test/1", "virtue", {"sentence": virtue}, []),
+          ("ethics/utilitarianism/test/1", "utilitarianism", {}, [])],
+      "moral_stories": [(f"moral_stories/dev/{story['ID'][:-1]}/{condition}", condition,
+                         {"norm": story["norm"]}, [])
+                        for condition in (records.WITH_NORM, records.WITHOUT_NORM)],
+      "hh_rlhf": [("hh_rlhf/harmless-base/test/1", "", {"transcript": hh[-2][1]}, earlier)],
+      # The first prompt is answered by compliances and refusals both, so it makes an item.
+      "xstest": [("xstest/1", "", {"prompt": xstest["1"]}, [])],
+  }
+
+
+@pytest.fixture(scope="module")
+def expected_prompts():
+  return _expected_prompts()
+
+
+@pytest.mark.parametrize("dataset", datasets.folder_names())
+def test_each_template_renders_a_source_row_and_round_trips(tmp_path, dataset, expected_prompts):
+  report = conversion.convert_to(tmp_path, BUNDLED, dataset, "parquet",
+                                 templates=f"{dataset}={templates.ALL}")
+  rows = {row["item_id"]: row for row in tables.read_rows(tmp_path, "items")}
+  plugin = datasets.get(dataset)
+  assert list(report["datasets"][dataset]["templates"]) == [t.name for t in plugin.templates]
+  for template in plugin.templates:
+    for default_id, variant, fields, earlier in expected_prompts[dataset]:
+      item_id = (default_id if templates.is_default(template.name)
+                 else records.templated_item_id(default_id, template.name))
+      row = rows[item_id]
+      assert row["template"] == template.name
+      assert row["prompt"] == earlier + records.user_prompt(template.render(variant, **fields))
+      assert row["candidates"] == rows[default_id]["candidates"]
+  for default_id, variant, fields, _ in expected_prompts[dataset]:  # each its own wording
+    texts = {template.render(variant, **fields) for template in plugin.templates}
+    assert len(texts) == len(plugin.templates), default_id
+
+
+def test_a_path_source_frames_only_its_final_user_turn(tmp_path):
+  source = tmp_path / "mine.jsonl"
+  conversation = [{"role": "user", "content": "Hi {there}"},
+                  {"role": "assistant", "content": "Hello"},
+                  {"role": "user", "content": "What is 2+2?"}]
+  source.write_text(json.dumps({"prompt": conversation, "chosen": "4", "rejected": "5"}) + "\n")
+  default, framed = conversion.convert_all(None, f"preference:{source}",
+                                           templates="preference=all").items
+  assert (default["item_id"], framed["item_id"]) == ("mine/1", "mine/1@preference.framed")
+  assert default["prompt"] == conversation
+  assert framed["prompt"] == conversation[:2] + [
+      {"role": "user", "content": templates.REPLY_FRAMING + "What is 2+2?"}]
+
+
+# -- every template in one run ---------------------------------------------------------------------
+
+
+def _convert(*args):
+  return subprocess.run([sys.executable, "-m", "socialrm_jax.convert", *args],
+                        capture_output=True, text=True)
+
+
+def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_table(tmp_path):
+  proc = _convert(f"--data_dir={BUNDLED}", "--datasets=all", f"--output_dir={tmp_path / 'all'}",
+                  "--templates=all")
+  assert proc.returncode == 0, proc.stderr
+  default = conversion.convert_all(BUNDLED, "all")
+  report = json.loads((tmp_path / "all" / "conversion_report.json").read_text())
+  items = tables.read_rows(tmp_path / "all", "items")
+  pairs = tables.read_rows(tmp_path / "all", "pairs")
+  ids = [row["item_id"] for row in items]
+  assert len(set(ids)) == len(ids) == report["totals"]["items"]
+  assert len({p["pair_id"] for p in pairs}) == len(pairs) == sum(report["totals"]["pairs"].values())
+  # Default items keep their ids and contents; each template makes as many items as the default.
+  by_id = {row["item_id"]: row for row in items}
+  assert all(by_id[row["item_id"]] == row for row in default.items)
+  for name, node in report["datasets"].items():
+    per_template = node["templates"]
+    assert list(per_template) == [t.name for t in datasets.get(name).templates]
+    counts = {t: sum(row["dataset"] == name and row["template"] == t for row in items)
+              for t in per_template}
+    assert counts == {t: r["items"] for t, r in per_template.items()}
+    assert set(counts.values()) == {default.report["datasets"][name]["items"]}
+    assert node["items"] == sum(counts.values())
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("", {"bbq": ["bbq.default"], "xstest": ["xstest.default"]}),
+    ("all", {"bbq": ["bbq.default", "bbq.paraphrase", "bbq.instructed"],
+             "xstest": ["xstest.default", "xstest.framed"]}),
+    (["bbq=instructed+default", "all"], {"bbq": ["bbq.instructed", "bbq.default"],
+                                         "xstest": ["xstest.default", "xstest.framed"]}),
+    ({"bbq": "bbq.instructed"}, {"bbq": ["bbq.instructed"], "xstest": ["xstest.default"]}),
+])
+def test_template_selection(spec, expected):
+  selection = templates.parse_selection(spec)
+  assert {name: templates.chosen(datasets.get(name), selection) for name in expected} == expected
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("bbq", "--templates: 'bbq' is not 'all', DATASET=all or DATASET=TEMPLATE"),
+    ("nope=all", "--templates: 'nope=all' names no known dataset"),
+    ("bbq=all,bbq=default", "--templates: 'bbq' is given templates twice"),
+    ("bbq=default+shouted", "--templates: bbq=default+shouted: unknown template 'shouted'; bbq has "
+                            "bbq.default, bbq.paraphrase, bbq.instructed (or all)"),
+    ("bbq=default+bbq.default", "a template is listed twice"),
+])
+def test_bad_template_selections_are_refused(spec, message):
+  with pytest.raises(InputError, match=re.escape(message)):
+    templates.chosen(datasets.get("bbq"), templates.parse_selection(spec))
+
+
+def test_the_command_names_a_bad_template_and_writes_nothing(tmp_path):
+  proc = _convert(f"--data_dir={BUNDLED}", "--datasets=bbq", f"--output_dir={tmp_path / 'out'}",
+                  "--templates=bbq=polite")
+  assert proc.returncode == 2 and not (tmp_path / "out").exists()
+  assert "error: --templates: bbq=polite: unknown template 'polite'" in proc.stderr
+
+
+def test_the_audit_passes_its_templates_to_the_converter(tmp_path, monkeypatch):
+  seen = {}
+
+  def convert_to(*args, templates, **kwargs):
+    seen["templates"] = templates
+    raise InterruptedError  # stop before scoring
+
+  monkeypatch.setattr(conversion, "convert_to", convert_to)
+  config = pipeline.audit_config(str(tmp_path))
+  assert config.templates == ""
+  config.templates = "all"
+  with pytest.raises(InterruptedError):
+    pipeline.run_audit(config)
+  assert seen["templates"] == "all"
