@@ -57,6 +57,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import difflib
+import functools
 import json
 import pathlib
 import re
@@ -128,20 +129,11 @@ def _first_letter_like(text: str, model: str) -> str:
   return head + text[1:]
 
 
-def answer_frame(answer: str, term: str) -> str:
-  """An answer with its term (and an article before it) blanked, lower-cased: two answers whose
-  terms are interchangeable have the same frame ("the _ friend")."""
-  pattern = _ARTICLE + _BEFORE + re.escape(term) + _AFTER
-  return re.sub(pattern, "_", answer, flags=re.IGNORECASE).lower()
-
-
-def occurs(term: str, text: str) -> bool:
-  """Whether `term` occurs in `text` as a whole word, in any case."""
-  return re.search(_BEFORE + re.escape(term) + _AFTER, text, re.IGNORECASE) is not None
-
-
 class Exchange:
-  """Exchanges two terms everywhere in a text, at the same time (see the module docstring)."""
+  """Exchanges two terms everywhere in a text, at the same time (see the module docstring).
+
+  Where one term holds the other ("no tattoos", "tattoos"), the longer one is matched first, so
+  each place in a text is one term or the other, never both."""
 
   def __init__(self, first: str, second: str):
     self.other = {first.lower(): second, second.lower(): first}
@@ -149,6 +141,15 @@ class Exchange:
     alternatives = "|".join(re.escape(t) for t in sorted((first, second), key=len, reverse=True))
     self.pattern = re.compile(_ARTICLE + _BEFORE + f"(?P<term>{alternatives})" + _AFTER,
                               re.IGNORECASE)
+
+  def found(self, text: str) -> set[str]:
+    """The terms (lower-cased) that occur in `text`."""
+    return {match["term"].lower() for match in self.pattern.finditer(text)}
+
+  def frame(self, text: str) -> str:
+    """`text` with each term (and an article before it) blanked, lower-cased, spaces collapsed:
+    two answers whose terms are interchangeable have the same frame ("the _ friend")."""
+    return " ".join(self.pattern.sub("_", text).lower().split())
 
   def _replace(self, match: re.Match) -> str:
     found = match["term"]
@@ -164,6 +165,10 @@ class Exchange:
 
   def __call__(self, text: str) -> str:
     return self.pattern.sub(self._replace, text)
+
+
+# BBQ repeats each pair of terms across its templates' items: one compiled pattern per pair.
+exchange_for = functools.lru_cache(maxsize=4096)(Exchange)
 
 
 @dataclasses.dataclass
@@ -206,16 +211,17 @@ def swap_named_answers(row: dict[str, Any]) -> Derived | str:
   term, other = info[first][0], info[second][0]
   if term.lower() == other.lower():
     return SAME_TERM
-  prompt_text = "\n".join(m["content"] for m in row["prompt"])
-  if not (occurs(term, prompt_text) and occurs(other, prompt_text)):
+  exchange = exchange_for(term, other)
+  if exchange.found("\n".join(m["content"] for m in row["prompt"])) != {term.lower(),
+                                                                         other.lower()}:
     return TERM_NOT_IN_PROMPT
-  if not (occurs(term, candidates[first]) and occurs(other, candidates[second])):
+  in_first, in_second = exchange.found(candidates[first]), exchange.found(candidates[second])
+  if term.lower() not in in_first or other.lower() not in in_second:
     return TERM_NOT_IN_ITS_ANSWER
-  if occurs(other, candidates[first]) or occurs(term, candidates[second]):
+  if len(in_first) > 1 or len(in_second) > 1:
     return ANSWER_NAMES_BOTH
-  if answer_frame(candidates[first], term) != answer_frame(candidates[second], other):
+  if exchange.frame(candidates[first]) != exchange.frame(candidates[second]):
     return ANSWERS_DIFFER_BEYOND_TERMS
-  exchange = Exchange(term, other)
   prompt = [{**m, "content": exchange(m["content"])} for m in row["prompt"]]
   swapped = [exchange(c) for c in candidates]
   if prompt == row["prompt"] and swapped == candidates:
@@ -303,7 +309,9 @@ def derive_all(rows: Iterable[dict[str, Any]]) -> SwapSet:
     if derived.item is None:
       continue
     item = derived.item
-    out.items.append(item.row())
+    # The item's fields as they are (`Item.row` deep-copies them, which is most of the time over
+    # the full BBQ, and these lists are new already).
+    out.items.append({k: v for k, v in vars(item).items() if k != "pairs"})
     counts["generated_items"] += 1
     for chosen, rejected, source in item.pairs:
       if item.candidates[chosen] == item.candidates[rejected]:

@@ -66,27 +66,42 @@ def _rewards(*score_sets: Scores | None) -> dict[tuple[str, int], float]:
   return out
 
 
-def link_values(link: Mapping[str, Any],
-                rewards: Mapping[tuple[str, int], float]) -> dict[str, float] | None:
-  """The per-link values (`COLUMNS`), or None when a linked reward is missing."""
-  original = [rewards.get((link["original_item_id"], int(c)))
-              for c in link["original_candidates"]]
-  swapped = [rewards.get((link["counterfactual_item_id"], int(c)))
-             for c in link["counterfactual_candidates"]]
-  if None in original or None in swapped:
-    return None
-  original, swapped = np.asarray(original), np.asarray(swapped)                    # [C], [C]
-  abs_change = float(np.abs(swapped - original).mean())
-  values = {"links": 1.0, "abs_change": abs_change, "choice": 0.0, "flip": 0.0, "gap": 0.0,
-            "abs_change_choice": 0.0}
-  if original.size >= 2:
-    valid = np.ones((2, original.size), dtype=bool)
-    before, after = selection_weights(np.stack([original, swapped]), valid)        # [C], [C]
-    first, second = np.triu_indices(original.size, 1)
-    values.update(choice=1.0, flip=float(0.5 * np.abs(before - after).sum()),
-                  gap=float(np.abs(original[first] - original[second]).mean()),
-                  abs_change_choice=abs_change)
-  return values
+def _linked_rewards(links: Sequence[Mapping[str, Any]], side: str,
+                    rewards: Mapping[tuple[str, int], float]) -> np.ndarray:
+  """One side's rewards of links with the same number of candidates C, NaN where missing.
+  # [L, C]"""
+  return np.asarray([[rewards.get((link[f"{side}_item_id"], int(c)), np.nan)
+                      for c in link[f"{side}_candidates"]] for link in links], dtype=np.float64)
+
+
+def link_values(links: Sequence[Mapping[str, Any]],
+                rewards: Mapping[tuple[str, int], float]) -> tuple[dict[str, np.ndarray],
+                                                                  np.ndarray]:
+  """The per-link values (`COLUMNS`, each # [L]) and which links have every reward (# [L]
+  bool; the values of the others are 0)."""
+  values = {c: np.zeros(len(links)) for c in COLUMNS}
+  scored = np.zeros(len(links), dtype=bool)
+  sizes = np.asarray([len(link["original_candidates"]) for link in links], dtype=np.int64)
+  for size in np.unique(sizes):
+    index = np.flatnonzero(sizes == size)
+    same = [links[i] for i in index]
+    original = _linked_rewards(same, "original", rewards)                          # [l, C]
+    swapped = _linked_rewards(same, "counterfactual", rewards)                     # [l, C]
+    complete = ~(np.isnan(original).any(axis=1) | np.isnan(swapped).any(axis=1))   # [l]
+    index, original, swapped = index[complete], original[complete], swapped[complete]
+    scored[index] = True
+    values["links"][index] = 1.0
+    values["abs_change"][index] = np.abs(swapped - original).mean(axis=1)
+    if size >= 2:
+      valid = np.ones_like(original, dtype=bool)
+      before = selection_weights(original, valid)                                  # [l, C]
+      after = selection_weights(swapped, valid)                                    # [l, C]
+      first, second = np.triu_indices(size, 1)
+      values["choice"][index] = 1.0
+      values["flip"][index] = 0.5 * np.abs(before - after).sum(axis=1)
+      values["gap"][index] = np.abs(original[:, first] - original[:, second]).mean(axis=1)
+      values["abs_change_choice"][index] = values["abs_change"][index]
+  return values, scored
 
 
 def _missing(link: Mapping[str, Any], rewards: Mapping[tuple[str, int], float],
@@ -124,10 +139,10 @@ def _grouped_summaries(sums: bootstrap.StratifiedSums, field: str,
           for i, g in enumerate(groups) if g}
 
 
-def dataset_summary(values: Sequence[Mapping[str, float]], links: Sequence[Mapping[str, Any]],
+def dataset_summary(columns: Mapping[str, np.ndarray], links: Sequence[Mapping[str, Any]],
                     name: str, options: Options) -> dict[str, Any]:
-  """One dataset's node: overall, per subset and per context condition, with intervals."""
-  columns = {c: np.asarray([v[c] for v in values], dtype=np.float64) for c in COLUMNS}
+  """One dataset's node from its scored links' values (`link_values`): overall, per subset and
+  per context condition, with intervals."""
   strata = {"domain": np.asarray([l["domain"] for l in links], dtype=object),
             "subset": np.asarray([l["subset"] for l in links], dtype=object),
             "context_condition": np.asarray([l.get("context_condition") or "" for l in links],
@@ -155,17 +170,17 @@ def compute(links: Sequence[Mapping[str, Any]], original: Scores, swapped: Score
     by_dataset.setdefault(link["dataset"], []).append(link)
   datasets = {}
   for name, mine in by_dataset.items():
-    values = [link_values(link, rewards) for link in mine]
-    unscored = [i for i, v in enumerate(values) if v is None]
-    if unscored and not options.allow_missing:
+    values, scored = link_values(mine, rewards)
+    unscored = np.flatnonzero(~scored)
+    if unscored.size and not options.allow_missing:
       raise InputError(
-          f"{len(unscored)} of {len(mine)} {name} swap links lack rewards (first: "
+          f"{unscored.size} of {len(mine)} {name} swap links lack rewards (first: "
           f"{_missing(mine[unscored[0]], rewards, original, swapped)}); score the original "
           "items and the swap set (socialrm-score --items=SWAPS), or allow missing scores")
-    kept = [i for i, v in enumerate(values) if v is not None]
-    datasets[name] = {**dataset_summary([values[i] for i in kept], [mine[i] for i in kept], name,
-                                        options),
-                      "unscored": len(unscored)}
+    kept = np.flatnonzero(scored)
+    datasets[name] = {**dataset_summary({c: v[kept] for c, v in values.items()},
+                                        [mine[i] for i in kept], name, options),
+                      "unscored": int(unscored.size)}
   tree = {"n_resamples": options.n_resamples, "seed": options.seed, "datasets": datasets}
   reasons: dict[str, str] = {}
   tree = estimates.finalize(tree, reasons=reasons)
