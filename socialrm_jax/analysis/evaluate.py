@@ -9,6 +9,13 @@ computed here for every dataset; what a dataset adds comes from its plug-in's me
 (`socialrm_jax.datasets.plugin`), which names the module that computes it: `bias` (BBQ),
 `stereotypes` (CrowS-Pairs, StereoSet), `safety` (XSTest), `ethics`, `moral_stories`, or the
 dataset's own module. `bootstrap` explains the intervals.
+
+When the items of one dataset come from several prompt templates (`--templates=all`), these
+metrics use its primary template's items only, so no source row counts twice: its default
+template (`<dataset>.default`) when its items include one, else the template of its first item
+in the table (the converter writes the templates in the order they were chosen). metrics.json
+then names them in `primary_templates` (`coverage` still counts every item of the table);
+`template_spread` compares the templates.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, 
                                    estimates)
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.templates import is_default
 
 
 # Groups compared by their selection rates (BBQ's) need this many items each to enter a spread.
@@ -84,7 +92,44 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[
   return node, sums
 
 
+def restrict(scored: Scored, keep: np.ndarray) -> Scored:
+  """The scored items where `keep` [N] bool is set, with their pairs. (`Scored`'s `pair_*` arrays
+  are per pair, its other arrays per item.)"""
+  new_index = np.full(keep.size, -1, dtype=np.int64)
+  new_index[keep] = np.arange(int(keep.sum()))
+  kept_pairs = keep[scored.pair_item]                                  # [P] bool
+  fields = {}
+  for field in dataclasses.fields(Scored):
+    value = getattr(scored, field.name)
+    if field.name == "pair_item":
+      fields[field.name] = new_index[value[kept_pairs]]
+    elif isinstance(value, np.ndarray):
+      fields[field.name] = value[kept_pairs if field.name.startswith("pair_") else keep]
+  items = [row for row, kept in zip(scored.items, keep) if kept]
+  return dataclasses.replace(scored, items=items, **fields)
+
+
+def item_templates(scored: Scored) -> np.ndarray:
+  """The template that made each item ('' where the table has none). # [N] object"""
+  return np.asarray([row.get("template") or "" for row in scored.items], dtype=object)
+
+
+def templates_by_dataset(scored: Scored) -> dict[str, list[str]]:
+  """Each dataset's templates, its primary one first (see the module's docstring), then in the
+  order of their first items."""
+  found: dict[str, dict[str, None]] = {}
+  for name, template in zip(scored.dataset, item_templates(scored)):
+    found.setdefault(name, {})[template] = None
+  return {name: sorted(names, key=lambda t: not is_default(t)) for name, names in found.items()}
+
+
 def metrics_from_scored(scored: Scored, options: Options = Options()) -> dict[str, Any]:
+  by_dataset = templates_by_dataset(scored)
+  primary = {name: names[0] for name, names in by_dataset.items()}
+  several = any(len(names) > 1 for names in by_dataset.values())
+  if several:
+    primary_of_item = np.asarray([primary[name] for name in scored.dataset], dtype=object)
+    scored = restrict(scored, (item_templates(scored) == primary_of_item).astype(bool))
   generic = accuracy.item_columns(scored)
   datasets: dict[str, Any] = {}
   sums: dict[str, bootstrap.StratifiedSums] = {}
@@ -103,6 +148,8 @@ def metrics_from_scored(scored: Scored, options: Options = Options()) -> dict[st
       "length_confound": confounds.length_rates(scored, gold),
       "coverage": scored.coverage,
   }
+  if several:
+    tree["primary_templates"] = primary
   reasons: dict[str, str] = {}
   tree = estimates.finalize(tree, reasons=reasons)
   tree["null_reasons"] = reasons
