@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 DEFAULT = "default"  # the variant family of each dataset's SPEC template: `<dataset>.default`
 ALL = "all"
 SEPARATOR = "+"  # between the templates of one dataset: `bbq=default+instructed`
+FLAG = "--templates (config.templates)"  # where a selection comes from, for error messages
 
 # The framing sentence of the second template where the default prompt is the user's own text. It
 # says only what every chat turn already implies, that the user wants a reply; it asks for neither
@@ -93,12 +94,12 @@ def parse_selection(spec: str | Sequence[str] | Mapping[str, str] | None) -> dic
   for entry in filter(None, entries):
     dataset, sep, choice = (ALL, "=", ALL) if entry == ALL else entry.partition("=")
     if not sep or not dataset or not choice:
-      raise InputError(f"--templates: {entry!r} is not '{ALL}', DATASET={ALL} or "
+      raise InputError(f"{FLAG}: {entry!r} is not '{ALL}', DATASET={ALL} or "
                        f"DATASET=TEMPLATE[{SEPARATOR}TEMPLATE...]")
     if dataset in selection:
-      raise InputError(f"--templates: {dataset!r} is given templates twice")
+      raise InputError(f"{FLAG}: {dataset!r} is given templates twice")
     if dataset != ALL and dataset not in datasets.registry():
-      raise InputError(f"--templates: {entry!r} names no known dataset; known: "
+      raise InputError(f"{FLAG}: {entry!r} names no known dataset; known: "
                        f"{', '.join(datasets.registry())}")
     selection[dataset] = choice
   return selection
@@ -117,6 +118,6 @@ def chosen(plugin: DatasetPlugin, selection: Selection) -> list[str]:
   unknown = [given for given, name in zip(choice.split(SEPARATOR), names) if name not in known]
   if unknown or len(set(names)) != len(names):
     problem = f"unknown template {unknown[0]!r}" if unknown else "a template is listed twice"
-    raise InputError(f"--templates: {plugin.name}={choice}: {problem}; {plugin.name} has "
+    raise InputError(f"{FLAG}: {plugin.name}={choice}: {problem}; {plugin.name} has "
                      f"{', '.join(known)} (or {ALL})")
   return names

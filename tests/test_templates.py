@@ -173,15 +173,15 @@ def test_template_selection(spec, expected):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("bbq", "--templates: 'bbq' is not 'all', DATASET=all or DATASET=TEMPLATE"),
-    ("nope=all", "--templates: 'nope=all' names no known dataset"),
-    ("bbq=all,bbq=default", "--templates: 'bbq' is given templates twice"),
-    ("bbq=default+shouted", "--templates: bbq=default+shouted: unknown template 'shouted'; bbq has "
+    ("bbq", "'bbq' is not 'all', DATASET=all or DATASET=TEMPLATE"),
+    ("nope=all", "'nope=all' names no known dataset"),
+    ("bbq=all,bbq=default", "'bbq' is given templates twice"),
+    ("bbq=default+shouted", "bbq=default+shouted: unknown template 'shouted'; bbq has "
                             "bbq.default, bbq.paraphrase, bbq.instructed (or all)"),
-    ("bbq=default+bbq.default", "a template is listed twice"),
+    ("bbq=default+bbq.default", "bbq=default+bbq.default: a template is listed twice"),
 ])
 def test_bad_template_selections_are_refused(spec, message):
-  with pytest.raises(InputError, match=re.escape(message)):
+  with pytest.raises(InputError, match=re.escape(f"{templates.FLAG}: {message}")):
     templates.chosen(datasets.get("bbq"), templates.parse_selection(spec))
 
 
@@ -189,7 +189,7 @@ def test_the_command_names_a_bad_template_and_writes_nothing(tmp_path):
   proc = _convert(f"--data_dir={BUNDLED}", "--datasets=bbq", f"--output_dir={tmp_path / 'out'}",
                   "--templates=bbq=polite")
   assert proc.returncode == 2 and not (tmp_path / "out").exists()
-  assert "error: --templates: bbq=polite: unknown template 'polite'" in proc.stderr
+  assert f"error: {templates.FLAG}: bbq=polite: unknown template 'polite'" in proc.stderr
 
 
 def test_the_audit_passes_its_templates_to_the_converter(tmp_path, monkeypatch):
