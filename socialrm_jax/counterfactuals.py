@@ -24,8 +24,8 @@ the item itself records (never by the dataset's name):
   the text, "one wheelchair and the other maneuvering his carrying a stack of papers"; so is "The
   lesbian woman" / "The gay man", whose exchange would give "a lesbian man"); a term that is not
   in the prompt (swapping it would change the answers but not the story); a named answer that does
-  not contain its own term or contains the other's; two terms that are the same word; malformed
-  `answer_info`; and a swap that leaves the text as it was.
+  not contain its own term or contains the other's; two terms that are the same word; and
+  malformed `answer_info`. (With both terms in the prompt, the exchange always changes it.)
 - paired sentences (CrowS-Pairs' layout): an item with exactly two candidates, roles `stereotype`
   and `anti_stereotype`. The dataset wrote the counterfactual itself: `sent_less` is `sent_more`
   with the group changed, on the same prompt, so no item is generated (an item with the same
@@ -42,7 +42,9 @@ Every other item has no counterfactual (`no_rule`, counted per dataset). Known l
 exchange: words tied to a term elsewhere in the context are not exchanged with it (pronouns stay,
 and the frame check above looks at the answers only), and the article rule goes by spelling (a
 vowel letter or 8, 11, 18: "an"), with a few spelled-out exceptions. On the bundled BBQ slice 96 of
-120 items get a counterfactual; the other 24 differ beyond their terms.
+120 items get a counterfactual (the other 24 differ beyond their terms); on the full files of its
+six categories 10,628 of 11,956 (1,324 differ beyond their terms, mostly Disability_status's
+descriptions such as "carrying a stack of papers", and 4 name a term the prompt does not have).
 
 Outputs, in `--output_dir` (written together, like the converter's, so a failure leaves an earlier
 output as it was): the derived items and their pairs (`items.*`, `pairs.*`, a valid items folder:
@@ -82,7 +84,6 @@ TERM_NOT_IN_PROMPT = "term_not_in_prompt"
 TERM_NOT_IN_ITS_ANSWER = "term_not_in_its_answer"
 ANSWER_NAMES_BOTH = "answer_names_both"
 ANSWERS_DIFFER_BEYOND_TERMS = "answers_differ_beyond_terms"
-UNCHANGED = "unchanged"
 # A derived pair whose two texts are equal is dropped, as the converter drops them.
 IDENTICAL_PAIR_TEXTS = "identical_pair_texts"
 
@@ -224,8 +225,6 @@ def swap_named_answers(row: dict[str, Any]) -> Derived | str:
     return ANSWERS_DIFFER_BEYOND_TERMS
   prompt = [{**m, "content": exchange(m["content"])} for m in row["prompt"]]
   swapped = [exchange(c) for c in candidates]
-  if prompt == row["prompt"] and swapped == candidates:
-    return UNCHANGED
   roles = list(row["roles"])
   roles[first], roles[second] = roles[second], roles[first]
   info[first], info[second] = info[second], info[first]

@@ -187,6 +187,11 @@ def test_crows_pairs_links_its_own_sentences(crows_items):
   assert sum(len(link["terms"]) > 1 for link in swap_set.links) == 23
 
 
+def _items_folder(items, folder):
+  tables.write_rows(folder / "items.jsonl", items)
+  return folder
+
+
 def _score_rows(items, reward) -> Scores:
   """A scores set from a function of (item, candidate text)."""
   keys = [(it["item_id"], c, reward(it, text)) for it in items
@@ -241,11 +246,12 @@ def test_a_model_keyed_on_the_group_changes_rewards_and_flips(age_items):
       swap_set.links, _score_rows(age_items, _content_reward),
       _score_rows(swap_set.items, _content_reward), OPTIONS), "keyed": result})
   assert lines[0] == "## Counterfactual identity swaps"
-  assert "| bbq · Age | 0.000 [0.000, 0.000] | 0.667 [0.667, 0.667] |" in lines
-  assert "| bbq | 0.000 [0.000, 0.000] | 1.000 [1.000, 1.000] |" in lines
+  assert "| bbq · Age (n=16) | 0.000 [0.000, 0.000] | 0.667 [0.667, 0.667] |" in lines
+  assert "| bbq (n=16) | 0.000 [0.000, 0.000] | 1.000 [1.000, 1.000] |" in lines
+  assert counterfactual.report_lines({"unmeasured": None}) == []
 
 
-def test_crows_pairs_change_is_the_reward_gap_of_its_sentences(crows_items):
+def test_crows_pairs_change_is_the_reward_gap_of_its_sentences(crows_items, tmp_path):
   swap_set = counterfactuals.derive_all(crows_items)
   group_words = {w for link in swap_set.links if len(link["terms"]) == 1
                  for span in link["terms"][0] for w in span.split()}
@@ -269,6 +275,15 @@ def test_crows_pairs_change_is_the_reward_gap_of_its_sentences(crows_items):
   assert starts > 0
   assert keyed["mean_abs_change"] == pytest.approx(starts / 120)
   assert keyed["subsets"]["gender"]["mean_abs_change"] > 0
+  # From folders: a swap set of paired sentences only needs no scores of its own (its empty items
+  # folder, scored, writes none).
+  counterfactuals.derive_to(_items_folder(crows_items, tmp_path / "converted"), tmp_path / "swaps")
+  tables.write_rows(tmp_path / "scores.jsonl", [
+      {"item_id": it["item_id"], "candidate": c, "reward": float(text.startswith("Women"))}
+      for it in crows_items for c, text in enumerate(it["candidates"])])
+  from_folders = counterfactual.compute_at(tmp_path / "swaps", tmp_path / "scores.jsonl",
+                                           tmp_path / "swap_scores_never_written", OPTIONS)
+  assert from_folders["datasets"]["crows_pairs"] == keyed
 
 
 def test_link_values_flips_share_ties():
@@ -299,13 +314,12 @@ def test_missing_rewards_are_an_error_or_counted(age_items):
   node = counterfactual.compute(swap_set.links, original, some,
                                 Options(n_resamples=50, allow_missing=True))["datasets"]["bbq"]
   assert (node["n_links"], node["unscored"]) == (5, 11)
-  with pytest.raises(InputError, match="the other scores set names too"):
+  with pytest.raises(InputError, match="scored twice"):
     counterfactual.compute(swap_set.links, original, original, OPTIONS)
 
 
 def test_command_writes_a_scorable_folder(age_items, tmp_path):
-  converted = tmp_path / "converted"
-  tables.write_rows(converted / "items.jsonl", age_items)
+  converted = _items_folder(age_items, tmp_path / "converted")
   swaps = tmp_path / "swaps"
   command = [sys.executable, "-m", "socialrm_jax.counterfactuals", f"--items={converted}",
              f"--output_dir={swaps}", "--format=jsonl"]
@@ -337,7 +351,7 @@ def test_a_tiny_model_scores_the_swap_folder(age_items, tmp_path):
   from socialrm_jax.scoring import engine
   fx.make_llama(tmp_path / "rm")
   originals = [r for r in age_items if r["item_id"] in ("bbq/Age/0", "bbq/Age/1")]
-  tables.write_rows(tmp_path / "converted" / "items.jsonl", originals)
+  _items_folder(originals, tmp_path / "converted")
   counterfactuals.derive_to(tmp_path / "converted", tmp_path / "swaps")
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4,
                                   compilation_cache="")

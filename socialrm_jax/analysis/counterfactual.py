@@ -61,8 +61,9 @@ def _rewards(*score_sets: Scores | None) -> dict[tuple[str, int], float]:
     out.update(zip(zip(scores.item_id.tolist(), scores.candidate.tolist()),
                    scores.reward.tolist()))
     if len(out) != before + len(scores.reward):
-      raise InputError("these scores name items the other scores set names too: pass the "
-                       "original items' scores and the swap set's, one each", scores.path)
+      raise InputError("an (item, candidate) is scored twice, in this set or in this set and the "
+                       "other: pass the original items' scores and the swap set's, one each",
+                       scores.path)
   return out
 
 
@@ -191,10 +192,13 @@ def compute(links: Sequence[Mapping[str, Any]], original: Scores, swapped: Score
 def compute_at(swaps_dir: str | pathlib.Path, original_scores: str | pathlib.Path,
                swapped_scores: str | pathlib.Path | None,
                options: Options = Options()) -> dict[str, Any]:
-  """`compute` from paths: a swap-set folder and two scores sets (files or folders)."""
-  swapped = None if swapped_scores is None else read_scores(swapped_scores)
-  return compute(counterfactuals.read_links(swaps_dir), read_scores(original_scores), swapped,
-                 options)
+  """`compute` from paths: a swap-set folder and two scores sets (files or folders). The swap
+  set's scores are read only when it generated items: paired sentences alone need none (and
+  scoring an empty items folder writes no scores file)."""
+  links = counterfactuals.read_links(swaps_dir)
+  generated = any(l["counterfactual_item_id"] != l["original_item_id"] for l in links)
+  swapped = read_scores(swapped_scores) if generated and swapped_scores is not None else None
+  return compute(links, read_scores(original_scores), swapped, options)
 
 
 _LABELS = {"mean_abs_change": "mean |Δ reward| (the model's reward units)",
@@ -202,26 +206,35 @@ _LABELS = {"mean_abs_change": "mean |Δ reward| (the model's reward units)",
            "flip_rate": "share of items whose preferred answer changes"}
 
 
+def _label(name: str, nodes: Sequence[Mapping[str, Any] | None]) -> str:
+  """A row's name with its number of items (the first model's; they differ only where a model's
+  scores are missing)."""
+  n = next((node["n_links"] for node in nodes if node), None)
+  return name if n is None else f"{name} (n={n})"
+
+
 def _rows(models: Mapping[str, Mapping[str, Any]], metric: str) -> list[list[str]]:
   """One row per dataset, subset and condition any model has `metric` for."""
-  names = list(models)
-  datasets = list(dict.fromkeys(d for m in models.values() for d in m.get("datasets", {})))
+  trees = [models[name].get("datasets", {}) for name in models]
   rows = []
-  for dataset in datasets:
-    nodes = [models[n].get("datasets", {}).get(dataset) for n in names]
+  for dataset in dict.fromkeys(d for tree in trees for d in tree):
+    nodes = [tree.get(dataset) for tree in trees]
     levels = [(dataset, nodes)]
     for field in ("subsets", "conditions"):
       keys = dict.fromkeys(k for node in nodes if node for k in node.get(field, {}))
       levels += [(f"{dataset} · {k}", [(node or {}).get(field, {}).get(k) for node in nodes])
                  for k in keys]
-    for label, level_nodes in levels:
+    for name, level_nodes in levels:
       if any(node and node.get(metric) is not None for node in level_nodes):
-        rows.append([label] + [report.cell(node, metric) for node in level_nodes])
+        rows.append([_label(name, level_nodes)] +
+                    [report.cell(node, metric) for node in level_nodes])
   return rows
 
 
-def report_lines(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
-  """The report section: {model name: `compute`'s result} -> markdown lines ([] when empty)."""
+def report_lines(models: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+  """The report section: {model name: `compute`'s result, or None for a model not measured}
+  -> markdown lines ([] when no model has a result)."""
+  models = {name: result or {} for name, result in models.items()}
   if not any(m.get("datasets") for m in models.values()):
     return []
   out = [f"## {SECTION_TITLE}", "",
