@@ -353,8 +353,9 @@ def test_a_tiny_model_scores_the_swap_folder(age_items, tmp_path):
   originals = [r for r in age_items if r["item_id"] in ("bbq/Age/0", "bbq/Age/1")]
   _items_folder(originals, tmp_path / "converted")
   counterfactuals.derive_to(tmp_path / "converted", tmp_path / "swaps")
+  # One compilation cache for both runs: the second reuses the step the first compiled.
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4,
-                                  compilation_cache="")
+                                  compilation_cache=str(tmp_path / "jax_cache"))
   for name in ("converted", "swaps"):
     engine.score_model_at(str(tmp_path / "rm"), tmp_path / name, tmp_path / f"scores_{name}",
                           options=options)
