@@ -38,7 +38,11 @@ the item itself records (never by the dataset's name):
   no choice among responses to change (the preference between the two versions is the main
   metrics' stereotype rate).
 
-Every other item has no counterfactual (`no_rule`, counted per dataset). Known limits of the
+Every other item has no counterfactual (`no_rule`, counted per dataset). Where the items table
+holds several prompt templates of a dataset (`--templates`), only its primary template's items
+get counterfactuals, by the main metrics' rule (`analysis/evaluate.py`: the default template when
+present, else the first in the table), so no source row counts twice and the swap set costs one
+scoring pass of them; the others are counted as `not_primary_template`. Known limits of the
 exchange: words tied to a term elsewhere in the context are not exchanged with it (pronouns stay,
 and the frame check above looks at the answers only), and the article rule goes by spelling (a
 vowel letter or 8, 11, 18: "an"), with a few spelled-out exceptions. On the bundled BBQ slice 96 of
@@ -68,7 +72,7 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
-from socialrm_jax import records, tables
+from socialrm_jax import records, tables, templates
 from socialrm_jax.errors import InputError
 
 NAMED_ANSWERS, PAIRED_SENTENCES = "named_answers", "paired_sentences"
@@ -78,6 +82,7 @@ TABLE_PREFIXES = ("items", "pairs", "swaps")
 
 # Why an item gets no counterfactual.
 NO_RULE = "no_rule"
+NOT_PRIMARY_TEMPLATE = "not_primary_template"
 MALFORMED_ANSWER_INFO = "malformed_answer_info"
 SAME_TERM = "same_term"
 TERM_NOT_IN_PROMPT = "term_not_in_prompt"
@@ -289,13 +294,27 @@ def _dataset_report() -> dict[str, Any]:
           "records_with_several_differing_spans": 0}
 
 
+def primary_templates(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+  """Each dataset's primary template: its default one when the rows have it, else the first."""
+  found: dict[str, dict[str, None]] = {}
+  for row in rows:
+    found.setdefault(row["dataset"], {})[row.get("template") or ""] = None
+  return {name: next((t for t in names if templates.is_default(t)), next(iter(names)))
+          for name, names in found.items()}
+
+
 def derive_all(rows: Iterable[dict[str, Any]]) -> SwapSet:
   """Derives the swap set of converted items (rows of an items table), in their order."""
+  rows = list(rows)
+  primary = primary_templates(rows)
   out = SwapSet([], [], [], {})
   per_dataset: dict[str, dict[str, Any]] = collections.defaultdict(_dataset_report)
   for row in rows:
     counts = per_dataset[row["dataset"]]
     counts["items_read"] += 1
+    if (row.get("template") or "") != primary[row["dataset"]]:
+      counts["skips"][NOT_PRIMARY_TEMPLATE] += 1
+      continue
     derived = derive(row)
     if isinstance(derived, str):
       counts["skips"][derived] += 1

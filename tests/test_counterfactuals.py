@@ -91,6 +91,22 @@ def test_bbq_age_swaps_by_hand(age_items):
       (1, 0, "The grandfather", "gold"), (1, 2, "The grandfather", "gold")]
 
 
+def test_only_the_primary_template_gets_counterfactuals(age_items, tmp_path):
+  (tmp_path / "bbq").mkdir()
+  shutil.copy(BUNDLED_DATA / "bbq" / "data" / "Age.jsonl", tmp_path / "bbq" / "Age.jsonl")
+  every_template = conversion.convert_all(tmp_path, "bbq", templates="all").items
+  assert len({row["template"] for row in every_template}) == 3
+  swap_set = counterfactuals.derive_all(every_template)
+  assert swap_set.report["datasets"]["bbq"]["skips"] == {
+      "answers_differ_beyond_terms": 4, "not_primary_template": 40}
+  assert swap_set.items == counterfactuals.derive_all(age_items).items
+  # Without its default template, a dataset's first template is its primary one.
+  paraphrased = [row for row in every_template if row["template"] == "bbq.paraphrase"]
+  assert counterfactuals.primary_templates(paraphrased) == {"bbq": "bbq.paraphrase"}
+  assert counterfactuals.derive_all(paraphrased).report["datasets"]["bbq"]["records"] == {
+      "named_answers": 16}
+
+
 def test_exchange_is_simultaneous_whole_word_and_fits_case_and_article():
   swap = counterfactuals.Exchange("elderly", "youthful")
   assert swap("Elderly people met an elderly man and a youthful girl's dog.") == (
