@@ -12,7 +12,7 @@ from socialrm_jax.scoring import engine
 
 @pytest.mark.parametrize("field, value", [("chunk_size", -2), ("chunk_size", 0), ("max_length", 0),
                                           ("tokens_per_batch", -1), ("objective", -1),
-                                          ("truncation", "right")])
+                                          ("truncation", "right"), ("check_invariance", -1)])
 def test_bad_values_are_refused_naming_the_flag(field, value):
   with pytest.raises(InputError, match=f"--{field}"):
     engine.ScoringOptions(**{field: value}).validate()

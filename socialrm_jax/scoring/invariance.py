@@ -7,18 +7,19 @@ model and items, after the run. A fixed sample of N of the items this data group
 `SAMPLE_SEED`, so the same items every time) is encoded and scored again through the run's own
 compiled step (`engine.Scorer`), once in each of `COMPOSITIONS`:
 
-- `reversed`: the sample in reverse order, packed together: every item shares its rows with
-  other neighbours than in the run (whose rows held its chunk's items in order);
+- `reversed`: the sample alone, in reverse order, packed together: every item shares its rows
+  with other neighbours than in the run (the run packed whole chunks);
 - `one item per row`: each item packed alone (its own chunk), so its rows hold nothing else and
   are the shortest length that holds it;
-- `rows of max_length`: every row `--max_length` long, the longest length the run compiled.
+- `rows of max_length`: every row `--max_length` long, the run's longest row length.
 
 Each re-scored `reward` (and `rewards` vector) is compared with the one written in the output
 folder's shards; run.json's `invariance` records the sample's size, the compositions, the largest
 absolute difference and where it was, the bound the tests hold for the run's dtype (`TOLERANCE`;
-none is claimed for bfloat16) and the compilations and seconds the check added. The check's
-batches have the run's shapes (a last batch may shrink on a CPU, as in the run); a shape the run
-did not use is compiled for the check and counted there, never in the run's `compilations`.
+none is claimed for bfloat16), the batch shapes each composition used, and the compilations and
+seconds the check added. The check's batches have the run's shapes (a last batch may shrink on a
+CPU, as in the run); a shape the run did not use is compiled for the check and counted there,
+never in the run's `compilations`.
 
 In a multi-process run every data group checks a sample of its own chunks, and its writer compares
 (the other processes of a group that spans hosts run the same batches, as every batch of the
@@ -70,9 +71,9 @@ def sample_indices(chunks: Sequence[int], chunk_size: int, num_items: int,
 
 
 def rescore(scorer: engine.Scorer, items: Sequence[dict], composition: Composition,
-            tokens_per_batch: int) -> dict[tuple[str, int], dict]:
+            tokens_per_batch: int) -> tuple[dict[tuple[str, int], dict], list[list[int]]]:
   """The score rows of `items` batched as `composition` says, through `scorer`'s compiled step:
-  {(item_id, candidate): row}."""
+  ({(item_id, candidate): row}, the batch shapes [rows, row length, readout slots] used)."""
   order = list(items)[::-1] if composition.reverse else list(items)
   parts = [[item] for item in order] if composition.item_per_row else [order]
   run_batcher = scorer.batcher
@@ -98,8 +99,10 @@ def rescore(scorer: engine.Scorer, items: Sequence[dict], composition: Compositi
     out = step_lib.fetch(scorer.step(scorer.step.put(batch)))
     for index in batch.chunk_tokens():
       chunks[index].add(batch, out)
-  return {(row["item_id"], int(row["candidate"])): row
+  rows = {(row["item_id"], int(row["candidate"])): row
           for chunk in chunks.values() for row in chunk.rows(scorer.proxy)}
+  shapes = {(*batch.input_ids.shape, batch.readout_index.shape[1]) for batch in batches}
+  return rows, sorted([int(n) for n in shape] for shape in shapes)
 
 
 def written_rows(folder: str | os.PathLike, chunks: set[int]) -> dict[tuple[str, int], dict]:
@@ -133,19 +136,20 @@ def check(scorer: engine.Scorer, items: Sequence[dict], folder: str | os.PathLik
   sample = [items[i] for i in picked]
   written = written_rows(folder, {i // options.chunk_size for i in picked}) if compare else {}
   worst, worst_at = (0.0 if compare else None), None
+  batch_shapes = {}
   for composition in COMPOSITIONS:
-    for key, row in rescore(scorer, sample, composition, options.batch_tokens()).items():
-      if not compare:
-        continue
+    rows, batch_shapes[composition.name] = rescore(scorer, sample, composition,
+                                                   options.batch_tokens())
+    for key, row in rows.items() if compare else ():
       if key not in written:
         raise RuntimeError(f"item {key[0]!r}, candidate {key[1]} has no written score in "
                            f"{folder} to compare with")
       diff = row_difference(written[key], row)
-      if diff > worst or worst_at is None:
+      if worst_at is None or diff > worst:
         worst, worst_at = diff, {"item_id": key[0], "candidate": key[1],
                                  "composition": composition.name}
   result = {"items": len(sample), "compositions": [c.name for c in COMPOSITIONS],
-            "max_abs_diff": worst, "worst": worst_at, "dtype": dtype,
+            "max_abs_diff": worst, "worst": worst_at, "dtype": dtype, "batch_shapes": batch_shapes,
             "tolerance": TOLERANCE.get(dtype),
             "compilations": scorer.step.compilations - compilations_before,
             "seconds": time.monotonic() - start}
