@@ -249,3 +249,21 @@ def test_models_joined_to_different_pairs_tables_are_refused():
   b = pairs.join(items, pair_rows[::-1], score_set)
   with pytest.raises(InputError, match="joined to different items or pairs tables"):
     compare.compare_models({"a": a, "b": b}, evaluate.Options(n_resamples=10))
+
+
+def test_only_the_primary_templates_items_are_compared_as_in_metrics_json():
+  # Six source rows under the default template and again under a paraphrase: A wins the default
+  # items and loses the paraphrased ones, B loses all.
+  default, paraphrase = (gold_items([("good", "a much worse answer")] * 6) for _ in range(2))
+  items = default[0] + [dict(row, item_id=row["item_id"] + "/p") for row in paraphrase[0]]
+  for row, template in zip(items, ["ethics.default"] * 6 + ["ethics.paraphrase"] * 6):
+    row["template"] = template
+  pair_rows = default[1] + [dict(row, item_id=row["item_id"] + "/p") for row in paraphrase[1]]
+  scored = {name: pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)))
+            for name, o in (("a", [1] * 6 + [0] * 6), ("b", [0] * 12))}
+  tree = compare.compare_models(scored, evaluate.Options(n_resamples=100))
+  (pair,) = tree["pairs"]
+  assert (pair["n_items_a"], pair["n_items_b"], pair["n_common_items"]) == (6, 6, 6)
+  row = pair["comparisons"][0]
+  assert (row["metric"], row["value_a"], row["value_b"], row["a_better"]) == ("accuracy", 1, 0, 6)
+  assert evaluate.metrics_from_scored(scored["a"])["domains"]["morality"]["accuracy"] == 1.0

@@ -1,8 +1,8 @@
 """Paired comparison of reward models on the same items: differences, intervals and tests.
 
 Every pair of models (A, B, in the order given) is compared on the items both scored (the
-intersection of their joined items; `n_common_items` says how many, beside each model's own
-count), on every metric that metrics.json gives a 95% interval at the domain level
+intersection of their joined items, of each dataset's primary template as in metrics.json;
+`n_common_items` says how many, beside each model's own count), on every metric that metrics.json gives a 95% interval at the domain level
 (`domains.<domain>`) or the dataset level (`datasets.<dataset>`) and that has a value for both
 models there: gold-pair accuracy and its length-matched variant, control accuracy, and each
 dataset's own rates and scores (BBQ's accuracies and bias scores, stereotype rates, StereoSet's
@@ -110,24 +110,19 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
   return adjusted
 
 
-def _restricted(scored: Scored, keep: np.ndarray) -> Scored:
-  """The items where `keep` [N] bool is set, with their pairs (renumbered)."""
-  new_index = np.cumsum(keep) - 1                                        # [N]
-  kept_pairs = keep[scored.pair_item]                                    # [P]
-  per_item = {name: getattr(scored, name)[keep] for name in (
-      "dataset", "domain", "subset", "context_condition", "roles", "desirability", "valid",
-      "rewards", "selection", "candidate_length")}
-  per_pair = {name: getattr(scored, name)[kept_pairs] for name in (
-      "pair_chosen", "pair_rejected", "pair_source", "pair_outcome")}
-  return Scored(items=[row for row, k in zip(scored.items, keep) if k], **per_item, **per_pair,
-                pair_item=new_index[scored.pair_item[kept_pairs]], coverage=scored.coverage)
+def metric_items(scored: Scored) -> Scored:
+  """The items metrics.json counts: each dataset's primary template's, when its items come from
+  several (the rule of `evaluate.metrics_from_scored`), so no source row counts twice."""
+  by_dataset = evaluate.templates_by_dataset(scored)
+  primary = np.asarray([by_dataset[name][0] for name in scored.dataset], dtype=object)  # [N]
+  return evaluate.restrict(scored, evaluate.item_templates(scored) == primary)
 
 
 def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   """Both models' scored items restricted to the items both scored, in the items table's order."""
   ids = [[row["item_id"] for row in s.items] for s in (a, b)]
   shared = set(ids[0]).intersection(ids[1])
-  a, b = (_restricted(s, np.fromiter((i in shared for i in s_ids), bool, len(s_ids)))
+  a, b = (evaluate.restrict(s, np.fromiter((i in shared for i in s_ids), bool, len(s_ids)))
           for s, s_ids in zip((a, b), ids))
   same = ([row["item_id"] for row in a.items] == [row["item_id"] for row in b.items]
           and all(np.array_equal(getattr(a, f), getattr(b, f))
@@ -258,8 +253,9 @@ def compare_pair(a: Scored, b: Scored, options: evaluate.Options) -> list[dict[s
 
 def compare_models(scored: Mapping[str, Scored], options: evaluate.Options) -> dict[str, Any]:
   """comparisons.json: every pair of models, every shared metric, Holm-adjusted over them all."""
+  counted = {name: metric_items(s) for name, s in scored.items()}
   pairs = []
-  for (name_a, a), (name_b, b) in itertools.combinations(scored.items(), 2):
+  for (name_a, a), (name_b, b) in itertools.combinations(counted.items(), 2):
     common_a, common_b = common_items(a, b)
     pairs.append({"a": name_a, "b": name_b, "n_items_a": len(a.items),
                   "n_items_b": len(b.items), "n_common_items": len(common_a.items),
