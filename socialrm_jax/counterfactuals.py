@@ -374,6 +374,8 @@ def write_swap_set(swap_set: SwapSet, output_dir: str | pathlib.Path,
 def derive_to(items_path: str | pathlib.Path, output_dir: str | pathlib.Path,
               fmt: str = "parquet") -> dict[str, Any]:
   """Reads a converted items table, writes its swap set into `output_dir`; returns the report."""
+  if pathlib.Path(output_dir).exists() and not pathlib.Path(output_dir).is_dir():
+    raise InputError("the output folder names a file; give a folder (new or existing)", output_dir)
   swap_set = derive_all(tables.read_rows(items_path, "items"))
   write_swap_set(swap_set, output_dir, fmt)
   return swap_set.report

@@ -357,6 +357,8 @@ def test_command_writes_a_scorable_folder(age_items, tmp_path):
   assert bad.stderr.strip().splitlines() == [
       f"socialrm-counterfactuals: error: {tmp_path / 'nowhere'}: no such file or folder "
       "(looking for the items table)"]
+  with pytest.raises(InputError, match="the output folder names a file"):
+    counterfactuals.derive_to(converted, converted / "items.jsonl")
 
 
 @pytest.mark.slow
