@@ -2,12 +2,13 @@
 
 Every pair of models (A, B, in the order given) is compared on the items both scored (the
 intersection of their joined items, of each dataset's primary template as in metrics.json;
-`n_common_items` says how many, beside each model's own count), on every metric that metrics.json gives a 95% interval at the domain level
-(`domains.<domain>`) or the dataset level (`datasets.<dataset>`) and that has a value for both
-models there: gold-pair accuracy and its length-matched variant, control accuracy, and each
-dataset's own rates and scores (BBQ's accuracies and bias scores, stereotype rates, StereoSet's
-ss / lms / icat, XSTest's rates, ETHICS' group accuracy, Moral Stories' accuracies and norm
-sensitivity, and whatever a plug-in adds). Subsets, categories and labels are left out: they would
+`n_common_items` says how many, beside each model's own count), on every metric that
+metrics.json gives a 95% interval at the domain level (`domains.<domain>`) or the dataset level
+(`datasets.<dataset>`) and that has a value for both models there: gold-pair accuracy and its
+length-matched variant, control accuracy, and each dataset's own rates and scores (BBQ's
+accuracies and bias scores, stereotype rates, StereoSet's ss / lms / icat, XSTest's rates,
+ETHICS' group accuracy, Moral Stories' accuracies and norm sensitivity, and whatever a plug-in
+adds). Subsets, categories and labels are left out: they would
 multiply the comparisons, and with them the correction, many times over for values the per-model
 tables already show. A dataset's statistic that is its domain's, resample for resample (the
 domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
@@ -28,9 +29,8 @@ domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the
   discordant too, which makes it the sign test of the pairs' outcome differences: a tie is half a
   win in the accuracy, so a model that ties where the other wins is worse on that pair, and a
   test that dropped such pairs could find nothing where every resample shows a difference.
-  McNemar takes the pairs as independent, which the pairs of one item
-  (BBQ's two, an ETHICS scenario's several) are not; the interval, over items, does not assume
-  it.
+  McNemar takes the pairs as independent, which the pairs of one item (BBQ's two, an ETHICS
+  scenario's several) are not; the interval, over items, does not assume it.
 - Test, every other metric: the paired bootstrap's two-sided p = min(1, 2 (1 + t) / (1 + B)),
   t = min(#{d_r <= 0}, #{d_r >= 0}) over the B resamples where the difference d is defined: how
   far into a tail of the resampled differences 0 lies (about the smallest level at which the
@@ -185,10 +185,10 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
       if plugin.item_columns is not None:
         mine.update(plugin.item_columns(scored, index))
       columns.update({f"{side}/{k}": v for k, v in mine.items()})
-    # The strata depend on the items only, so A's are B's. (evaluate's own, for the same strata.)
-    joint = bootstrap.stratified_sums(
-        columns, evaluate._strata(a, index, plugin.stratum_group),  # pylint: disable=protected-access
-        options.n_resamples, bootstrap.generator(options.seed, name))
+    # evaluate's own strata, so the intervals' strata; they depend on the items only (A's are B's).
+    strata = evaluate._strata(a, index, plugin.stratum_group)  # pylint: disable=protected-access
+    joint = bootstrap.stratified_sums(columns, strata, options.n_resamples,
+                                      bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)
       with _kept_rows() as kept:
