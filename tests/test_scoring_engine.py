@@ -185,3 +185,8 @@ def test_blocked_lm_head_log_probs_equal_the_full_log_softmax(llama_lm):
   full = jnp.take_along_axis(jax.nn.log_softmax(module.head(hidden), -1), targets[..., None], -1)
   blocked = readout_lib.target_log_probs(module, hidden, targets, block=5)  # 21 readouts: 5 blocks
   np.testing.assert_allclose(np.asarray(blocked), np.asarray(full[..., 0]), atol=1e-5)
+  # Empty slots at the end of rows: 0 there, the rest unchanged, blocks of empty slots skipped.
+  empty = jnp.asarray(np.arange(7)[None, :] >= np.array([[7], [2], [4]]))  # rows use 7, 2, 4 slots
+  sparse = readout_lib.target_log_probs(
+      module, hidden, jnp.where(empty, readout_lib.EMPTY_TARGET, targets), block=6)
+  np.testing.assert_allclose(np.asarray(sparse), np.where(empty, 0.0, full[..., 0]), atol=1e-5)

@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from socialrm_jax.models.readout import EMPTY_TARGET
 from socialrm_jax.scoring.templating import EncodedItem, common_prefix_length
 
 SMALLEST_BUCKET = 128
@@ -160,7 +161,8 @@ class Batch:
   branch_ids: np.ndarray       # [B, T] 0 = shared prefix, c + 1 = candidate c's branch.
   token_type_ids: np.ndarray   # [B, T]
   readout_index: np.ndarray    # [B, S] where to read the hidden state (a row index).
-  readout_target: np.ndarray   # [B, S] loglik: the token predicted from there; else 0.
+  readout_target: np.ndarray   # [B, S] loglik: the token predicted from there; else 0;
+                               # EMPTY_TARGET in an empty slot.
   readout_owner: np.ndarray    # [B, S] chunk-wide candidate number the readout belongs to; -1 = none.
   row_chunk: np.ndarray        # [B] the chunk a row's readouts belong to; -1 = padding row.
   real_tokens: int             # Tokens that are not padding.
@@ -405,7 +407,7 @@ def stack_rows(writers: Sequence[RowWriter], num_rows: int, length: int, slots: 
   fields = {name: np.zeros((num_rows, length), np.int32)
             for name in ("input_ids", "positions", "segment_ids", "branch_ids", "token_type_ids")}
   readout_index = np.zeros((num_rows, slots), np.int32)
-  readout_target = np.zeros((num_rows, slots), np.int32)
+  readout_target = np.full((num_rows, slots), EMPTY_TARGET, np.int32)
   readout_owner = np.full((num_rows, slots), -1, np.int64)
   row_chunk = np.full((num_rows,), -1, np.int32)
   for r, w in enumerate(writers):
