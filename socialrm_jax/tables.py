@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import pathlib
+import secrets
 import shutil
 import tempfile
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -36,11 +37,19 @@ BATCH_ROWS = 8192
 _HF_MARKERS = ("state.json", "dataset_info.json")
 
 
+def _new_temporary(path: pathlib.Path) -> tuple[int, pathlib.Path]:
+  """A new, empty file beside `path` (`.NAME.<random>.tmp`), open for writing, with the mode
+  `open` gives (0666 less the user's umask): `tempfile.mkstemp` makes 0600 files, which would stay
+  unreadable to everyone else once renamed."""
+  tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+  return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
   """Writes `data` to `path` through a temporary file in the same folder and a rename."""
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  fd, tmp = _new_temporary(path)
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(data)
@@ -56,6 +65,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
   text = json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
   atomic_write_bytes(path, text.encode())
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+  """The object a JSON file holds (a config, a manifest, an index); a file that cannot be read,
+  is not JSON, or holds another kind of value is an error naming it."""
+  try:
+    value = json.loads(pathlib.Path(path).read_bytes())
+  except OSError as e:
+    raise InputError(f"cannot read: {e.strerror}", path) from None
+  except ValueError as e:  # not UTF-8, or not JSON
+    raise InputError(f"cannot read as JSON: {e}", path) from None
+  if not isinstance(value, dict):
+    raise InputError(f"expected a JSON object, found {type(value).__name__}", path)
+  return value
 
 
 def _to_jsonl(rows: Iterable[dict]) -> bytes:
@@ -252,11 +275,42 @@ def table_files(path: str | os.PathLike, prefix: str) -> list[pathlib.Path]:
   return files
 
 
-def _decode_row(row: dict) -> dict:
+def _decode_row(row: Any, path: pathlib.Path, number: int) -> dict:
+  """A read row with its JSON-object columns (`JSON_OBJECT_COLUMNS`) decoded; `number` (1-based)
+  names the row in an error."""
+  if not isinstance(row, dict):
+    raise InputError(f"expected a JSON object, got {type(row).__name__}", path, number)
   for k in JSON_OBJECT_COLUMNS:
     if isinstance(row.get(k), str):
-      row[k] = json.loads(row[k])
+      try:
+        row[k] = json.loads(row[k])
+      except json.JSONDecodeError as e:
+        raise InputError(f"column {k!r} is not valid JSON ({e.msg})", path, number) from None
   return row
+
+
+def jsonl_rows(path: pathlib.Path) -> Iterator[tuple[int, Any]]:
+  """Each non-empty line of a JSON-lines file, parsed, with its 1-based line number; a line that
+  is not JSON or not UTF-8 is an error naming the file and the line."""
+  with open(path, "rb") as f:
+    for number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        yield number, json.loads(line.decode("utf-8"))
+      except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text ({e.reason} at byte {e.start})", path, number) from None
+      except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON ({e.msg})", path, number) from None
+
+
+def read_parquet(path: pathlib.Path, columns: Sequence[str] | None = None) -> pa.Table:
+  """A parquet file's rows (only `columns`, if given); a file pyarrow cannot read (truncated,
+  not parquet) is an error naming it."""
+  try:
+    return pq.read_table(path, columns=None if columns is None else list(columns))
+  except (pa.ArrowException, OSError) as e:
+    raise InputError(f"cannot read as parquet: {e}", path) from None
 
 
 def read_hf_table(folder: pathlib.Path) -> pa.Table:
@@ -270,26 +324,39 @@ def read_hf_table(folder: pathlib.Path) -> pa.Table:
   return dataset.data.table
 
 
-def read_rows(path: str | os.PathLike, prefix: str) -> list[dict]:
-  """Reads every row of table `prefix` at `path` (see `table_files`), in file order. Pairs saved
-  as an HF dataset come back with `chosen` and `rejected` as text, as in the other formats."""
-  rows: list[dict] = []
+def iter_rows(path: str | os.PathLike, prefix: str) -> Iterator[dict]:
+  """Every row of table `prefix` at `path` (see `table_files`), in file order, read `BATCH_ROWS`
+  at a time: a table of any size costs one batch of rows. Pairs saved as an HF dataset come back
+  with `chosen` and `rejected` as text, as in the other formats."""
   for f in table_files(path, prefix):
     if f.is_dir():
       try:
         table = records.pairs_from_trl(read_hf_table(f))
       except ValueError as e:
         raise InputError(str(e), f) from None
-      rows.extend(_decode_row(r) for r in table.to_pylist())
+      batches = table.to_batches(BATCH_ROWS)
     elif f.suffix == ".parquet":
-      rows.extend(_decode_row(r) for r in pq.read_table(f).to_pylist())
+      batches = _parquet_batches(f)
     else:
-      with open(f, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, start=1):
-          if not line.strip():
-            continue
-          try:
-            rows.append(_decode_row(json.loads(line)))
-          except json.JSONDecodeError as e:
-            raise InputError(f"not valid JSON ({e.msg})", f, i) from None
-  return rows
+      for number, row in jsonl_rows(f):
+        yield _decode_row(row, f, number)
+      continue
+    number = 0
+    for batch in batches:
+      for row in batch.to_pylist():
+        number += 1
+        yield _decode_row(row, f, number)
+
+
+def _parquet_batches(path: pathlib.Path) -> Iterator[pa.RecordBatch]:
+  """A parquet file's rows, `BATCH_ROWS` at a time; one pyarrow cannot read (truncated, not
+  parquet) is an error naming it."""
+  try:
+    yield from pq.ParquetFile(path).iter_batches(BATCH_ROWS)
+  except (pa.ArrowException, OSError) as e:
+    raise InputError(f"cannot read as parquet: {e}", path) from None
+
+
+def read_rows(path: str | os.PathLike, prefix: str) -> list[dict]:
+  """Every row of table `prefix` at `path`, in file order (`iter_rows`)."""
+  return list(iter_rows(path, prefix))
