@@ -14,7 +14,6 @@ restore.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping
 
@@ -38,11 +37,14 @@ def is_native(path: str) -> bool:
 
 
 def _manifest(folder: str) -> dict[str, Any]:
-  with open(os.path.join(folder, MANIFEST)) as f:
-    manifest = json.load(f)
+  path = os.path.join(folder, MANIFEST)
+  manifest = tables.read_json_object(path)
   if manifest.get("format_version") not in READABLE_VERSIONS:
     raise InputError(f"unsupported native checkpoint version {manifest.get('format_version')!r}",
-                     os.path.join(folder, MANIFEST))
+                     path)
+  missing = [key for key in ("family", "param_dtype", "config") if key not in manifest]
+  if missing or not isinstance(manifest["config"], dict):
+    raise InputError(f"the manifest lacks {', '.join(missing) or 'a config object'}", path)
   return manifest
 
 

@@ -30,6 +30,7 @@ import tokenizers
 from socialrm_jax.errors import InputError
 
 GGUF_SUFFIX = ".gguf"
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 SUPPORTED_ARCHITECTURES = ("llama",)
 
 _T = gguf.GGMLQuantizationType
@@ -259,10 +260,16 @@ def _open(path: str | os.PathLike):
   """The GGUF file `path` names or holds -> (its path, reader, metadata); one error line if it
   is not a readable GGUF file."""
   path = _resolve_gguf_file(path)
+  with open(path, "rb") as f:
+    magic = f.read(len(GGUF_MAGIC))
+  if magic != GGUF_MAGIC:
+    raise InputError(f"not a GGUF file: it does not start with {GGUF_MAGIC!r}"
+                     + (" (it is empty)" if not magic else ""), path)
   try:
     reader = gguf.GGUFReader(path)
-  except (ValueError, OSError) as error:
-    raise InputError(f"cannot read as GGUF: {error}", path) from error
+  except (ValueError, OSError, IndexError) as error:  # what numpy raises on a file cut short
+    raise InputError(f"truncated or damaged GGUF file ({path.stat().st_size} bytes; the reader "
+                     f"says: {error})", path) from None
   return path, reader, _Metadata(path, reader)
 
 

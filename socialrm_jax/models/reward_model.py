@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
-import json
 import os
 import types
 from typing import Any
@@ -19,9 +18,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from socialrm_jax import default_model, tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.models import attention as attention_lib
-from socialrm_jax.models import checkpoint, families, masks, readout, weights
+from socialrm_jax.models import checkpoint, families, masks, readout, tokenizer, weights
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -50,13 +50,25 @@ def family_and_config(hf_config: dict, path: str, head: str | None = None):
     raise InputError(str(e) + "." + hint, path) from None
   try:
     config = family.config_from_hf(hf_config, architecture)
-  except (KeyError, ValueError) as e:
-    raise InputError(f"cannot read the {architecture} config: {e}", path) from None
+  except (KeyError, ValueError, TypeError) as e:  # a field missing, or of the wrong kind
+    raise InputError(f"cannot read the {architecture} config: {type(e).__name__}: {e}",
+                     path) from None
   if head not in (None, config.head, "none"):
     raise InputError(f"{architecture} carries a {config.head!r} head, not {head!r}", path)
   if head == "none":
     config = dataclasses.replace(config, head="none")
   return family, config
+
+
+def _native_family_and_config(path: str):
+  """A native checkpoint's (family module, Config), from its manifest."""
+  _, config_dict = checkpoint.read_manifest(path)
+  try:
+    family = families.family_for(config_dict.get("architecture"))
+    return family, family.Config.from_dict(config_dict)
+  except (ValueError, TypeError) as e:  # an architecture or a config field this code lacks
+    raise InputError(f"cannot read the manifest's config: {e}",
+                     os.path.join(path, checkpoint.MANIFEST)) from None
 
 
 def abstract_module(family: types.ModuleType, config, dtype, attention: str) -> nnx.Module:
@@ -150,6 +162,41 @@ def _with_base_prefix(family: types.ModuleType, config,
   return tensors
 
 
+def _checkpoint_files(path: str) -> tuple[dict, weights.TensorSource, str]:
+  """A HF folder's or a GGUF file's (HF config dict, tensors, tokenizer path): config and tensor
+  headers read, no tensor yet."""
+  gguf_path = _gguf_file(path)
+  if gguf_path is not None:
+    from socialrm_jax.models import gguf_import  # imported only for GGUF input
+    gguf = gguf_import.read_gguf(gguf_path)
+    return gguf.hf_config, gguf.tensors, gguf_path
+  config_path = os.path.join(path, "config.json")
+  if not os.path.isdir(path) or not os.path.exists(config_path):
+    raise InputError("not a model: expected a folder with config.json and *.safetensors, a "
+                     "native checkpoint folder, or a .gguf file", path)
+  hf_config = tables.read_json_object(config_path)
+  _refuse_pickles(path)
+  return hf_config, weights.SafetensorsSource(path), path
+
+
+def check_model(path: str, flag: str) -> None:
+  """Refuses a model flag's value (`--model`: a path, or the default model's alias) that cannot
+  be scored, before any work: missing, a config or tensor headers that do not read (a cut-off
+  safetensors or GGUF file, a broken config.json), an architecture we lack, or no tokenizer.
+  Reads files' headers only, never their tensors."""
+  path = default_model.resolve_model_path(path)
+  if not os.path.exists(path):
+    raise InputError(f"--{flag}: no such model file or folder", path)
+  if checkpoint.is_native(path):
+    _native_family_and_config(path)
+    tokenizer.check_tokenizer_files(path)
+    return
+  hf_config, _, tokenizer_path = _checkpoint_files(path)
+  family_and_config(hf_config, path)
+  if os.path.isdir(tokenizer_path):  # a GGUF file carries its tokenizer
+    tokenizer.check_tokenizer_files(tokenizer_path)
+
+
 def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
                       head: str | None = None, attention: str = "auto") -> "RewardModel":
   """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one).
@@ -164,9 +211,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     raise InputError("no such model file or folder", path)
   jdtype = model_dtype(dtype)
   if checkpoint.is_native(path):
-    _, config_dict = checkpoint.read_manifest(path)
-    family = families.family_for(config_dict["architecture"])
-    config = family.Config.from_dict(config_dict)
+    family, config = _native_family_and_config(path)
     if head not in (None, config.head):
       raise InputError(f"native checkpoint carries a {config.head!r} head, not {head!r}", path)
     implementation = resolve_attention(attention, family, config, jdtype, mesh)
@@ -174,21 +219,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     checkpoint.restore_params(path, module, family.weight_sources(config), dtype=jdtype, mesh=mesh)
     return RewardModel(config, family, module, tokenizer_path=path, attention=implementation)
 
-  gguf_path = _gguf_file(path)
-  if gguf_path is not None:
-    from socialrm_jax.models import gguf_import  # imported only for GGUF input
-    gguf = gguf_import.read_gguf(gguf_path)
-    hf_config, tensors, tokenizer_path = gguf.hf_config, gguf.tensors, gguf_path
-  else:
-    config_path = os.path.join(path, "config.json")
-    if not os.path.isdir(path) or not os.path.exists(config_path):
-      raise InputError("not a model: expected a folder with config.json and *.safetensors, a "
-                       "native checkpoint folder, or a .gguf file", path)
-    with open(config_path) as f:
-      hf_config = json.load(f)
-    _refuse_pickles(path)
-    tensors, tokenizer_path = weights.SafetensorsSource(path), path
-
+  hf_config, tensors, tokenizer_path = _checkpoint_files(path)
   family, config = family_and_config(hf_config, path, head)
   tensors = _with_base_prefix(family, config, tensors)
   implementation = resolve_attention(attention, family, config, jdtype, mesh)

@@ -41,6 +41,7 @@ import jinja2.utils
 import tokenizers
 from tokenizers import processors
 
+from socialrm_jax import tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.models import gguf_import
 
@@ -54,6 +55,10 @@ PROCESSOR_CHAT_TEMPLATE_FILE = "chat_template.json"
 NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                         "cls_token", "mask_token")
 DEFAULT_TEMPLATE_NAME = "default"
+# Tokenizer files of transformers' slow (Python) tokenizers: SentencePiece models, BPE and
+# WordPiece vocabularies. They are not read here (`tokenizer.json` holds the same, compiled).
+SLOW_TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
+                        "merges.txt", "vocab.txt")
 
 
 def _token_text(value: Any) -> str | None:
@@ -156,15 +161,29 @@ class Tokenizer:
                source=hf_tokenizer.name_or_path)
 
 
+def check_tokenizer_files(folder: str | os.PathLike) -> None:
+  """Refuses a model folder without the file the tokenizer is read from, saying what was looked
+  for (and, where a slow tokenizer's files are there instead, how to write the one we read)."""
+  folder = pathlib.Path(folder)
+  if (folder / TOKENIZER_FILE).is_file():
+    return
+  slow = [name for name in SLOW_TOKENIZER_FILES if (folder / name).is_file()]
+  found = (f"; it holds {', '.join(slow)}, which only transformers' slow tokenizers read: save "
+           f"the fast tokenizer once, AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR), "
+           f"to write {TOKENIZER_FILE}") if slow else ""
+  raise InputError(
+      f"no {TOKENIZER_FILE}, the file the tokenizer is read from (with {CONFIG_FILE}, "
+      f"{SPECIAL_TOKENS_MAP_FILE} and {CHAT_TEMPLATE_FILE} where present), as a fast "
+      f"tokenizer's save_pretrained writes them beside the weights{found}", folder)
+
+
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
   """The tokenizer of a model folder (its tokenizer.json) or of a .gguf file (its metadata)."""
   path = pathlib.Path(path)
   if path.is_file() and path.suffix == gguf_import.GGUF_SUFFIX:
     return gguf_import.tokenizer_for_gguf(path)
+  check_tokenizer_files(path)
   tokenizer_file = path / TOKENIZER_FILE
-  if not tokenizer_file.is_file():
-    raise InputError(f"no {TOKENIZER_FILE}: the tokenizer is read from the {TOKENIZER_FILE} that "
-                     "a fast tokenizer's save_pretrained writes beside the weights", path)
   try:
     backend = tokenizers.Tokenizer.from_file(str(tokenizer_file))
   except Exception as error:  # tokenizers raises a bare Exception for a file it cannot parse.
@@ -193,15 +212,8 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
 
 
 def _read_json(path: pathlib.Path) -> dict:
-  if not path.is_file():
-    return {}
-  try:
-    value = json.loads(path.read_text(encoding="utf-8"))
-  except (ValueError, OSError) as error:
-    raise InputError(f"cannot read as JSON: {error}", path) from error
-  if not isinstance(value, dict):
-    raise InputError("expected a JSON object", path)
-  return value
+  """The object in an optional JSON file ({} where there is none)."""
+  return tables.read_json_object(path) if path.is_file() else {}
 
 
 def _folder_chat_template(folder: pathlib.Path, config: dict) -> str | None:

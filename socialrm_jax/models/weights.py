@@ -23,6 +23,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from socialrm_jax import tables
 from socialrm_jax.errors import InputError
 
 MODEL_AXIS = "model"
@@ -96,9 +97,7 @@ class SafetensorsSource:
     self.folder = os.fspath(folder)
     index_path = os.path.join(self.folder, SAFETENSORS_INDEX)
     if os.path.exists(index_path):
-      with open(index_path) as f:
-        weight_map: dict[str, str] = json.load(f)["weight_map"]
-      files = sorted(set(weight_map.values()))
+      files = sorted(set(_weight_map(index_path).values()))
     else:
       files = sorted(n for n in os.listdir(self.folder) if n.endswith(".safetensors"))
     if not files:
@@ -137,10 +136,55 @@ class SafetensorsSource:
 
 def _read_header(path: str) -> tuple[dict, int]:
   """The JSON header of a safetensors file (name -> {dtype, shape, data_offsets}) and where the
-  data its offsets count from begins."""
+  data its offsets count from begins. A file too short for what its header says (cut off in a
+  copy or a download), or not a safetensors file at all, is an error naming it."""
+  size = os.path.getsize(path)
   with open(path, "rb") as f:
-    (length,) = struct.unpack("<Q", f.read(8))
-    return json.loads(f.read(length)), 8 + length
+    prefix = f.read(8)
+    if len(prefix) < 8:
+      raise InputError(f"not a safetensors file: {size} bytes, too short to hold a header "
+                       "(empty or truncated)", path)
+    (length,) = struct.unpack("<Q", prefix)
+    if 8 + length > size:
+      raise InputError(f"truncated, or not a safetensors file: the header should take {length} "
+                       f"bytes and the file holds {size} in all", path)
+    try:
+      header = json.loads(f.read(length))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise InputError(f"not a safetensors file: its header is not JSON ({e})", path) from None
+  if not isinstance(header, dict):
+    raise InputError("not a safetensors file: its header is not a JSON object", path)
+  data_size = size - 8 - length
+  for name, info in header.items():
+    if name != "__metadata__":
+      _check_tensor_entry(name, info, data_size, path)
+  return header, 8 + length
+
+
+def _check_tensor_entry(name: str, info, data_size: int, path: str) -> None:
+  """One header entry is well formed and its bytes lie inside the file."""
+  try:
+    start, end = (int(offset) for offset in info["data_offsets"])
+    shape = [int(d) for d in info["shape"]]
+    dtype = info["dtype"]
+  except (KeyError, TypeError, ValueError):
+    raise InputError(f"tensor {name}: the header entry lacks dtype, shape or two data_offsets",
+                     path) from None
+  if end > data_size:
+    raise InputError(f"truncated: tensor {name} ends at byte {end} of the data, which holds "
+                     f"{data_size} bytes", path)
+  itemsize = _SAFETENSORS_DTYPES[dtype].itemsize if dtype in _SAFETENSORS_DTYPES else None
+  if itemsize is not None and end - start != math.prod(shape) * itemsize:
+    raise InputError(f"tensor {name}: {end - start} bytes for a {dtype} tensor of shape "
+                     f"{shape}", path)
+
+
+def _weight_map(index_path: str) -> dict[str, str]:
+  """The sharded checkpoint's index: tensor name -> the file holding it."""
+  weight_map = tables.read_json_object(index_path).get("weight_map")
+  if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    raise InputError("`weight_map` must map each tensor name to a file name", index_path)
+  return weight_map
 
 
 def partition_spec(shape: tuple[int, ...], model_axis: int | None, mesh: Mesh) -> PartitionSpec:
