@@ -8,31 +8,77 @@
 from __future__ import annotations
 
 import pathlib
-import sys
 
-from absl import app
 from ml_collections import config_flags
 
-from socialrm_jax import pipeline
+from socialrm_jax import errors, pipeline, tables
 from socialrm_jax.analysis import report
-from socialrm_jax.errors import InputError
+from socialrm_jax.datasets.reading import ON_ERROR
+from socialrm_jax.models import reward_model
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "An audit config (configs/*.py).",
                                           lock_config=True)
 
 
-def main(argv):
-  del argv
+def check_config(config) -> None:
+  """Refuses a config no audit can finish, naming the field, before anything is converted."""
+  errors.check_output_folder(config.output_dir, "config.output_dir")
+  if config.format not in tables.FORMATS:
+    raise errors.InputError(f"--config.format={config.format!r}: use one of "
+                            f"{', '.join(tables.FORMATS)}")
+  if config.on_error not in ON_ERROR:
+    raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
+                            f"{', '.join(ON_ERROR)}")
+  names = [spec.name for spec in config.models.values()]
+  if not names or len(set(names)) != len(names):
+    raise errors.InputError(f"config.models needs one or more models with distinct names, got "
+                            f"{names}")
+  for key, spec in config.models.items():
+    field = f"config.models.{key}"
+    reward_model.check_model(spec.path, f"{field}.path")
+    options = pipeline.scoring_options(spec)
+    try:
+      options.validate()
+    except errors.InputError as e:
+      raise errors.InputError(f"{field}: {e}") from None
+    if options.ref_model:
+      reward_model.check_model(options.ref_model, f"{field}.ref_model")
+  errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
+  probe = config.get("probe")
+  if probe is not None and probe.enabled:
+    errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
+
+
+def _unknown_field(error: Exception) -> str | None:
+  """The message for what the config flag's parser raises when an override names a field the
+  config lacks (`--config.metrics.nofield=1`): a KeyError, or an AttributeError holding one."""
+  if not isinstance(error, (KeyError, AttributeError)) or not error.args:
+    return None
+  name = error.args[0]
+  if isinstance(name, KeyError) and name.args:
+    name = name.args[0]
+  return f"a --config.* override names a field the config does not have: {name}"
+
+
+def load_config():
+  """The parsed --config. A file that could not be loaded comes back from the flag as an object
+  that raises OSError when first used; that is the user's error, named here."""
   config = _CONFIG.value
   if config is None:
-    print("socialrm-audit: error: --config is required (e.g. configs/bundled_suite.py)",
-          file=sys.stderr)
-    sys.exit(2)
+    raise errors.InputError("--config is required (e.g. configs/bundled_suite.py)")
   try:
-    models = pipeline.run_audit(config)
-  except InputError as e:
-    print(f"socialrm-audit: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    config.get("output_dir")
+  except OSError as e:
+    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
+    raise errors.InputError(f"--config: cannot load the config file: {reason}") from None
+  return config
+
+
+def main(argv):
+  del argv
+  config = load_config()
+  check_config(config)
+  models = pipeline.run_audit(config)
   out = pathlib.Path(config.output_dir)
   print(f"\nReport: {out / 'report.md'}")
   for name in models:
@@ -42,7 +88,7 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  errors.run_command("socialrm-audit", main, explain_flag_error=_unknown_field)
 
 
 if __name__ == "__main__":

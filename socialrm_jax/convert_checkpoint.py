@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
-from socialrm_jax.errors import InputError
+from socialrm_jax import errors
 
 _INPUT = flags.DEFINE_string("input", None, "HF checkpoint folder, .gguf file, or folder with one.",
                              required=True)
@@ -48,9 +47,12 @@ def copy_tokenizer_files(model, output: str) -> list[str]:
 
 
 def convert(input_path: str, output: str, dtype: str = "float32", overwrite: bool = False) -> dict:
+  errors.check_exists(input_path, "input")
+  errors.check_output_folder(output, "output")
+  if os.path.isdir(output) and os.listdir(output) and not overwrite:
+    raise errors.InputError("--output: the folder is not empty (pass --overwrite to replace it)",
+                            output)
   from socialrm_jax.models import checkpoint, load_reward_model  # after absl parsed JAX flags
-  if os.path.exists(output) and os.listdir(output) and not overwrite:
-    raise InputError("output folder is not empty (pass --overwrite to replace it)", output)
   model = load_reward_model(input_path, dtype=dtype)
   family_name = model.family.__name__.rsplit(".", 1)[-1]
   checkpoint.save(output, model.module, family_name, model.config)
@@ -62,17 +64,13 @@ def convert(input_path: str, output: str, dtype: str = "float32", overwrite: boo
 def main(argv):
   del argv
   start = time.perf_counter()
-  try:
-    summary = convert(_INPUT.value, _OUTPUT.value, _DTYPE.value, _OVERWRITE.value)
-  except InputError as e:
-    print(f"socialrm-convert-checkpoint: error: {e}", file=sys.stderr)
-    sys.exit(2)
+  summary = convert(_INPUT.value, _OUTPUT.value, _DTYPE.value, _OVERWRITE.value)
   summary["seconds"] = round(time.perf_counter() - start, 1)
   print(json.dumps(summary, indent=2))
 
 
 def run():
-  app.run(main)
+  errors.run_command("socialrm-convert-checkpoint", main)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,27 @@
-"""Errors a user can act on: each names the file and the row it is about."""
+"""Errors a user can act on, and how a command reports them.
+
+`InputError` is bad input: each names the file (and the row) or the flag it is about. Every
+`socialrm-*` command runs its main under `run_command`, which turns an `InputError` (and a flag the
+parser refuses) into one line on stderr, `socialrm-<command>: error: <what>`, and exit code 2. Only
+the errors a user causes are raised as `InputError`, where they are found, so any other exception
+is a bug and keeps its traceback; `--debug` shows the traceback of an `InputError` too.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import pathlib
+import re
+import sys
+from typing import Callable, Mapping, Sequence
+
+from absl import app, flags
+
+# The exit code of an error the user can fix (argparse's, for a bad command line).
+USER_ERROR_EXIT_CODE = 2
+# What Python prints before a traceback; a message holding one is cut to its last line.
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
 
 
 class InputError(ValueError):
@@ -21,3 +40,90 @@ class InputError(ValueError):
       where = self.path if row is None else f"{self.path}, row {row}"
       where += ": "
     super().__init__(where + message)
+
+
+def check_output_folder(path: str | os.PathLike, flag: str) -> None:
+  """Refuses an output folder that could not be made or written: one that names an existing file,
+  or lies under one, or under a folder this user cannot write."""
+  path = pathlib.Path(os.path.abspath(path))
+  existing = next(p for p in (path, *path.parents) if p.exists())
+  if not existing.is_dir():
+    where = "names a file" if existing == path else f"lies under a file, {existing}"
+    raise InputError(f"--{flag} {where}; it must be a folder (new or existing)", path)
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise InputError(f"--{flag}: cannot write into {existing} (permission denied)", path)
+
+
+def check_exists(path: str | os.PathLike, flag: str) -> None:
+  """Refuses an input path that is not there, naming its flag."""
+  if not os.path.exists(path):
+    raise InputError(f"--{flag}: no such file or folder", path)
+
+
+def check_positive(value: int, flag: str) -> None:
+  if value <= 0:
+    raise InputError(f"--{flag} must be positive, got {value}")
+
+
+def one_line(message: str) -> str:
+  """`message` on one line: an embedded traceback (as config files' loaders put in theirs)
+  reduced to its last line, which says what went wrong, and line breaks made spaces."""
+  head, _, traceback = message.partition(_TRACEBACK_HEADER)
+  if traceback.strip():
+    head = f"{head.rstrip()} {traceback.strip().splitlines()[-1]}"
+  return re.sub(r"\s*\n\s*", " ", head.strip())
+
+
+def _fail(program: str, message: str, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
+  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
+  sys.exit(exit_code)
+
+
+def _parse_flags(program: str, explain: Callable[[Exception], str | None] | None,
+                 argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing, with a refused flag reported as every other user error."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    _fail(program, str(error))
+  except Exception as error:  # pylint: disable=broad-except  # re-raised unless `explain` knows it
+    message = explain(error) if explain is not None else None
+    if message is None:
+      raise
+    _fail(program, message)
+
+
+def _debug_flag() -> flags.FlagHolder[bool]:
+  # Defined by the command, not when this module is imported: every library module imports it.
+  if "debug" not in flags.FLAGS:
+    return flags.DEFINE_bool("debug", False, "Show the traceback of an input error instead of "
+                             "the one-line message.")
+  return flags.FlagHolder(flags.FLAGS, flags.FLAGS["debug"])
+
+
+def _main_reporting_errors(program: str, main: Callable[[list[str]], None],
+                           exit_codes: Mapping[type[BaseException], int],
+                           debug: flags.FlagHolder[bool], argv: list[str]) -> None:
+  try:
+    main(argv)
+  except (InputError, *exit_codes) as error:
+    if debug.value:
+      raise
+    code = next((c for kind, c in exit_codes.items() if isinstance(error, kind)),
+                USER_ERROR_EXIT_CODE)
+    _fail(program, str(error), code)
+
+
+def run_command(program: str, main: Callable[[list[str]], None], *,
+                exit_codes: Mapping[type[BaseException], int] | None = None,
+                explain_flag_error: Callable[[Exception], str | None] | None = None) -> None:
+  """`app.run(main)` for the command `program` (`socialrm-score`): a refused flag or an
+  `InputError` is one line on stderr and exit code 2 (no traceback unless `--debug`).
+
+  `exit_codes`: further errors reported the same way, with their own codes (the scorer's
+  non-finite reward: 3). `explain_flag_error`: the message for an error a flag's own parser raises
+  for bad input beside absl's (None for one it does not know, which keeps its traceback).
+  """
+  debug = _debug_flag()
+  app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
+          flags_parser=functools.partial(_parse_flags, program, explain_flag_error))

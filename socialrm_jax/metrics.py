@@ -4,20 +4,21 @@
 
 Writes `REPORT/<name>/metrics.json` per scores set (the name from --names, else `run.json`'s
 `model` beside the scores, else the folder or file stem), and one `REPORT/report.md` comparing
-them, with its PNG figures beside it. The work is in `socialrm_jax.analysis`.
+them, with its PNG figures beside it. The work is in `socialrm_jax.analysis`. They are written
+into a hidden folder beside REPORT and moved into it at the end, so a run that fails on a bad
+input leaves an earlier report as it was.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 
-from absl import app, flags
+from absl import flags
 
+from socialrm_jax import errors, tables
 from socialrm_jax.analysis import evaluate
-from socialrm_jax.analysis.runner import evaluate_all
-from socialrm_jax.errors import InputError
+from socialrm_jax.analysis.runner import evaluate_all, model_names
 
 _ITEMS = flags.DEFINE_string("items", None, "Folder (or items file) from the converter; the "
                              "pairs table is read from the same folder.", required=True)
@@ -36,20 +37,23 @@ _SEED = flags.DEFINE_integer("seed", evaluate.Options.seed, "Bootstrap seed.")
 
 def main(argv):
   del argv
+  errors.check_positive(_N_RESAMPLES.value, "n_resamples")
+  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
+  errors.check_exists(_ITEMS.value, "items")
+  for path in _SCORES.value:
+    errors.check_exists(path, "scores")
+  model_names(_SCORES.value, _NAMES.value)  # refuses a --names of another length
   options = evaluate.Options(n_resamples=_N_RESAMPLES.value, seed=_SEED.value,
                              allow_missing=_ALLOW_MISSING.value)
   start = time.perf_counter()
-  try:
-    models = evaluate_all(_ITEMS.value, _SCORES.value, _OUTPUT_DIR.value, _NAMES.value, options)
-  except InputError as e:
-    print(f"socialrm-metrics: error: {e}", file=sys.stderr)
-    sys.exit(2)
+  with tables.staged_folder(_OUTPUT_DIR.value) as stage:
+    models = evaluate_all(_ITEMS.value, _SCORES.value, str(stage), _NAMES.value, options)
   print(json.dumps({"output_dir": _OUTPUT_DIR.value, "models": list(models),
                     "seconds": round(time.perf_counter() - start, 1)}, indent=2))
 
 
 def run():
-  app.run(main)
+  errors.run_command("socialrm-metrics", main)
 
 
 if __name__ == "__main__":

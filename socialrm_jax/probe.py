@@ -13,13 +13,12 @@ statistics: socialrm_jax/analysis/values.py.
 from __future__ import annotations
 
 import pathlib
-import sys
 
-from absl import app, flags
+from absl import flags
 
-from socialrm_jax import value_probe
+from socialrm_jax import errors, value_probe
 from socialrm_jax.analysis import values
-from socialrm_jax.errors import InputError
+from socialrm_jax.models import reward_model
 from socialrm_jax.scoring import cli_flags
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the probe's files go.", required=True)
@@ -36,20 +35,22 @@ _N_PERMUTATIONS = flags.DEFINE_integer("n_permutations", values.N_PERMUTATIONS,
 
 def main(argv):
   del argv
-  try:
-    value_probe.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, cli_flags.options(),
-                    words_per_category=_WORDS.value, seed=_SEED.value,
-                    n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value)
-  except InputError as e:
-    print(f"socialrm-probe: error: {e}", file=sys.stderr)
-    sys.exit(2)
+  options = cli_flags.options()
+  options.validate()
+  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
+  reward_model.check_model(cli_flags.MODEL.value, "model")
+  if options.ref_model:
+    reward_model.check_model(options.ref_model, "ref_model")
+  value_probe.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options,
+                  words_per_category=_WORDS.value, seed=_SEED.value,
+                  n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value)
   out = pathlib.Path(_OUTPUT_DIR.value)
   print((out / "value_probe.md").read_text(encoding="utf-8"))
   print(f"Probe: {out / 'probe.json'}\nPlot: {out / 'value_probe.png'}")
 
 
 def run():
-  app.run(main)
+  errors.run_command("socialrm-probe", main)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,11 @@ host) are started by a launcher (see launch/README.md), which passes --coordinat
 from __future__ import annotations
 
 import json
-import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
-from socialrm_jax.errors import InputError
+from socialrm_jax import errors
+from socialrm_jax.models import reward_model
 from socialrm_jax.scoring import cli_flags, engine
 from socialrm_jax.scoring import mesh as mesh_lib
 
@@ -41,18 +41,17 @@ _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Join a multi-process job
 
 def main(argv):
   del argv
+  options = cli_flags.options()
+  options.validate()
+  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
+  errors.check_exists(_ITEMS.value, "items")
+  reward_model.check_model(cli_flags.MODEL.value, "model")
+  if options.ref_model:
+    reward_model.check_model(options.ref_model, "ref_model")
   mesh_lib.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                   _DISTRIBUTED.value)
-  options = cli_flags.options()
-  try:
-    run = engine.score_model_at(cli_flags.MODEL.value, _ITEMS.value, _OUTPUT_DIR.value,
-                                options=options, datasets=_DATASETS.value, limit=_LIMIT.value)
-  except InputError as e:
-    print(f"socialrm-score: error: {e}", file=sys.stderr)
-    sys.exit(2)
-  except engine.NonFiniteRewardError as e:
-    print(f"socialrm-score: error: {e}", file=sys.stderr)
-    sys.exit(3)
+  run = engine.score_model_at(cli_flags.MODEL.value, _ITEMS.value, _OUTPUT_DIR.value,
+                              options=options, datasets=_DATASETS.value, limit=_LIMIT.value)
   logging.info("scored in %.1f s", run["wall_seconds"])
   print(json.dumps({"output_dir": _OUTPUT_DIR.value, **{k: run[k] for k in (
       "items", "candidates", "tokens_computed", "tokens_naive", "padding_fraction",
@@ -61,7 +60,8 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  # A reward that is not finite is not the user's input at fault: its own exit code.
+  errors.run_command("socialrm-score", main, exit_codes={engine.NonFiniteRewardError: 3})
 
 
 if __name__ == "__main__":
