@@ -207,8 +207,8 @@ def report_lines(run_json: Mapping[str, Any], model_name: str) -> list[str]:
   mesh = manifest["mesh"]
   versions = manifest["versions"]
   rows = [
-      ["model", f"{manifest['model']['path']} {_short(manifest['model']['sha256'])} "
-                f"({len(manifest['model']['files'])} files: weights, config, tokenizer)"],
+      ["model", f"{manifest['model']['path']} {_short(manifest['model']['sha256'])} (its "
+                f"{len(manifest['model']['files'])} file(s), weights included)"],
       ["items", f"{manifest['items']['count']} from {manifest['items']['path'] or '–'} "
                 f"{_short(manifest['items']['sha256'])}"],
       ["tokenizer", _short(manifest["tokenizer"]["sha256"])],
