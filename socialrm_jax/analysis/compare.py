@@ -43,10 +43,9 @@ domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -111,11 +110,8 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 
 
 def metric_items(scored: Scored) -> Scored:
-  """The items metrics.json counts: each dataset's primary template's, when its items come from
-  several (the rule of `evaluate.metrics_from_scored`), so no source row counts twice."""
-  by_dataset = evaluate.templates_by_dataset(scored)
-  primary = np.asarray([by_dataset[name][0] for name in scored.dataset], dtype=object)  # [N]
-  return evaluate.restrict(scored, evaluate.item_templates(scored) == primary)
+  """The items metrics.json counts (`evaluate.primary_template_items`)."""
+  return evaluate.primary_template_items(scored)
 
 
 def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
@@ -131,28 +127,6 @@ def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
     raise InputError("the two scores sets were joined to different items or pairs tables; "
                      "compare models scored on one conversion")
   return a, b
-
-
-@contextlib.contextmanager
-def _kept_rows() -> Iterator[list[tuple[dict, str, np.ndarray]]]:
-  """Within it, every `estimates.put` also keeps (node, name, rows): each statistic's value on the
-  data and on every resample, before they become a value and an interval.
-
-  Why: every metric with an interval, ours and each plug-in's, reaches metrics.json through
-  `estimates.put`, and a paired difference needs the rows themselves; wrapping the one function
-  they all pass through lets the comparison reuse every summary as it is. `estimates.put` is
-  restored on leaving."""
-  kept: list[tuple[dict, str, np.ndarray]] = []
-  put = estimates.put
-
-  def keeping_put(node, name, rows, reason, ci_name=None):
-    kept.append((node, name, np.asarray(rows, dtype=np.float64)))
-    put(node, name, rows, reason, ci_name)
-  estimates.put = keeping_put
-  try:
-    yield kept
-  finally:
-    estimates.put = put
 
 
 def _rows_of(kept: list[tuple[dict, str, np.ndarray]], node: dict) -> dict[str, np.ndarray]:
@@ -186,19 +160,19 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
         mine.update(plugin.item_columns(scored, index))
       columns.update({f"{side}/{k}": v for k, v in mine.items()})
     # evaluate's own strata, so the intervals' strata; they depend on the items only (A's are B's).
-    strata = evaluate._strata(a, index, plugin.stratum_group)  # pylint: disable=protected-access
+    strata = evaluate.strata(a, index, plugin.stratum_group)
     joint = bootstrap.stratified_sums(columns, strata, options.n_resamples,
                                       bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)
-      with _kept_rows() as kept:
+      with estimates.keeping_rows() as kept:
         node = accuracy.dataset_summary(sums[side][name])
         own = (plugin.summary(evaluate.DatasetView(scored, index, sums[side][name], options))
                if plugin.summary is not None else {})
       found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
                                                       **_rows_of(kept, own)}
   for side in sides:
-    with _kept_rows() as kept:
+    with estimates.keeping_rows() as kept:
       domains = accuracy.domain_summary(sums[side])
     for domain, node in domains.items():
       found.setdefault((DOMAINS, domain), {})[side] = _rows_of(kept, node)

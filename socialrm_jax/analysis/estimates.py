@@ -8,8 +8,10 @@ which `finalize` writes as JSON null and records under `null_reasons` so the rep
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -46,10 +48,31 @@ def interval(rows: np.ndarray, reason: str) -> tuple[float | Missing, list[float
   return estimate, [float(low), float(high)]
 
 
+# Where `put` also keeps the rows it turns into values, inside `keeping_rows`.
+_kept: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept_rows", default=None)
+
+
 def put(node: dict[str, Any], name: str, rows: np.ndarray, reason: str,
         ci_name: str | None = None) -> None:
   """Writes `name` and its interval (`<name>_ci95`, or `ci_name`) into `node`."""
+  kept = _kept.get()
+  if kept is not None:
+    kept.append((node, name, np.asarray(rows, dtype=np.float64)))
   node[name], node[ci_name or f"{name}_ci95"] = interval(rows, reason)
+
+
+@contextlib.contextmanager
+def keeping_rows() -> Iterator[list[tuple[dict, str, np.ndarray]]]:
+  """Within it, every `put` also keeps (node, name, rows): each statistic's value on the data and
+  on every resample, before they become a value and an interval. Every metric with an interval,
+  ours and each plug-in's, passes through `put`, so a paired comparison of two models
+  (`compare`) reuses every summary as it is."""
+  kept: list[tuple[dict, str, np.ndarray]] = []
+  token = _kept.set(kept)
+  try:
+    yield kept
+  finally:
+    _kept.reset(token)
 
 
 def finalize(tree: Any, path: str = "", reasons: dict[str, str] | None = None) -> Any:

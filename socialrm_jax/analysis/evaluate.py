@@ -65,7 +65,7 @@ class DatasetView:
   options: Options
 
 
-def _strata(scored: Scored, index: np.ndarray, group) -> dict[str, np.ndarray]:
+def strata(scored: Scored, index: np.ndarray, group) -> dict[str, np.ndarray]:
   fields = {"domain": scored.domain[index], "subset": scored.subset[index],
             "context_condition": scored.context_condition[index]}
   if group is not None:
@@ -80,7 +80,7 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[
   columns = {k: v[index] for k, v in generic.items()}
   if plugin.item_columns is not None:
     columns.update(plugin.item_columns(scored, index))
-  sums = bootstrap.stratified_sums(columns, _strata(scored, index, plugin.stratum_group),
+  sums = bootstrap.stratified_sums(columns, strata(scored, index, plugin.stratum_group),
                                    options.n_resamples, bootstrap.generator(options.seed, name))
   node = accuracy.dataset_summary(sums)
   if plugin.summary is not None:
@@ -123,13 +123,21 @@ def templates_by_dataset(scored: Scored) -> dict[str, list[str]]:
   return {name: sorted(names, key=lambda t: not is_default(t)) for name, names in found.items()}
 
 
+def primary_template_items(scored: Scored) -> Scored:
+  """The items the main metrics count: each dataset's primary template's, when its items come
+  from several, so no source row counts twice (`scored` itself when none does)."""
+  by_dataset = templates_by_dataset(scored)
+  if all(len(names) == 1 for names in by_dataset.values()):
+    return scored
+  primary_of_item = np.asarray([by_dataset[name][0] for name in scored.dataset], dtype=object)
+  return restrict(scored, (item_templates(scored) == primary_of_item).astype(bool))
+
+
 def metrics_from_scored(scored: Scored, options: Options = Options()) -> dict[str, Any]:
   by_dataset = templates_by_dataset(scored)
   primary = {name: names[0] for name, names in by_dataset.items()}
   several = any(len(names) > 1 for names in by_dataset.values())
-  if several:
-    primary_of_item = np.asarray([primary[name] for name in scored.dataset], dtype=object)
-    scored = restrict(scored, (item_templates(scored) == primary_of_item).astype(bool))
+  scored = primary_template_items(scored)
   generic = accuracy.item_columns(scored)
   datasets: dict[str, Any] = {}
   sums: dict[str, bootstrap.StratifiedSums] = {}
