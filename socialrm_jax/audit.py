@@ -35,14 +35,14 @@ def check_config(config) -> None:
                             f"{names}")
   for key, spec in config.models.items():
     field = f"config.models.{key}"
-    reward_model.check_model(spec.path, f"{field}.path")
     options = pipeline.scoring_options(spec)
     try:
       options.validate()
     except errors.InputError as e:
       raise errors.InputError(f"{field}: {e}") from None
-    if options.ref_model:
-      reward_model.check_model(options.ref_model, f"{field}.ref_model")
+    reward_model.check_models({f"{field}.path": spec.path, f"{field}.ref_model": options.ref_model})
+    if options.compilation_cache:
+      errors.check_output_folder(options.cache_dir(), f"{field}.compilation_cache")
   errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
   probe = config.get("probe")
   if probe is not None and probe.enabled:

@@ -45,6 +45,8 @@ class InputError(ValueError):
 def check_output_folder(path: str | os.PathLike, flag: str) -> None:
   """Refuses an output folder that could not be made or written: one that names an existing file,
   or lies under one, or under a folder this user cannot write."""
+  if not str(path):
+    raise InputError(f"--{flag} is empty; give a folder")
   path = pathlib.Path(os.path.abspath(path))
   existing = next(p for p in (path, *path.parents) if p.exists())
   if not existing.is_dir():
@@ -56,6 +58,8 @@ def check_output_folder(path: str | os.PathLike, flag: str) -> None:
 
 def check_exists(path: str | os.PathLike, flag: str) -> None:
   """Refuses an input path that is not there, naming its flag."""
+  if not str(path):
+    raise InputError(f"--{flag} is empty; give a file or folder")
   if not os.path.exists(path):
     raise InputError(f"--{flag}: no such file or folder", path)
 

@@ -38,9 +38,9 @@ def main(argv):
   options = cli_flags.options()
   options.validate()
   errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  reward_model.check_model(cli_flags.MODEL.value, "model")
-  if options.ref_model:
-    reward_model.check_model(options.ref_model, "ref_model")
+  if options.compilation_cache:
+    errors.check_output_folder(options.cache_dir(), "compilation_cache")
+  reward_model.check_models({"model": cli_flags.MODEL.value, "ref_model": options.ref_model})
   value_probe.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options,
                   words_per_category=_WORDS.value, seed=_SEED.value,
                   n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value)

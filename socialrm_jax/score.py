@@ -44,10 +44,10 @@ def main(argv):
   options = cli_flags.options()
   options.validate()
   errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
+  if options.compilation_cache:
+    errors.check_output_folder(options.cache_dir(), "compilation_cache")
   errors.check_exists(_ITEMS.value, "items")
-  reward_model.check_model(cli_flags.MODEL.value, "model")
-  if options.ref_model:
-    reward_model.check_model(options.ref_model, "ref_model")
+  reward_model.check_models({"model": cli_flags.MODEL.value, "ref_model": options.ref_model})
   mesh_lib.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                   _DISTRIBUTED.value)
   run = engine.score_model_at(cli_flags.MODEL.value, _ITEMS.value, _OUTPUT_DIR.value,

@@ -12,7 +12,7 @@ import functools
 import glob
 import os
 import types
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -179,22 +179,25 @@ def _checkpoint_files(path: str) -> tuple[dict, weights.TensorSource, str]:
   return hf_config, weights.SafetensorsSource(path), path
 
 
-def check_model(path: str, flag: str) -> None:
-  """Refuses a model flag's value (`--model`: a path, or the default model's alias) that cannot
-  be scored, before any work: missing, a config or tensor headers that do not read (a cut-off
-  safetensors or GGUF file, a broken config.json), an architecture we lack, or no tokenizer.
-  Reads files' headers only, never their tensors."""
-  path = default_model.resolve_model_path(path)
-  if not os.path.exists(path):
-    raise InputError(f"--{flag}: no such model file or folder", path)
-  if checkpoint.is_native(path):
-    _native_family_and_config(path)
-    tokenizer.check_tokenizer_files(path)
-    return
-  hf_config, _, tokenizer_path = _checkpoint_files(path)
-  family_and_config(hf_config, path)
-  if os.path.isdir(tokenizer_path):  # a GGUF file carries its tokenizer
-    tokenizer.check_tokenizer_files(tokenizer_path)
+def check_models(paths: Mapping[str, str | None]) -> None:
+  """Refuses a model flag's value (flag name -> a path, or the default model's alias; None or ""
+  for a flag not given) that cannot be scored, before any work: missing, a config or tensor
+  headers that do not read (a cut-off safetensors or GGUF file, a broken config.json), an
+  architecture we lack, or no tokenizer. Reads files' headers only, never their tensors."""
+  for flag, path in paths.items():
+    if not path:
+      continue
+    path = default_model.resolve_model_path(path)
+    if not os.path.exists(path):
+      raise InputError(f"--{flag}: no such model file or folder", path)
+    if checkpoint.is_native(path):
+      _native_family_and_config(path)
+      tokenizer.check_tokenizer_files(path)
+      continue
+    hf_config, _, tokenizer_path = _checkpoint_files(path)
+    family_and_config(hf_config, path)
+    if os.path.isdir(tokenizer_path):  # a GGUF file carries its tokenizer
+      tokenizer.check_tokenizer_files(tokenizer_path)
 
 
 def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
