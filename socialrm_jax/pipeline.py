@@ -18,8 +18,8 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax import conversion, value_probe
-from socialrm_jax.analysis import evaluate, runner
+from socialrm_jax import conversion, counterfactuals, tables, value_probe
+from socialrm_jax.analysis import counterfactual, evaluate, runner
 from socialrm_jax.scoring import engine
 
 BUNDLED_DATA = pathlib.Path(__file__).resolve().parent / "bundled"
@@ -81,6 +81,8 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.metrics = ml_collections.ConfigDict(
       {"n_resamples": 1000, "seed": 0, "allow_missing": False})
   config.probe = value_probe.audit_config()  # the value probe: socialrm_jax/value_probe.py
+  # Identity swaps of BBQ and CrowS-Pairs items, scored by every model: socialrm_jax/counterfactuals.py
+  config.counterfactuals = True
   return config
 
 
@@ -120,8 +122,33 @@ def run_audit(config) -> dict[str, Any]:
                  run["wall_seconds"])
     score_dirs.append(str(score_dir))
 
-  sections = value_probe.run_for_audit(
-      config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
                              allow_missing=config.metrics.allow_missing)
+  sections = value_probe.run_for_audit(
+      config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
+  if config.get("counterfactuals", True):
+    sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
   return runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
+
+
+def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: list[str],
+                          options: evaluate.Options) -> list[str]:
+  """Derives the identity-swap set of the scored items (`socialrm_jax.counterfactuals`) into
+  `counterfactuals/`, scores it with every model into `scores_counterfactual/<model>/`, and writes
+  `<model>/counterfactual.json`; returns the report section."""
+  out = pathlib.Path(config.output_dir)
+  swaps_dir = out / "counterfactuals"
+  # Only the items the main run scored get swaps, so a limited run stays limited.
+  scored = engine.select_items(tables.read_rows(items_dir, "items"),
+                               list(config.get("score_datasets", [])),
+                               config.get("limit_items") or None)
+  swap_set = counterfactuals.derive_all(scored)
+  counterfactuals.write_swap_set(swap_set, swaps_dir, config.format)
+  results = {}
+  for spec, score_dir in zip(specs, score_dirs):
+    swap_scores = out / "scores_counterfactual" / spec.name
+    if swap_set.items:
+      score_model(spec, swaps_dir, swap_scores, [], None)
+    results[spec.name] = counterfactual.compute_at(swaps_dir, score_dir, swap_scores, options)
+    tables.atomic_write_json(out / spec.name / "counterfactual.json", results[spec.name])
+  return counterfactual.report_lines(results)

@@ -222,6 +222,17 @@ def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_
   probe = json.loads((out / "probe" / MODEL_NAME / "probe.json").read_text())
   assert probe["model"] == MODEL_NAME and probe["words_per_category"] == 1
 
+  # The identity swaps: derived from the scored BBQ and CrowS-Pairs items, the BBQ ones scored.
+  swap_report = json.loads((out / "counterfactuals" / "swap_report.json").read_text())
+  swapped = tables.read_rows(out / "counterfactuals", "items")
+  assert swapped and {it["dataset"] for it in swapped} == {"bbq"}
+  swap_scores = _scores(out / "scores_counterfactual" / MODEL_NAME)
+  assert {key[0] for key in swap_scores} == {it["item_id"] for it in swapped}
+  counterfactual = json.loads((out / MODEL_NAME / "counterfactual.json").read_text())
+  assert set(counterfactual["datasets"]) == {"bbq", "crows_pairs"}
+  assert counterfactual["datasets"]["crows_pairs"]["mean_abs_change"] > 0
+  assert "## Counterfactual identity swaps" in text and swap_report
+
   # A rerun into the same folder resumes: nothing is scored again, no score changes, and run.json
   # still describes the run that scored the folder.
   run_before = (scores_dir / "run.json").read_bytes()

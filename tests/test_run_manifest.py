@@ -16,6 +16,7 @@ import scoring_fixtures as fx
 from socialrm_jax import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.models.tokenizer import load_tokenizer
+from socialrm_jax.analysis import provenance
 from socialrm_jax.scoring import engine, mesh as mesh_lib, run_manifest, shards, templating
 
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4)
@@ -119,11 +120,11 @@ def test_a_doubled_bos_is_flagged(tmp_path, trained_tokenizer, caplog, template_
 
 def test_the_report_section_shortens_hashes_and_states_warnings_and_invariance(scored, tmp_path):
   tmp, run = scored
-  lines = run_manifest.report_section({"tiny-rm": tmp / "scores"})
+  lines = provenance.report_section({"tiny-rm": tmp / "scores"})
   text = "\n".join(lines)
   assert lines[0] == "## Run manifest" and "**tiny-rm**" in text
   model_hash = run["manifest"]["model"]["sha256"]
-  assert f"`{model_hash[:run_manifest.SHORT_HASH]}`" in text and model_hash not in text
+  assert f"`{model_hash[:provenance.SHORT_HASH]}`" in text and model_hash not in text
   assert "not checked" in text and "warning" not in text
   assert "| BOS / EOS in an example | 1 / 0 (item bbq-0000, candidate 0) |" in text
   # A checked run with a warning; and a run.json written before manifests existed.
@@ -132,11 +133,11 @@ def test_the_report_section_shortens_hashes_and_states_warnings_and_invariance(s
   checked["manifest"] = {**run["manifest"], "warnings": ["doubled BOS: ..."]}
   tables.atomic_write_json(tmp_path / "checked" / "run.json", checked)
   tables.atomic_write_json(tmp_path / "old" / "run.json", {"model": "x"})
-  text = "\n".join(run_manifest.report_section({"checked": tmp_path / "checked",
+  text = "\n".join(provenance.report_section({"checked": tmp_path / "checked",
                                                 "old": tmp_path / "old",
                                                 "no run file": tmp_path / "nowhere"}))
   assert ("largest difference 3.00e-07 over 8 items re-scored in 2 other batch compositions "
           "(a, b); within the 1e-05 bound of float32") in text
   assert "- warning: doubled BOS: ..." in text
   assert "**old**: its run.json has no manifest" in text and "no run file" not in text
-  assert run_manifest.report_section({"none": tmp_path / "nowhere"}) == []
+  assert provenance.report_section({"none": tmp_path / "nowhere"}) == []

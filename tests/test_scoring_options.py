@@ -24,6 +24,13 @@ def test_a_huge_token_budget_is_bounded_by_what_a_chunk_fills():
   assert engine.ScoringOptions().batch_tokens() == engine.ScoringOptions().tokens_per_batch
 
 
+def test_a_cpu_batch_is_capped_at_cpu_batch_tokens_or_one_longest_row():
+  huge = engine.ScoringOptions(tokens_per_batch=10**9)
+  assert huge.batch_tokens("cpu") == engine.CPU_BATCH_TOKENS < huge.batch_tokens("gpu")
+  long_rows = engine.ScoringOptions(tokens_per_batch=10**9, max_length=65536)
+  assert long_rows.batch_tokens("cpu") == 65536
+
+
 def test_score_cli_refuses_a_negative_chunk_size_before_any_work(tmp_path):
   tables.write_rows(tmp_path / "items" / "items.jsonl", fx.bbq_items())
   done = subprocess.run(fx.score_command("no-such-model", tmp_path / "items", tmp_path / "out",

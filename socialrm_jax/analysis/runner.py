@@ -13,7 +13,8 @@ from typing import Sequence
 from absl import logging
 
 from socialrm_jax import tables
-from socialrm_jax.analysis import compare, evaluate, objectives, pairs, plots, report, scores
+from socialrm_jax.analysis import (compare, evaluate, objectives, pairs, plots, provenance,
+                                   report, scores, template_spread)
 from socialrm_jax.errors import InputError
 
 
@@ -49,6 +50,7 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
     joined[name] = pairs.join(items, pair_rows, score_set, options.allow_missing)
     metrics = evaluate.metrics_from_scored(joined[name], options)
     metrics.update(objectives.per_objective(items, pair_rows, score_set, options))
+    metrics["template_spread"] = template_spread.from_scored(joined[name], options)
     models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
     tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", models[name])
     logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
@@ -59,5 +61,7 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
                time.perf_counter() - start)
   figures = plots.write_all(models, output_dir)
   report.write(models, pathlib.Path(output_dir) / "report.md", figures,
-               [objectives.report_lines(models), compare.report_lines(comparisons), *sections])
+               [objectives.report_lines(models), template_spread.report_lines(models),
+                compare.report_lines(comparisons), *sections,
+                provenance.report_section({name: m["scores"] for name, m in models.items()})])
   return models

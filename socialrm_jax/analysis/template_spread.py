@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from socialrm_jax import datasets
 from socialrm_jax.analysis import evaluate, report
-from socialrm_jax.analysis.pairs import join
+from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
 
 ACCURACY = "accuracy"
@@ -86,7 +86,11 @@ def compute(items: Sequence[dict], pair_rows: Sequence[dict], score_set: Scores,
             options: evaluate.Options = evaluate.Options()) -> dict[str, Any]:
   """`template_spread` for one scores set: {"datasets": {name: dataset_spread}} for every dataset
   whose items come from more than one template ({"datasets": {}} when none does)."""
-  scored = join(items, pair_rows, score_set, options.allow_missing)
+  return from_scored(join(items, pair_rows, score_set, options.allow_missing), options)
+
+
+def from_scored(scored: Scored, options: evaluate.Options = evaluate.Options()) -> dict[str, Any]:
+  """`compute` on scores already joined to their items and pairs."""
   templates = evaluate.item_templates(scored)
   out = {}
   for name, names in evaluate.templates_by_dataset(scored).items():

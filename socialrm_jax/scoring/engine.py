@@ -28,11 +28,12 @@ import pyarrow as pa
 from absl import logging
 from flax import nnx
 
-from socialrm_jax import default_model, records, tables
+from socialrm_jax import default_model, records
 from socialrm_jax.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import packing, progress, proxies, run_manifest, run_report, shards
+from socialrm_jax.scoring import (item_source, packing, progress, proxies, run_manifest,
+                                  run_report, shards)
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.scoring import templating
 
@@ -47,6 +48,12 @@ class NonFiniteRewardError(RuntimeError):
   """A reward came out NaN or infinite: the run stops rather than write it."""
 
 
+# The largest batch on a CPU, in token slots: the default --tokens_per_batch. A CPU's cores are busy
+# well before it (a bigger batch scores no faster: benchmarks/scoring_memory.py prints pairs/s per
+# budget), and its activations are host memory.
+CPU_BATCH_TOKENS = 16384
+
+
 @dataclasses.dataclass(frozen=True)
 class ScoringOptions:
   """Every scoring setting, with its default: the one source for `socialrm-score`'s flags, the
@@ -56,7 +63,7 @@ class ScoringOptions:
   proxy: str | None = None          # None: "loglik" for LM heads, the score head otherwise.
   ref_model: str | None = None      # The implicit reward's reference model (a --model path).
   length_normalize: bool = False    # Implicit reward: divide the log-ratio sum by its tokens.
-  tokens_per_batch: int = 16384     # Row slots per batch (rows x row length).
+  tokens_per_batch: int = CPU_BATCH_TOKENS  # Row slots per batch (rows x row length).
   chunk_size: int = 1024            # Items per output shard.
   smallest_bucket: int = packing.SMALLEST_BUCKET
   objective: int | None = None      # Which output of a multi-output score head is `reward` ...
@@ -99,12 +106,15 @@ class ScoringOptions:
                        f"{','.join(map(str, self.objective_weights))}") from None
     return proxies.Objective(self.objective, weights)
 
-  def batch_tokens(self) -> int:
-    """Token slots per batch: `tokens_per_batch`, but never more than `chunk_size` rows of
-    `max_length`, so a huge flag cannot ask for batches no chunk fills. (This caps memory; it does
-    not keep it at the default's: a capped batch can still be large, see
-    benchmarks/scoring_memory.py.)"""
-    return min(self.tokens_per_batch, self.chunk_size * self.max_length)
+  def batch_tokens(self, platform: str = "") -> int:
+    """Token slots per batch on `platform`'s devices: `tokens_per_batch`, but never more than
+    `chunk_size` rows of `max_length` (a bigger batch no chunk fills), and on a CPU never more
+    than `CPU_BATCH_TOKENS` (or one row of `max_length`): there the device batch is host memory,
+    and a bigger one only raises the run's peak memory (benchmarks/scoring_memory.py)."""
+    tokens = min(self.tokens_per_batch, self.chunk_size * self.max_length)
+    if platform == "cpu":
+      tokens = min(tokens, max(CPU_BATCH_TOKENS, self.max_length))
+    return tokens
 
   def cache_dir(self) -> str:
     return step_lib.default_cache_dir() if self.compilation_cache == DEFAULT_CACHE else self.compilation_cache
@@ -112,21 +122,9 @@ class ScoringOptions:
 
 def select_items(items: Sequence[dict], datasets: Sequence[str] | None = None,
                  limit: int | None = None) -> list[dict]:
-  """Items of the named datasets (all when None), the first `limit` of them."""
-  if datasets:
-    known = {str(it.get("dataset")) for it in items}
-    unknown = sorted(set(datasets) - known)
-    if unknown:
-      raise InputError(f"--datasets names {', '.join(unknown)}, not in the items "
-                       f"(they hold: {', '.join(sorted(known))})")
-    items = [it for it in items if it.get("dataset") in set(datasets)]
-  items = list(items)
-  if limit is not None and limit >= 0:
-    items = items[:limit]
-  ids = [str(it["item_id"]) for it in items]
-  if len(set(ids)) != len(ids):
-    raise InputError("duplicate item_id values in the items: every item must have its own id")
-  return items
+  """Items of the named datasets (all when None), the first `limit` of them; an unknown dataset
+  or a repeated item_id is an InputError."""
+  return list(item_source.ItemSource.from_rows(items, datasets or (), limit))
 
 
 @dataclasses.dataclass
@@ -211,11 +209,15 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
                        objective=options.objective_spec(), reference=reference,
                        length_normalize=options.length_normalize)
   buckets = packing.length_buckets(options.max_length, options.smallest_bucket)
+  platform = mesh.devices.flat[0].platform
+  if options.batch_tokens(platform) < options.batch_tokens():
+    logging.warning("--tokens_per_batch=%d: batches of %d token slots on %s (engine.batch_tokens)",
+                    options.tokens_per_batch, options.batch_tokens(platform), platform)
   return Scorer(
       proxy, templater,
       step_lib.ScoringStep(model, mesh, proxy.readout, ref_model if name == "implicit" else None),
-      packing.Batcher(buckets, proxy.readout, options.batch_tokens(), mesh.shape["data"],
-                      shrink_last=mesh.devices.flat[0].platform == "cpu"))
+      packing.Batcher(buckets, proxy.readout, options.batch_tokens(platform), mesh.shape["data"],
+                      shrink_last=platform == "cpu"))
 
 
 def encode_chunk(scorer: Scorer, index: int, items: Sequence[dict], first_index: int,
@@ -348,6 +350,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   """
   options.validate()
   start = time.monotonic()
+  items = item_source.as_source(items)
   mesh = mesh if mesh is not None else mesh_lib.make_mesh()
   group = mesh_lib.data_group(mesh)
   process = group.index if process is None else process
@@ -359,13 +362,13 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
 
   store = shards.ShardStore(
       output_dir, model=shards.model_identity(model_path),
-      items=shards.items_identity(items),
+      items=items.identity,
       settings={**proxy.settings(), "max_length": options.max_length,
                 "truncation": options.truncation, "dtype": dtype},
       chunk_size=options.chunk_size, writer=process if group.is_writer else None)
   manifest = run_manifest.build(
       store.identity, items_path=items_path, templater=scorer.templater,
-      example_item=items[0] if items else None, dtype=dtype, mesh=mesh,
+      example_item=items.first, dtype=dtype, mesh=mesh,
       attention=getattr(model, "attention", "xla"), options=options)
   mine = shards.process_chunks(len(items), options.chunk_size, process, process_count)
   done = store.done_chunks()
@@ -375,15 +378,15 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   hits_before = step_lib.cache_hits()
   batcher = scorer.batcher
 
-  def chunk_items(chunk):
-    return items[chunk * options.chunk_size:(chunk + 1) * options.chunk_size]
+  def chunk_length(chunk: int) -> int:
+    return min(options.chunk_size, len(items) - chunk * options.chunk_size)
 
-  my_items = sum(len(chunk_items(c)) for c in mine)
+  my_items = sum(chunk_length(c) for c in mine)
   tracker = progress.Progress(my_items, prefix=f"[group {process}] " if process_count > 1 else "")
   stats = run_report.RunStats()
   for chunk in mine:
     if chunk in done:
-      skipped = len(chunk_items(chunk))
+      skipped = chunk_length(chunk)
       stats.items_resumed += skipped
       tracker.skip(skipped)
   logging.info("scoring %d items in %d chunks (%d already done) on mesh %s, proxy %s, "
@@ -397,7 +400,10 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       store.write(process, chunk.index, rows, schema)
     stats.add(chunk.stats)
 
-  stats.add(stream_scores(scorer, ((c, chunk_items(c), c * options.chunk_size) for c in todo),
+  # Chunks are read from the items as the producer reaches them: the host holds a few, never the
+  # whole file.
+  stats.add(stream_scores(scorer, ((c, chunk, c * options.chunk_size)
+                                   for c, chunk in items.chunks(options.chunk_size, todo)),
                           pairs=pairs, on_chunk=write_chunk, on_batch=tracker.update))
   tracker.log()
   summary = proxy.summary(output_dir) if group.is_writer else {}
@@ -410,6 +416,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
              "attention": getattr(model, "attention", "xla"),
              "batch_shapes": sorted(list(shape) for shape in batcher.shapes),
              "buckets": list(batcher.buckets), "tokens_per_batch": options.tokens_per_batch,
+             "batch_tokens": options.batch_tokens(mesh.devices.flat[0].platform),
              "max_length": options.max_length, "chunk_size": options.chunk_size,
              "dtype": dtype, **{k: v for k, v in proxy.settings().items() if k != "proxy"},
              **summary, "manifest": manifest})
@@ -446,7 +453,7 @@ def score_model_at(model_path: str, items_path, output_dir, *, options: ScoringO
   options.validate()
   step_lib.enable_compilation_cache(options.cache_dir())
   mesh = mesh_lib.make_mesh(options.mesh)
-  items = select_items(tables.read_rows(items_path, "items"), datasets, limit)
+  items = item_source.ItemSource.from_table(items_path, datasets, limit)
   model, path, ref_model, options = load_models(model_path, options, mesh)
   return score_items(model, items, output_dir, mesh=mesh, options=options, model_path=path,
                      items_path=items_path, ref_model=ref_model)

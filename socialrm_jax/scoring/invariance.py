@@ -38,7 +38,7 @@ import numpy as np
 from absl import logging
 
 from socialrm_jax import tables
-from socialrm_jax.scoring import engine, packing, shards
+from socialrm_jax.scoring import engine, item_source, packing, shards
 from socialrm_jax.scoring import step as step_lib
 
 SAMPLE_SEED = 0
@@ -124,7 +124,7 @@ def row_difference(written: dict, rescored: dict) -> float:
   return diff
 
 
-def check(scorer: engine.Scorer, items: Sequence[dict], folder: str | os.PathLike,
+def check(scorer: engine.Scorer, items: item_source.ItemSource, folder: str | os.PathLike,
           options: engine.ScoringOptions, *, chunks: Sequence[int], dtype: str,
           compare: bool = True) -> dict:
   """Re-scores `options.check_invariance` of the items of `chunks` (this group's) in every one of
@@ -133,13 +133,13 @@ def check(scorer: engine.Scorer, items: Sequence[dict], folder: str | os.PathLik
   start = time.monotonic()
   compilations_before = scorer.step.compilations
   picked = sample_indices(chunks, options.chunk_size, len(items), options.check_invariance)
-  sample = [items[i] for i in picked]
+  sample = items.take(picked)
   written = written_rows(folder, {i // options.chunk_size for i in picked}) if compare else {}
   worst, worst_at = (0.0 if compare else None), None
   batch_shapes = {}
+  batch_tokens = options.batch_tokens(scorer.step.mesh.devices.flat[0].platform)  # the run's
   for composition in COMPOSITIONS:
-    rows, batch_shapes[composition.name] = rescore(scorer, sample, composition,
-                                                   options.batch_tokens())
+    rows, batch_shapes[composition.name] = rescore(scorer, sample, composition, batch_tokens)
     for key, row in rows.items() if compare else ():
       if key not in written:
         raise RuntimeError(f"item {key[0]!r}, candidate {key[1]} has no written score in "

@@ -20,11 +20,12 @@ import pathlib
 import re
 import shutil
 import socket
-from typing import Sequence
+from typing import Iterable
 
 import pyarrow as pa
 
 from socialrm_jax import tables
+from socialrm_jax.scoring import item_source
 from socialrm_jax.errors import InputError
 
 MANIFEST = "manifest.json"
@@ -88,13 +89,12 @@ def model_identity(path: str | os.PathLike) -> dict:
   return {"path": str(path), "sha256": digest.hexdigest()}
 
 
-def items_identity(items: Sequence[dict]) -> dict:
+def items_identity(items: Iterable[dict]) -> dict:
   """The count and a hash of the items' ids, prompts and candidates, in order."""
-  digest = hashlib.sha256()
+  digest = item_source.ItemsDigest()
   for item in items:
-    digest.update(json.dumps([str(item["item_id"]), item.get("prompt"), item.get("candidates")],
-                             sort_keys=True, default=str).encode() + b"\0")
-  return {"count": len(items), "sha256": digest.hexdigest()}
+    digest.update(item)
+  return digest.identity()
 
 
 class WriterLock:
