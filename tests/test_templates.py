@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from socialrm_jax import conversion, datasets, pipeline, records, tables, templates
-from socialrm_jax.analysis import evaluate, template_spread
+from socialrm_jax.analysis import evaluate, runner, template_spread
 from socialrm_jax.analysis.scores import Scores
 from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
 from socialrm_jax.errors import InputError
@@ -293,3 +293,18 @@ def test_a_bias_score_finding_is_read_against_zero():
   assert spread["finding"] == {"a": "above", "b": "below"}
   assert spread["spread"] == pytest.approx(0.45) and not spread["holds_under_every_template"]
   assert datasets.get("bbq").null_values["bias_score_ambiguous"] == 0.0
+
+
+def test_the_metrics_command_reports_the_spread(tmp_path):
+  items, pairs, scores = _table(("preference.default", [True] * 20),
+                                ("preference.framed", [True, False] * 10))
+  tables.write_rows(tmp_path / "conv" / "items.jsonl", items)
+  tables.write_rows(tmp_path / "conv" / "pairs.jsonl", pairs)
+  tables.write_rows(tmp_path / "scores" / "scores.jsonl", [
+      {"item_id": i, "candidate": int(c), "reward": float(r)}
+      for i, c, r in zip(scores.item_id, scores.candidate, scores.reward)])
+  runner.evaluate_all(str(tmp_path / "conv"), [str(tmp_path / "scores")], str(tmp_path / "out"),
+                      ["m"], OPTIONS)
+  metrics = json.loads((tmp_path / "out" / "m" / "metrics.json").read_text())
+  assert metrics["template_spread"]["datasets"]["mine"]["fragile_findings"] == ["accuracy"]
+  assert "## Template sensitivity" in (tmp_path / "out" / "report.md").read_text()
