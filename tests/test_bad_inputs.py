@@ -7,8 +7,8 @@ there before is unchanged. `--debug` shows the traceback instead.
 Each row runs the command as a user would, `python -m socialrm_jax.<command>`, in a process of its
 own. The rows share one set of inputs (a tiny Llama reward model and its broken copies, converted
 items, scores), and the selected rows run two at a time: the 51 commands take about 140 s of
-processor time, most of it importing JAX (150 s of wall time, fixtures included, measured on a
-busy shared 2-core machine).
+processor time, most of it importing JAX, and the module 85 s of wall time on the project's 2-core
+machine (150 s while other work shared it).
 """
 
 from __future__ import annotations
