@@ -14,7 +14,7 @@ converter's dataset spec and columns (README, "Your own preference data"):
 
 import ml_collections
 
-from socialrm_jax.pipeline import audit_config, model_config, models
+from socialrm_jax.pipeline import audit_config, config_args, model_config, models
 
 # Sized for a 2-core CPU: the bundled items are short, and a 128-item shard is what a killed run
 # loses at most.
@@ -22,7 +22,7 @@ SCORING = dict(max_length=1024, tokens_per_batch=8192, chunk_size=128)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split("=", 1) for kv in arg.split(",")) if arg else {}
+  args = config_args(arg)
   config = audit_config(output_dir=args.get("output_dir", "runs/demo"))
   if "hf_model" in args:
     config.models = models(model_config(args.get("name", "model"), args["hf_model"], **SCORING))

@@ -11,7 +11,7 @@ goes. The settings per model are what each needs to fit and to read its chat tem
 
 import ml_collections
 
-from socialrm_jax.pipeline import audit_config, model_config, models
+from socialrm_jax.pipeline import audit_config, config_args, model_config, models
 
 MODELS = {
     # Skywork-Reward-V2 (Qwen3ForSequenceClassification), 0.6B: one device holds it in fp32.
@@ -30,7 +30,7 @@ MODELS = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split("=", 1) for kv in arg.split(",")) if arg else {}
+  args = config_args(arg)
   choice = args.get("model", "v2_qwen3_0p6b")
   if choice not in MODELS:
     raise ValueError(f"model={choice!r}; known: {', '.join(MODELS)}")

@@ -67,12 +67,11 @@ import functools
 import json
 import pathlib
 import re
-import sys
 from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
-from socialrm_jax import records, tables, templates
+from socialrm_jax import errors, records, tables, templates
 from socialrm_jax.errors import InputError
 
 NAMED_ANSWERS, PAIRED_SENTENCES = "named_answers", "paired_sentences"
@@ -400,20 +399,15 @@ def _define_flags():
 def run() -> None:
   """The command line: flags are defined here, not at import, so importing this module (as the
   audit does) adds no flags that could clash with another command's."""
-  from absl import app
   flag = _define_flags()
 
   def main(argv: list[str]) -> None:
     del argv
-    try:
-      report = derive_to(flag["items"].value, flag["output_dir"].value, flag["format"].value)
-    except InputError as e:
-      print(f"socialrm-counterfactuals: error: {e}", file=sys.stderr)
-      sys.exit(2)
+    report = derive_to(flag["items"].value, flag["output_dir"].value, flag["format"].value)
     summary = {k: report[k] for k in ("items_read", "records", "generated_items", "pairs")}
     print(json.dumps({"output_dir": flag["output_dir"].value, **summary}, indent=2))
 
-  app.run(main)
+  errors.run_command("socialrm-counterfactuals", main)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import ml_collections
 
 from socialrm_jax import conversion, counterfactuals, tables, value_probe
 from socialrm_jax.analysis import counterfactual, evaluate, runner
+from socialrm_jax.errors import InputError
 from socialrm_jax.scoring import engine
 
 BUNDLED_DATA = pathlib.Path(__file__).resolve().parent / "bundled"
@@ -86,6 +87,17 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   return config
 
 
+def config_args(arg: str | None) -> dict[str, str]:
+  """A config file's argument (`--config=FILE:key=value,...`) as a dict."""
+  args = {}
+  for pair in arg.split(",") if arg else ():
+    key, sep, value = pair.partition("=")
+    if not sep or not key:
+      raise ValueError(f"config argument {pair!r} is not key=value (e.g. hf_model=/path/to/model)")
+    args[key] = value
+  return args
+
+
 def resolve_data_dir(data_dir: str) -> pathlib.Path:
   return BUNDLED_DATA if data_dir == BUNDLED_ALIAS else pathlib.Path(data_dir)
 
@@ -112,7 +124,7 @@ def run_audit(config) -> dict[str, Any]:
   specs = list(config.models.values())
   names = [spec.name for spec in specs]
   if not specs or len(set(names)) != len(names):
-    raise ValueError(f"config.models needs one or more models with distinct names, got {names}")
+    raise InputError(f"config.models needs one or more models with distinct names, got {names}")
   score_dirs = []
   for spec in specs:
     score_dir = out / "scores" / spec.name

@@ -6,7 +6,7 @@ there before is unchanged. `--debug` shows the traceback instead.
 
 Each row runs the command as a user would, `python -m socialrm_jax.<command>`, in a process of its
 own. The rows share one set of inputs (a tiny Llama reward model and its broken copies, converted
-items, scores), and the selected rows run two at a time: the 51 commands take about 140 s of
+items, scores), and the selected rows run two at a time: the 55 commands take about 140 s of
 processor time, most of it importing JAX, and the module 85 s of wall time on the project's 2-core
 machine (150 s while other work shared it).
 """
@@ -158,6 +158,23 @@ def _score_broken_items(i: Inputs, here: pathlib.Path):
           f"{items / 'items.jsonl'}, row 2")
 
 
+def _score_item_without_id(i: Inputs, here: pathlib.Path):
+  rows = tables.read_rows(i.items, "items")
+  del rows[2]["item_id"]
+  tables.write_rows(here / "items" / "items.jsonl", rows)
+  return ([f"--model={i.model}", f"--items={here / 'items'}", f"--output_dir={here / 'scores'}"],
+          f"{here / 'items'}, row 3")
+
+
+def _metrics_damaged_scores(i: Inputs, here: pathlib.Path):
+  """A scores.parquet cut short, as a full disk leaves it."""
+  tables.write_rows(here / "scores" / "scores.parquet", _score_rows(i.converted), "parquet")
+  _truncate(here / "scores" / "scores.parquet", 100)
+  return ([f"--items={i.converted}", f"--scores={here / 'scores'}",
+           f"--output_dir={here / 'report'}", "--n_resamples=10"],
+          str(here / "scores" / "scores.parquet"))
+
+
 def _metrics(scores_of: Callable[[Inputs], str], *flags: str, names: str) -> Build:
   def build(i: Inputs, here: pathlib.Path):
     return ([f"--items={i.converted}", f"--scores={scores_of(i)}",
@@ -278,6 +295,7 @@ ROWS = [
         [f"--model={i.model}", f"--items={here / 'no_items'}", f"--output_dir={here / 'scores'}"],
         str(here / "no_items"))),
     Row("score", "broken_items_row", _score_broken_items),
+    Row("score", "item_without_id", _score_item_without_id),
     # socialrm-metrics
     Row("metrics", "output_dir_is_a_file", _into_a_file(
         "output_dir", lambda i: [f"--items={i.converted}", f"--scores={i.scores}"])),
@@ -291,6 +309,7 @@ ROWS = [
     Row("metrics", "broken_items_row", _metrics_broken_items),
     Row("metrics", "empty_items", lambda i, here: (
         ["--items=", f"--scores={i.scores}", f"--output_dir={here / 'report'}"], "--items")),
+    Row("metrics", "damaged_scores_parquet", _metrics_damaged_scores),
     Row("metrics", "zero_resamples",
         _metrics(lambda i: str(i.scores), "--n_resamples=0", names="--n_resamples")),
     # socialrm-audit
@@ -321,6 +340,11 @@ ROWS = [
     Row("convert_checkpoint", "truncated_gguf", _checkpoint(lambda i: i.truncated_gguf)),
     Row("convert_checkpoint", "unknown_dtype",
         _checkpoint(lambda i: i.model, "--dtype=float16", names="--dtype")),
+    # socialrm-counterfactuals
+    Row("counterfactuals", "output_dir_is_a_file", _into_a_file(
+        "output_dir", lambda i: [f"--items={i.converted}"])),
+    Row("counterfactuals", "missing_items", lambda i, here: (
+        [f"--items={i.root / 'no_items'}", f"--output_dir={here / 'swaps'}"], "no_items")),
     # socialrm-probe
     Row("probe", "output_dir_is_a_file", _into_a_file("output_dir", lambda i: [
         f"--model={i.model}"])),

@@ -13,7 +13,6 @@ import os
 import pathlib
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from socialrm_jax import tables
 from socialrm_jax.errors import InputError
@@ -58,11 +57,11 @@ def _check_rewards(reward: np.ndarray, item_id: np.ndarray, candidate: np.ndarra
 
 
 def _read_parquet(path: pathlib.Path) -> tuple[np.ndarray, ...]:
-  names = pq.read_schema(path).names
+  table = tables.read_parquet(path)
+  names = table.column_names
   missing = [c for c in REQUIRED_COLUMNS if c not in names]
   if missing:
     raise InputError(f"scores table lacks column(s) {', '.join(missing)}", path)
-  table = pq.read_table(path, columns=list(REQUIRED_COLUMNS))
   for column in REQUIRED_COLUMNS:
     if table.column(column).null_count:
       row = int(np.flatnonzero(table.column(column).is_null().to_numpy(zero_copy_only=False))[0])
@@ -70,30 +69,25 @@ def _read_parquet(path: pathlib.Path) -> tuple[np.ndarray, ...]:
   item_id = np.asarray(table.column("item_id").to_pylist(), dtype=object)
   candidate = table.column("candidate").to_numpy().astype(np.int64)
   reward = table.column("reward").to_numpy().astype(np.float64)
-  vectors = (_vectors(pq.read_table(path, columns=[VECTOR_COLUMN]).column(0).to_pylist(), path)
+  vectors = (_vectors(table.column(VECTOR_COLUMN).to_pylist(), path)
              if VECTOR_COLUMN in names else None)
   return item_id, candidate, reward, vectors
 
 
 def _read_jsonl(path: pathlib.Path) -> tuple[np.ndarray, ...]:
   item_id, candidate, reward, vectors = [], [], [], []
-  with open(path, encoding="utf-8") as fh:
-    for number, line in enumerate(fh, start=1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg})", path, number) from None
-      missing = [c for c in REQUIRED_COLUMNS if row.get(c) is None]
-      if missing:
-        raise InputError(f"scores row lacks {', '.join(missing)}", path, number)
-      if not isinstance(row["candidate"], int) or isinstance(row["reward"], (str, bool)):
-        raise InputError("candidate must be an integer and reward a number", path, number)
-      item_id.append(str(row["item_id"]))
-      candidate.append(row["candidate"])
-      reward.append(float(row["reward"]))
-      vectors.append(row.get(VECTOR_COLUMN))
+  for number, row in tables.jsonl_rows(path):
+    if not isinstance(row, dict):
+      raise InputError("expected a JSON object", path, number)
+    missing = [c for c in REQUIRED_COLUMNS if row.get(c) is None]
+    if missing:
+      raise InputError(f"scores row lacks {', '.join(missing)}", path, number)
+    if not isinstance(row["candidate"], int) or isinstance(row["reward"], (str, bool)):
+      raise InputError("candidate must be an integer and reward a number", path, number)
+    item_id.append(str(row["item_id"]))
+    candidate.append(row["candidate"])
+    reward.append(float(row["reward"]))
+    vectors.append(row.get(VECTOR_COLUMN))
   return (np.asarray(item_id, dtype=object), np.asarray(candidate, dtype=np.int64),
           np.asarray(reward, dtype=np.float64), _vectors(vectors, path))
 

@@ -35,7 +35,7 @@ class SourceReader:
     """`name` names the items (`dataset`); `source` is the dataset's folder, or the file or folder
     a path spec names; `template` the prompt template's name; `options` the spec's options."""
     if on_error not in ON_ERROR:
-      raise ValueError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
+      raise InputError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
     self.name = name
     self.source = source
     self.on_error = on_error

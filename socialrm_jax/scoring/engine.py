@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import queue
 import threading
 import time
@@ -24,7 +25,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import numpy as np
-import pyarrow as pa
 from absl import logging
 from flax import nnx
 
@@ -83,6 +83,9 @@ class ScoringOptions:
       raise InputError(f"--check_invariance must be >= 0 (items to re-score; 0: off), got "
                        f"{self.check_invariance}")
     self.objective_spec().validate()
+    cache = self.cache_dir()
+    if cache and os.path.exists(cache) and not os.path.isdir(cache):
+      raise InputError("--compilation_cache names a file; it must be a folder", cache)
     if self.truncation not in templating.TRUNCATION_MODES:
       raise InputError(f"--truncation must be one of {', '.join(templating.TRUNCATION_MODES)}, "
                        f"got {self.truncation!r}")

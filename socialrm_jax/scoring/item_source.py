@@ -55,7 +55,9 @@ class ItemSource:
     self.datasets = set(datasets)
     self.limit = limit if limit is not None and limit >= 0 else None
     digest, first, known, id_hashes = ItemsDigest(), None, set(), []
-    for item in self._read():
+    for number, item in enumerate(self._read(), start=1):
+      if not item.get("item_id"):
+        raise InputError("the item has no item_id", self.name, number)
       dataset = str(item.get("dataset"))
       known.add(dataset)
       if self.datasets and dataset not in self.datasets:

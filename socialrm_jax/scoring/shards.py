@@ -178,8 +178,9 @@ class ShardStore:
 
   def close(self) -> None:
     """Lets another writer in (also when the process ends, or the store is dropped)."""
-    if self.lock is not None:
-      self.lock.close()
+    lock = getattr(self, "lock", None)  # None too when __init__ failed before taking it
+    if lock is not None:
+      lock.close()
 
   def __del__(self):
     self.close()
