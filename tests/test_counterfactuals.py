@@ -4,6 +4,7 @@ on it changes its rewards and its preferred answers."""
 
 import copy
 import json
+import pathlib
 import re
 import shutil
 import subprocess
@@ -387,3 +388,75 @@ def test_a_tiny_model_scores_the_swap_folder(age_items, tmp_path):
   # A random network reads every token: exchanging the group words moves its rewards.
   assert node["mean_abs_change"] > 0
   assert 0 <= node["flip_rate"] <= 1
+
+
+def _word_level_llama(folder: pathlib.Path, texts: list[str], blind_to: list[str]):
+  """A tiny random Llama reward model over a word-level tokenizer of `texts`, its embedding rows
+  of the words `blind_to` made one row: it cannot tell those words apart, and reads the rest."""
+  import torch
+  from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+  from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
+  import scoring_fixtures as fx
+  tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+  tok.pre_tokenizer = pre_tokenizers.Whitespace()
+  tok.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=fx.SPECIAL_TOKENS))
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                 pad_token="<pad>", unk_token="<unk>",
+                                 additional_special_tokens=fx.SPECIAL_TOKENS[4:])
+  fast.chat_template = fx.CHAT_TEMPLATE
+  fast.save_pretrained(folder)
+  torch.manual_seed(0)
+  model = LlamaForSequenceClassification(LlamaConfig(
+      vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+      pad_token_id=fast.pad_token_id, num_labels=1, initializer_range=0.2)).eval()
+  ids = [tok.token_to_id(word) for word in blind_to]
+  assert None not in ids, blind_to  # each group word is one token
+  with torch.no_grad():
+    model.model.embed_tokens.weight[ids] = model.model.embed_tokens.weight[ids[0]].clone()
+  model.save_pretrained(folder, safe_serialization=True)
+
+
+@pytest.mark.slow
+def test_a_model_blind_to_the_group_words_changes_no_reward(age_items, tmp_path):
+  """Real models on real swaps: a tiny Llama whose embeddings cannot tell the swapped group words
+  apart gives every candidate the same reward after the swap (0 change, no flip); the same network
+  with its own embedding for each word changes them."""
+  from socialrm_jax.scoring import engine
+  # The items whose swap changes the group words alone (no article fitted, no multi-word term).
+  def tokens_of(item):
+    return re.findall(r"\w+|[^\w\s]", " ".join(
+        [m["content"] for m in item["prompt"]] + item["candidates"]))
+  by_id = {it["item_id"]: it for it in age_items}
+  kept = []
+  for swap in counterfactuals.derive_all(age_items).items:
+    original = by_id[swap["attributes"]["counterfactual_of"]]
+    terms = {w for pair in swap["attributes"]["swap"].items() for w in pair}
+    before, after = tokens_of(original), tokens_of(swap)
+    if len(before) == len(after) and all(
+        a == b or (a in terms and b in terms) for a, b in zip(before, after)):
+      kept.append(original)
+  assert len(kept) >= 4
+  _items_folder(kept, tmp_path / "converted")
+  swap_set = counterfactuals.derive_to(tmp_path / "converted", tmp_path / "swaps")
+  swapped = tables.read_rows(tmp_path / "swaps", "items")
+  assert swap_set["generated_items"] == len(kept) == len(swapped)
+  words = sorted({w for it in swapped for pair in it["attributes"]["swap"].items() for w in pair})
+  texts = [m["content"] for it in kept + swapped for m in it["prompt"]] + [
+      c for it in kept + swapped for c in it["candidates"]]
+  options = engine.ScoringOptions(max_length=256, tokens_per_batch=4096,
+                                  compilation_cache=str(tmp_path / "jax_cache"))
+  changes = {}
+  for name, blind_to in (("blind", words), ("reading", words[:1])):
+    _word_level_llama(tmp_path / name, texts, blind_to)
+    for items in ("converted", "swaps"):
+      engine.score_model_at(str(tmp_path / name), tmp_path / items,
+                            tmp_path / f"{name}_{items}", options=options)
+    node = counterfactual.compute_at(tmp_path / "swaps", tmp_path / f"{name}_converted",
+                                     tmp_path / f"{name}_swaps", OPTIONS)["datasets"]["bbq"]
+    assert node["n_links"] == swap_set["generated_items"] and node["unscored"] == 0
+    changes[name] = node
+  # Only the group words differ, and the blind model cannot read them: the same ids but for
+  # indistinguishable rows, so the same rewards to float32 rounding.
+  assert changes["blind"]["mean_abs_change"] < 1e-5 and changes["blind"]["flip_rate"] == 0
+  assert changes["reading"]["mean_abs_change"] > 1e-3
