@@ -30,7 +30,8 @@ _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json
 
 
 def copy_tokenizer_files(model, output: str) -> list[str]:
-  """Puts what `AutoTokenizer` needs into `output`; returns the names written."""
+  """Puts the tokenizer files (tokenizer.json and its configs) into `output`; returns the names
+  written."""
   from socialrm_jax.models import checkpoint  # after absl parsed JAX flags
   source = model.tokenizer_path
   if os.path.isfile(source):  # a GGUF file: its tokenizer lives in its metadata

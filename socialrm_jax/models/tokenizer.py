@@ -139,7 +139,7 @@ class Tokenizer:
                                          skip_special_tokens=skip_special_tokens)
 
   def save_pretrained(self, folder: str | os.PathLike) -> list[str]:
-    """Writes tokenizer.json and tokenizer_config.json (loadable here and by AutoTokenizer)."""
+    """Writes tokenizer.json and tokenizer_config.json (loadable here and by transformers)."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.special_tokens_map}
@@ -168,9 +168,9 @@ def check_tokenizer_files(folder: str | os.PathLike) -> None:
   if (folder / TOKENIZER_FILE).is_file():
     return
   slow = [name for name in SLOW_TOKENIZER_FILES if (folder / name).is_file()]
-  found = (f"; it holds {', '.join(slow)}, which only transformers' slow tokenizers read: save "
-           f"the fast tokenizer once, AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR), "
-           f"to write {TOKENIZER_FILE}") if slow else ""
+  found = (f"; it holds {', '.join(slow)}, a slow tokenizer's files, which this tool does not "
+           f"read: put the model release's {TOKENIZER_FILE} beside them (most releases ship one)"
+           ) if slow else ""
   raise InputError(
       f"no {TOKENIZER_FILE}, the file the tokenizer is read from (with {CONFIG_FILE}, "
       f"{SPECIAL_TOKENS_MAP_FILE} and {CHAT_TEMPLATE_FILE} where present), as a fast "
