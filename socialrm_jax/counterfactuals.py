@@ -294,12 +294,9 @@ def _dataset_report() -> dict[str, Any]:
 
 
 def primary_templates(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
-  """Each dataset's primary template: its default one when the rows have it, else the first."""
-  found: dict[str, dict[str, None]] = {}
-  for row in rows:
-    found.setdefault(row["dataset"], {})[row.get("template") or ""] = None
-  return {name: next((t for t in names if templates.is_default(t)), next(iter(names)))
-          for name, names in found.items()}
+  """Each dataset's primary template (`templates.by_dataset`)."""
+  found = templates.by_dataset((row["dataset"], row.get("template") or "") for row in rows)
+  return {name: names[0] for name, names in found.items()}
 
 
 def derive_all(rows: Iterable[dict[str, Any]]) -> SwapSet:

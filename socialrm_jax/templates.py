@@ -26,7 +26,7 @@ template go into the same tables; those of a non-default template carry its name
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from socialrm_jax.errors import InputError
 
@@ -75,6 +75,16 @@ def default_template(dataset: str) -> str:
 
 def is_default(name: str) -> bool:
   return name.rsplit(".", 1)[-1] == DEFAULT
+
+
+def by_dataset(dataset_templates: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+  """Each dataset's templates, from (dataset, template) of its items: its primary one first (its
+  default when present, else the first to appear: what the main metrics and the counterfactual
+  swaps use when a table holds several), then in order of appearance."""
+  found: dict[str, dict[str, None]] = {}
+  for dataset, template in dataset_templates:
+    found.setdefault(dataset, {})[template] = None
+  return {name: sorted(names, key=lambda t: not is_default(t)) for name, names in found.items()}
 
 
 Selection = Mapping[str, str]  # dataset (or ALL: every dataset not named) -> "all" | "T1+T2"

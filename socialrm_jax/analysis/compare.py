@@ -109,11 +109,6 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
   return adjusted
 
 
-def metric_items(scored: Scored) -> Scored:
-  """The items metrics.json counts (`evaluate.primary_template_items`)."""
-  return evaluate.primary_template_items(scored)
-
-
 def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   """Both models' scored items restricted to the items both scored, in the items table's order."""
   ids = [[row["item_id"] for row in s.items] for s in (a, b)]
@@ -153,12 +148,8 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
   for name in dict.fromkeys(a.dataset):
     index = np.flatnonzero(a.dataset == name)                            # [n]
     plugin = datasets.for_dataset(name)
-    columns = {}
-    for side, scored in sides.items():
-      mine = {k: v[index] for k, v in generic[side].items()}
-      if plugin.item_columns is not None:
-        mine.update(plugin.item_columns(scored, index))
-      columns.update({f"{side}/{k}": v for k, v in mine.items()})
+    columns = {f"{side}/{k}": v for side, scored in sides.items()
+               for k, v in evaluate.dataset_columns(scored, plugin, index, generic[side]).items()}
     # evaluate's own strata, so the intervals' strata; they depend on the items only (A's are B's).
     strata = evaluate.strata(a, index, plugin.stratum_group)
     joint = bootstrap.stratified_sums(columns, strata, options.n_resamples,
@@ -166,9 +157,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)
       with estimates.keeping_rows() as kept:
-        node = accuracy.dataset_summary(sums[side][name])
-        own = (plugin.summary(evaluate.DatasetView(scored, index, sums[side][name], options))
-               if plugin.summary is not None else {})
+        node, own = evaluate.summaries(scored, plugin, index, sums[side][name], options)
       found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
                                                       **_rows_of(kept, own)}
   for side in sides:
@@ -227,7 +216,7 @@ def compare_pair(a: Scored, b: Scored, options: evaluate.Options) -> list[dict[s
 
 def compare_models(scored: Mapping[str, Scored], options: evaluate.Options) -> dict[str, Any]:
   """comparisons.json: every pair of models, every shared metric, Holm-adjusted over them all."""
-  counted = {name: metric_items(s) for name, s in scored.items()}
+  counted = {name: evaluate.primary_template_items(s) for name, s in scored.items()}
   pairs = []
   for (name_a, a), (name_b, b) in itertools.combinations(counted.items(), 2):
     common_a, common_b = common_items(a, b)

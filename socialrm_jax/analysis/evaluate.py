@@ -25,12 +25,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax import datasets, records
+from socialrm_jax import datasets, records, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
                                    estimates)
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
-from socialrm_jax.templates import is_default
 
 
 # Groups compared by their selection rates (BBQ's) need this many items each to enter a spread.
@@ -73,18 +72,33 @@ def strata(scored: Scored, index: np.ndarray, group) -> dict[str, np.ndarray]:
   return fields
 
 
+def dataset_columns(scored: Scored, plugin, index: np.ndarray,
+                    generic: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """A dataset's per-item values: the generic ones (`accuracy.item_columns`) and its plug-in's
+  own. Each # [n]"""
+  columns = {k: v[index] for k, v in generic.items()}
+  if plugin.item_columns is not None:
+    columns.update(plugin.item_columns(scored, index))
+  return columns
+
+
+def summaries(scored: Scored, plugin, index: np.ndarray, sums: bootstrap.StratifiedSums,
+              options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
+  """The statistics of a dataset's resampled sums: accuracy's node and the plug-in's own."""
+  own = (plugin.summary(DatasetView(scored, index, sums, options))
+         if plugin.summary is not None else {})
+  return accuracy.dataset_summary(sums), own
+
+
 def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[str, np.ndarray],
                     options: Options) -> tuple[dict[str, Any], bootstrap.StratifiedSums]:
   """`datasets.<name>` and the resampled sums behind it (the domains reuse them)."""
   plugin = datasets.for_dataset(name)
-  columns = {k: v[index] for k, v in generic.items()}
-  if plugin.item_columns is not None:
-    columns.update(plugin.item_columns(scored, index))
-  sums = bootstrap.stratified_sums(columns, strata(scored, index, plugin.stratum_group),
+  sums = bootstrap.stratified_sums(dataset_columns(scored, plugin, index, generic),
+                                   strata(scored, index, plugin.stratum_group),
                                    options.n_resamples, bootstrap.generator(options.seed, name))
-  node = accuracy.dataset_summary(sums)
-  if plugin.summary is not None:
-    merge(node, plugin.summary(DatasetView(scored, index, sums, options)))
+  node, own = summaries(scored, plugin, index, sums, options)
+  merge(node, own)
   merge(node, distribution.dataset_summary(scored, index))
   gold = np.flatnonzero((scored.pair_source == records.GOLD) & np.isin(scored.pair_item, index))
   node["length_confound"] = confounds.length_rates(scored, gold)
@@ -117,10 +131,7 @@ def item_templates(scored: Scored) -> np.ndarray:
 def templates_by_dataset(scored: Scored) -> dict[str, list[str]]:
   """Each dataset's templates, its primary one first (see the module's docstring), then in the
   order of their first items."""
-  found: dict[str, dict[str, None]] = {}
-  for name, template in zip(scored.dataset, item_templates(scored)):
-    found.setdefault(name, {})[template] = None
-  return {name: sorted(names, key=lambda t: not is_default(t)) for name, names in found.items()}
+  return templates.by_dataset(zip(scored.dataset, item_templates(scored)))
 
 
 def primary_template_items(scored: Scored) -> Scored:

@@ -42,14 +42,15 @@ def fmt(value: Any, ci: Any = None) -> str:
   return str(value)
 
 
-def _ci_name(name: str) -> str:
+def ci_name(name: str) -> str:
+  """Where metrics.json keeps `name`'s interval."""
   return "ci95" if name == "accuracy" else f"{name}_ci95"
 
 
 def cell(node: Mapping[str, Any] | None, name: str) -> str:
   if not node or name not in node:
     return "–"
-  return fmt(node.get(name), node.get(_ci_name(name)))
+  return fmt(node.get(name), node.get(ci_name(name)))
 
 
 def length_matched_cell(node: Mapping[str, Any] | None) -> str:

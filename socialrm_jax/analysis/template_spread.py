@@ -36,10 +36,6 @@ ACCURACY = "accuracy"
 ABOVE, BELOW = "above", "below"
 
 
-def _ci(node: Mapping[str, Any], metric: str) -> Any:
-  return node.get("ci95" if metric == ACCURACY else f"{metric}_ci95")
-
-
 def finding(ci: Any, null_value: float) -> str | None:
   """ABOVE or BELOW when the interval lies wholly on that side of `null_value`, else None."""
   if report.excludes(ci, null_value, ">"):
@@ -55,7 +51,8 @@ def metric_spread(nodes: Mapping[str, Mapping[str, Any]], metric: str,
   values = {t: node.get(metric) for t, node in nodes.items()}
   present = [v for v in values.values() if v is not None]
   out: dict[str, Any] = {
-      "values": values, "ci95": {t: _ci(node, metric) for t, node in nodes.items()},
+      "values": values,
+      "ci95": {t: node.get(report.ci_name(metric)) for t, node in nodes.items()},
       "spread": float(max(present) - min(present)) if len(present) > 1 else None}
   if null_value is not None:
     sides = {t: finding(out["ci95"][t], null_value) for t in nodes}
