@@ -14,7 +14,7 @@ from ml_collections import config_flags
 from socialrm_jax import errors, pipeline, tables
 from socialrm_jax.analysis import report
 from socialrm_jax.datasets.reading import ON_ERROR
-from socialrm_jax.models import reward_model
+from socialrm_jax.scoring import engine
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "An audit config (configs/*.py).",
                                           lock_config=True)
@@ -29,20 +29,10 @@ def check_config(config) -> None:
   if config.on_error not in ON_ERROR:
     raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
                             f"{', '.join(ON_ERROR)}")
-  names = [spec.name for spec in config.models.values()]
-  if not names or len(set(names)) != len(names):
-    raise errors.InputError(f"config.models needs one or more models with distinct names, got "
-                            f"{names}")
+  pipeline.model_specs(config)
   for key, spec in config.models.items():
-    field = f"config.models.{key}"
-    options = pipeline.scoring_options(spec)
-    try:
-      options.validate()
-    except errors.InputError as e:
-      raise errors.InputError(f"{field}: {e}") from None
-    reward_model.check_models({f"{field}.path": spec.path, f"{field}.ref_model": options.ref_model})
-    if options.compilation_cache:
-      errors.check_output_folder(options.cache_dir(), f"{field}.compilation_cache")
+    field = f"config.models.{key}."
+    engine.check_inputs(pipeline.scoring_options(spec), f"{field}path", spec.path, prefix=field)
   errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
   probe = config.get("probe")
   if probe is not None and probe.enabled:

@@ -82,7 +82,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.metrics = ml_collections.ConfigDict(
       {"n_resamples": 1000, "seed": 0, "allow_missing": False})
   config.probe = value_probe.audit_config()  # the value probe: socialrm_jax/value_probe.py
-  # Identity swaps of BBQ and CrowS-Pairs items, scored by every model: socialrm_jax/counterfactuals.py
+  # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (counterfactuals.py).
   config.counterfactuals = True
   return config
 
@@ -109,8 +109,18 @@ def score_model(spec: ml_collections.ConfigDict, items_dir: pathlib.Path, scores
                                datasets=datasets, limit=limit)
 
 
+def model_specs(config) -> list[ml_collections.ConfigDict]:
+  """`config.models` as a list; refused unless there is one or more, with distinct names."""
+  specs = list(config.models.values())
+  names = [spec.name for spec in specs]
+  if not specs or len(set(names)) != len(names):
+    raise InputError(f"config.models needs one or more models with distinct names, got {names}")
+  return specs
+
+
 def run_audit(config) -> dict[str, Any]:
   """Runs every stage the config names; returns {model name: metrics}."""
+  specs = model_specs(config)
   out = pathlib.Path(config.output_dir)
   items_dir = out / "converted"
   start = time.perf_counter()
@@ -121,10 +131,7 @@ def run_audit(config) -> dict[str, Any]:
   logging.info("converted %d items, %d pairs in %.1f s", totals["items"],
                sum(totals["pairs"].values()), time.perf_counter() - start)
 
-  specs = list(config.models.values())
   names = [spec.name for spec in specs]
-  if not specs or len(set(names)) != len(names):
-    raise InputError(f"config.models needs one or more models with distinct names, got {names}")
   score_dirs = []
   for spec in specs:
     score_dir = out / "scores" / spec.name

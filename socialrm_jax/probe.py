@@ -18,8 +18,7 @@ from absl import flags
 
 from socialrm_jax import errors, value_probe
 from socialrm_jax.analysis import values
-from socialrm_jax.models import reward_model
-from socialrm_jax.scoring import cli_flags
+from socialrm_jax.scoring import cli_flags, engine
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the probe's files go.", required=True)
 _WORDS = flags.DEFINE_integer("words_per_category", value_probe.DEFAULT_WORDS_PER_CATEGORY,
@@ -36,11 +35,8 @@ _N_PERMUTATIONS = flags.DEFINE_integer("n_permutations", values.N_PERMUTATIONS,
 def main(argv):
   del argv
   options = cli_flags.options()
-  options.validate()
+  engine.check_inputs(options, "model", cli_flags.MODEL.value)
   errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  if options.compilation_cache:
-    errors.check_output_folder(options.cache_dir(), "compilation_cache")
-  reward_model.check_models({"model": cli_flags.MODEL.value, "ref_model": options.ref_model})
   value_probe.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options,
                   words_per_category=_WORDS.value, seed=_SEED.value,
                   n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value)

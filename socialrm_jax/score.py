@@ -21,7 +21,6 @@ import json
 from absl import flags, logging
 
 from socialrm_jax import errors
-from socialrm_jax.models import reward_model
 from socialrm_jax.scoring import cli_flags, engine
 from socialrm_jax.scoring import mesh as mesh_lib
 
@@ -42,12 +41,9 @@ _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Join a multi-process job
 def main(argv):
   del argv
   options = cli_flags.options()
-  options.validate()
+  engine.check_inputs(options, "model", cli_flags.MODEL.value)
   errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  if options.compilation_cache:
-    errors.check_output_folder(options.cache_dir(), "compilation_cache")
   errors.check_exists(_ITEMS.value, "items")
-  reward_model.check_models({"model": cli_flags.MODEL.value, "ref_model": options.ref_model})
   mesh_lib.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                   _DISTRIBUTED.value)
   run = engine.score_model_at(cli_flags.MODEL.value, _ITEMS.value, _OUTPUT_DIR.value,

@@ -203,6 +203,7 @@ def test_the_audit_passes_its_templates_to_the_converter(tmp_path, monkeypatch):
   config = pipeline.audit_config(str(tmp_path))
   assert config.templates == ""
   config.templates = "all"
+  config.models = pipeline.models(pipeline.model_config("m", "smollm2"))
   with pytest.raises(InterruptedError):
     pipeline.run_audit(config)
   assert seen["templates"] == "all"

@@ -29,7 +29,9 @@ from absl import logging
 from flax import nnx
 
 from socialrm_jax import default_model, records
+from socialrm_jax import errors
 from socialrm_jax.errors import InputError
+from socialrm_jax.models import reward_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import (item_source, packing, progress, proxies, run_manifest,
@@ -48,9 +50,9 @@ class NonFiniteRewardError(RuntimeError):
   """A reward came out NaN or infinite: the run stops rather than write it."""
 
 
-# The largest batch on a CPU, in token slots: the default --tokens_per_batch. A CPU's cores are busy
-# well before it (a bigger batch scores no faster: benchmarks/scoring_memory.py prints pairs/s per
-# budget), and its activations are host memory.
+# The largest batch on a CPU, in token slots: the default --tokens_per_batch. On a CPU the device
+# batch is host memory, so without a cap the run's peak memory grows with --tokens_per_batch
+# (benchmarks/scoring_memory.py). Whether a larger batch would score faster is not measured here.
 CPU_BATCH_TOKENS = 16384
 
 
@@ -112,8 +114,8 @@ class ScoringOptions:
   def batch_tokens(self, platform: str = "") -> int:
     """Token slots per batch on `platform`'s devices: `tokens_per_batch`, but never more than
     `chunk_size` rows of `max_length` (a bigger batch no chunk fills), and on a CPU never more
-    than `CPU_BATCH_TOKENS` (or one row of `max_length`): there the device batch is host memory,
-    and a bigger one only raises the run's peak memory (benchmarks/scoring_memory.py)."""
+    than `CPU_BATCH_TOKENS` (or one row of `max_length`): there the device batch is host memory
+    (benchmarks/scoring_memory.py)."""
     tokens = min(self.tokens_per_batch, self.chunk_size * self.max_length)
     if platform == "cpu":
       tokens = min(tokens, max(CPU_BATCH_TOKENS, self.max_length))
@@ -121,6 +123,22 @@ class ScoringOptions:
 
   def cache_dir(self) -> str:
     return step_lib.default_cache_dir() if self.compilation_cache == DEFAULT_CACHE else self.compilation_cache
+
+
+def check_inputs(options: ScoringOptions, model_flag: str, model_path: str,
+                 prefix: str = "") -> None:
+  """What a scoring run can refuse before any work, naming the flag (`prefix` + its name: the
+  audit's `config.models.<key>.`): the options, the compilation cache folder, and the files of
+  the model (given as `model_flag`) and of its reference (`reward_model.check_models`)."""
+  try:
+    options.validate()
+  except InputError as e:
+    if prefix:
+      raise InputError(f"{prefix.rstrip('.')}: {e}") from None
+    raise
+  if options.compilation_cache:
+    errors.check_output_folder(options.cache_dir(), f"{prefix}compilation_cache")
+  reward_model.check_models({model_flag: model_path, f"{prefix}ref_model": options.ref_model})
 
 
 def select_items(items: Sequence[dict], datasets: Sequence[str] | None = None,
@@ -419,7 +437,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
              "attention": getattr(model, "attention", "xla"),
              "batch_shapes": sorted(list(shape) for shape in batcher.shapes),
              "buckets": list(batcher.buckets), "tokens_per_batch": options.tokens_per_batch,
-             "batch_tokens": options.batch_tokens(mesh.devices.flat[0].platform),
+             "batch_tokens": batcher.tokens_per_batch,
              "max_length": options.max_length, "chunk_size": options.chunk_size,
              "dtype": dtype, **{k: v for k, v in proxy.settings().items() if k != "proxy"},
              **summary, "manifest": manifest})

@@ -70,15 +70,15 @@ def sample_indices(chunks: Sequence[int], chunk_size: int, num_items: int,
   return sorted(int(pool[i]) for i in rng.choice(len(pool), min(count, len(pool)), replace=False))
 
 
-def rescore(scorer: engine.Scorer, items: Sequence[dict], composition: Composition,
-            tokens_per_batch: int) -> tuple[dict[tuple[str, int], dict], list[list[int]]]:
+def rescore(scorer: engine.Scorer, items: Sequence[dict], composition: Composition
+            ) -> tuple[dict[tuple[str, int], dict], list[list[int]]]:
   """The score rows of `items` batched as `composition` says, through `scorer`'s compiled step:
   ({(item_id, candidate): row}, the batch shapes [rows, row length, readout slots] used)."""
   order = list(items)[::-1] if composition.reverse else list(items)
   parts = [[item] for item in order] if composition.item_per_row else [order]
   run_batcher = scorer.batcher
   buckets = run_batcher.buckets[-1:] if composition.longest_rows else run_batcher.buckets
-  batcher = packing.Batcher(buckets, run_batcher.readout, tokens_per_batch,
+  batcher = packing.Batcher(buckets, run_batcher.readout, run_batcher.tokens_per_batch,
                             run_batcher.row_multiple, shrink_last=run_batcher.shrink_last)
   # The run's shapes count as handed out: a last batch shrinks only to a shape compiled already,
   # or while the shapes stay within MAX_BUCKETS, as in the run.
@@ -137,9 +137,8 @@ def check(scorer: engine.Scorer, items: item_source.ItemSource, folder: str | os
   written = written_rows(folder, {i // options.chunk_size for i in picked}) if compare else {}
   worst, worst_at = (0.0 if compare else None), None
   batch_shapes = {}
-  batch_tokens = options.batch_tokens(scorer.step.mesh.devices.flat[0].platform)  # the run's
   for composition in COMPOSITIONS:
-    rows, batch_shapes[composition.name] = rescore(scorer, sample, composition, batch_tokens)
+    rows, batch_shapes[composition.name] = rescore(scorer, sample, composition)
     for key, row in rows.items() if compare else ():
       if key not in written:
         raise RuntimeError(f"item {key[0]!r}, candidate {key[1]} has no written score in "

@@ -308,6 +308,7 @@ class Batcher:
     self.buckets = tuple(buckets)
     self.readout = readout
     self.row_multiple = row_multiple
+    self.tokens_per_batch = tokens_per_batch
     self.rows = {b: rows_per_batch(b, tokens_per_batch, row_multiple) for b in self.buckets}
     self.pending: dict[int, list[RowWriter]] = {b: [] for b in self.buckets}
     self.shrink_last = shrink_last
