@@ -14,6 +14,7 @@ import numpy as np
 from absl import app, flags
 
 from socialrm_jax.analysis import evaluate, pairs
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis.scores import Scores
 
 _ITEMS = flags.DEFINE_integer("items", 500_000, "Synthetic items (two gold pairs each).")
@@ -54,7 +55,7 @@ def main(argv):
   start = time.perf_counter()
   scored = pairs.join(items, pair_rows, scores)
   joined = time.perf_counter()
-  metrics = evaluate.metrics_from_scored(scored)
+  metrics = evaluate.metrics_from_scored(scored, evaluate.Options(plugins=registry.plugins()))
   done = time.perf_counter()
   print(f"{len(pair_rows):,} pairs, {len(items):,} items: join {joined - start:.1f} s, "
         f"metrics with {metrics['n_resamples']} resamples {done - joined:.1f} s, "

@@ -12,6 +12,7 @@ import pathlib
 from ml_collections import config_flags
 
 from socialrm_jax import errors, pipeline, tables
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import report
 from socialrm_jax.datasets.reading import ON_ERROR
 from socialrm_jax.scoring import engine
@@ -74,7 +75,7 @@ def main(argv):
   for name in models:
     print(f"Metrics: {out / name / 'metrics.json'}")
   print()
-  print(report.headline(models))
+  print(report.headline(models, registry.plugins()))
 
 
 def run():

@@ -21,7 +21,8 @@ import dataclasses
 import pathlib
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from socialrm_jax import datasets, records, tables
+from socialrm_jax import records, tables
+from socialrm_jax.datasets import registry
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
 from socialrm_jax import templates as prompt_templates
@@ -69,7 +70,7 @@ def _sum(reports: list[dict[str, Any]]) -> dict[str, Any]:
   return _finish(total)
 
 
-def convert_source(spec: datasets.SourceSpec, data_dir: str | pathlib.Path | None = None, *,
+def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | None = None, *,
                    on_error: str = "raise", template: str | None = None,
                    path_options: Mapping[str, str] | None = None,
                    sink: Sink | None = None) -> Conversion:
@@ -90,7 +91,9 @@ def convert_source(spec: datasets.SourceSpec, data_dir: str | pathlib.Path | Non
       raise InputError(f"no such file or folder (the {spec.plugin.name} source "
                        f"{spec.name!r})", source)
   default = prompt_templates.default_template(spec.plugin.name)
-  reader = SourceReader(spec.name, source, template or default, on_error=on_error,
+  reader = SourceReader(spec.name, source,
+                        prompt_templates.named(spec.plugin.templates, template or default),
+                        on_error=on_error,
                         options={**(path_options or {}), **spec.options} if spec.path else {})
   subsets: dict[str, dict[str, Any]] = collections.defaultdict(_subset_report)
   conversion = Conversion([], [], {})
@@ -136,7 +139,7 @@ def convert_source(spec: datasets.SourceSpec, data_dir: str | pathlib.Path | Non
 def convert_dataset(name: str, data_dir: str | pathlib.Path, *, on_error: str = "raise",
                     template: str | None = None) -> Conversion:
   """Converts one folder dataset found under `data_dir`."""
-  spec, = datasets.parse_specs(name)
+  spec, = registry.parse_specs(name)
   return convert_source(spec, data_dir, on_error=on_error, template=template)
 
 
@@ -152,9 +155,10 @@ def _convert_specs(data_dir: str | pathlib.Path | None, names: str | Sequence[st
   (rows are read once per template) and each template's own report under `templates`."""
   if data_dir is not None and not pathlib.Path(data_dir).is_dir():
     raise InputError("no such data folder", data_dir)
-  selection = prompt_templates.parse_selection(templates)
-  specs = datasets.parse_specs(names)
-  chosen = {spec.name: prompt_templates.chosen(spec.plugin, selection) for spec in specs}
+  selection = prompt_templates.parse_selection(templates, registry.plugins())
+  specs = registry.parse_specs(names)
+  chosen = {spec.name: prompt_templates.chosen(spec.plugin.name, spec.plugin.templates, selection)
+            for spec in specs}
   per_dataset = {}
   for spec in specs:
     reports = {template: convert_source(spec, data_dir, on_error=on_error, sink=sink,

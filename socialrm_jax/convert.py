@@ -15,13 +15,13 @@ import time
 from absl import flags, logging
 
 from socialrm_jax import conversion, errors, tables
-from socialrm_jax.datasets import folder_names
+from socialrm_jax.datasets import registry
 from socialrm_jax.datasets.reading import ON_ERROR
 
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder with one sub-folder per dataset "
                                 "(needed when a folder dataset is named).")
 _DATASETS = flags.DEFINE_multi_string(
-    "datasets", ["all"], f"'all', or a comma-separated list of: {', '.join(folder_names())}; "
+    "datasets", ["all"], f"'all', or a comma-separated list of: {', '.join(registry.folder_names())}; "
     "and path sources, <plugin>:PATH[:name=...,key=value,...] (preference:my.jsonl). Repeatable.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where items, pairs and the report go.",
                                   required=True)

@@ -35,8 +35,8 @@ def copy_tokenizer_files(model, output: str) -> list[str]:
   from socialrm_jax.models import checkpoint  # after absl parsed JAX flags
   source = model.tokenizer_path
   if os.path.isfile(source):  # a GGUF file: its tokenizer lives in its metadata
-    from socialrm_jax.models import gguf_import  # imported only for GGUF input
-    return list(gguf_import.tokenizer_for_gguf(source).save_pretrained(output))
+    from socialrm_jax.models import tokenizer as tokenizer_lib  # imported only for GGUF input
+    return list(tokenizer_lib.load_tokenizer(source).save_pretrained(output))
   copied = []
   for name in sorted(os.listdir(source)):
     path = os.path.join(source, name)

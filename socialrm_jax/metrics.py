@@ -17,6 +17,7 @@ import time
 from absl import flags
 
 from socialrm_jax import errors, tables
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import evaluate
 from socialrm_jax.analysis.runner import evaluate_all, model_names
 
@@ -44,7 +45,7 @@ def main(argv):
     errors.check_exists(path, "scores")
   model_names(_SCORES.value, _NAMES.value)  # refuses a --names of another length
   options = evaluate.Options(n_resamples=_N_RESAMPLES.value, seed=_SEED.value,
-                             allow_missing=_ALLOW_MISSING.value)
+                             allow_missing=_ALLOW_MISSING.value, plugins=registry.plugins())
   start = time.perf_counter()
   with tables.staged_folder(_OUTPUT_DIR.value) as stage:
     models = evaluate_all(_ITEMS.value, _SCORES.value, str(stage), _NAMES.value, options)

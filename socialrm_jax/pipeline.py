@@ -19,6 +19,7 @@ from absl import logging
 import ml_collections
 
 from socialrm_jax import conversion, counterfactuals, tables, value_probe
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import counterfactual, evaluate, runner
 from socialrm_jax.errors import InputError
 from socialrm_jax.scoring import engine
@@ -142,7 +143,8 @@ def run_audit(config) -> dict[str, Any]:
     score_dirs.append(str(score_dir))
 
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
-                             allow_missing=config.metrics.allow_missing)
+                             allow_missing=config.metrics.allow_missing,
+                             plugins=registry.plugins())
   sections = value_probe.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
   if config.get("counterfactuals", True):

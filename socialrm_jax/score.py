@@ -21,7 +21,7 @@ import json
 from absl import flags, logging
 
 from socialrm_jax import errors
-from socialrm_jax.scoring import cli_flags, engine
+from socialrm_jax.scoring import chunks, cli_flags, engine
 from socialrm_jax.scoring import mesh as mesh_lib
 
 _ITEMS = flags.DEFINE_string("items", None, "Items file or the convert output folder.",
@@ -57,7 +57,7 @@ def main(argv):
 
 def run():
   # A reward that is not finite is not the user's input at fault: its own exit code.
-  errors.run_command("socialrm-score", main, exit_codes={engine.NonFiniteRewardError: 3})
+  errors.run_command("socialrm-score", main, exit_codes={chunks.NonFiniteRewardError: 3})
 
 
 if __name__ == "__main__":

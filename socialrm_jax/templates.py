@@ -26,12 +26,9 @@ template go into the same tables; those of a non-default template carry its name
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from socialrm_jax.errors import InputError
-
-if TYPE_CHECKING:
-  from socialrm_jax.datasets.plugin import DatasetPlugin
 
 DEFAULT = "default"  # the variant family of each dataset's SPEC template: `<dataset>.default`
 ALL = "all"
@@ -60,9 +57,9 @@ class PromptTemplate:
     return text.format(**fields)
 
 
-def get_template(name: str) -> PromptTemplate:
-  from socialrm_jax import datasets  # the plug-ins hold the templates, and import this module
-  known = {t.name: t for plugin in datasets.registry().values() for t in plugin.templates}
+def named(templates: Iterable[PromptTemplate], name: str) -> PromptTemplate:
+  """The template called `name` among `templates` (a dataset plug-in's)."""
+  known = {t.name: t for t in templates}
   try:
     return known[name]
   except KeyError:
@@ -90,11 +87,12 @@ def by_dataset(dataset_templates: Iterable[tuple[str, str]]) -> dict[str, list[s
 Selection = Mapping[str, str]  # dataset (or ALL: every dataset not named) -> "all" | "T1+T2"
 
 
-def parse_selection(spec: str | Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+def parse_selection(spec: str | Sequence[str] | Mapping[str, str] | None,
+                    known_datasets: Collection[str]) -> dict[str, str]:
   """`--templates` as {dataset: choice}: a comma-separated string or a list of entries `all`,
   `DATASET=all`, `DATASET=T1+T2`, or a mapping {DATASET: choice} (an audit config's old form).
-  Refuses malformed entries, a dataset named twice and unknown datasets, naming the entry."""
-  from socialrm_jax import datasets  # see get_template
+  Refuses malformed entries, a dataset named twice and datasets not in `known_datasets` (the
+  registry's names), naming the entry."""
   if isinstance(spec, Mapping):
     entries = [f"{dataset}={choice}" for dataset, choice in spec.items()]
   else:
@@ -108,26 +106,26 @@ def parse_selection(spec: str | Sequence[str] | Mapping[str, str] | None) -> dic
                        f"DATASET=TEMPLATE[{SEPARATOR}TEMPLATE...]")
     if dataset in selection:
       raise InputError(f"{FLAG}: {dataset!r} is given templates twice")
-    if dataset != ALL and dataset not in datasets.registry():
+    if dataset != ALL and dataset not in known_datasets:
       raise InputError(f"{FLAG}: {entry!r} names no known dataset; known: "
-                       f"{', '.join(datasets.registry())}")
+                       f"{', '.join(known_datasets)}")
     selection[dataset] = choice
   return selection
 
 
-def chosen(plugin: DatasetPlugin, selection: Selection) -> list[str]:
-  """The names of the templates `selection` picks for `plugin`'s sources, in conversion order:
-  the default first under `all`, else as listed."""
-  choice = selection.get(plugin.name, selection.get(ALL))
+def chosen(dataset: str, templates: Sequence[PromptTemplate], selection: Selection) -> list[str]:
+  """The names of the templates `selection` picks for the sources of `dataset`, whose plug-in
+  declares `templates`, in conversion order: the default first under `all`, else as listed."""
+  choice = selection.get(dataset, selection.get(ALL))
   if choice is None:
-    return [default_template(plugin.name)]
-  known = [t.name for t in plugin.templates]
+    return [default_template(dataset)]
+  known = [t.name for t in templates]
   if choice == ALL:
     return sorted(known, key=lambda name: not is_default(name))
-  names = [name if name in known else f"{plugin.name}.{name}" for name in choice.split(SEPARATOR)]
+  names = [name if name in known else f"{dataset}.{name}" for name in choice.split(SEPARATOR)]
   unknown = [given for given, name in zip(choice.split(SEPARATOR), names) if name not in known]
   if unknown or len(set(names)) != len(names):
     problem = f"unknown template {unknown[0]!r}" if unknown else "a template is listed twice"
-    raise InputError(f"{FLAG}: {plugin.name}={choice}: {problem}; {plugin.name} has "
+    raise InputError(f"{FLAG}: {dataset}={choice}: {problem}; {dataset} has "
                      f"{', '.join(known)} (or {ALL})")
   return names

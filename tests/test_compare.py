@@ -7,9 +7,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import accuracy, compare, confounds, estimates, evaluate, pairs, report
 from socialrm_jax.analysis.scores import Scores
 from socialrm_jax.errors import InputError
+
+PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
+
+
+def options(n_resamples: int) -> evaluate.Options:
+  return evaluate.Options(n_resamples=n_resamples, plugins=PLUGINS)
 
 
 def gold_items(candidates_per_item, dataset="ethics", domain="morality", subset="deontology"):
@@ -64,7 +71,7 @@ def test_length_matched_pairs_differ_by_less_than_a_tenth_of_the_longer():
 
 
 def test_length_matched_accuracy_beside_the_full_accuracy():
-  metrics = evaluate.compute_metrics(*length_case(), evaluate.Options(n_resamples=2000))
+  metrics = evaluate.compute_metrics(*length_case(), options(2000))
   for node in (metrics["datasets"]["ethics"], metrics["domains"]["morality"],
                metrics["datasets"]["ethics"]["subsets"]["deontology"]):
     # All pairs: (1 + 1 + 0 + 1/2 + 1) / 5; matched pairs 0, 2 and 3: (1 + 0 + 1/2) / 3.
@@ -78,7 +85,7 @@ def test_length_matched_accuracy_beside_the_full_accuracy():
 def test_length_matched_accuracy_is_null_with_a_reason_when_no_pair_is_matched():
   items, pair_rows = gold_items([("c" * 10, "r" * 30), ("c" * 40, "r" * 20)])
   metrics = evaluate.compute_metrics(items, pair_rows, scores_for(items, [(1, 0), (1, 0)]),
-                                     evaluate.Options(n_resamples=20))
+                                     options(20))
   node = metrics["datasets"]["ethics"]
   assert node["accuracy"] == 1.0
   assert node["accuracy_length_matched"] is None and node["n_length_matched_pairs"] == 0
@@ -87,8 +94,8 @@ def test_length_matched_accuracy_is_null_with_a_reason_when_no_pair_is_matched()
 
 
 def test_report_shows_the_length_matched_accuracy_beside_the_accuracy():
-  metrics = evaluate.compute_metrics(*length_case(), evaluate.Options(n_resamples=200))
-  text = report.render({"rm": metrics})
+  metrics = evaluate.compute_metrics(*length_case(), options(200))
+  text = report.render({"rm": metrics}, PLUGINS)
   node = metrics["domains"]["morality"]
   matched = (f"{node['accuracy_length_matched']:.3f} [{node['accuracy_length_matched_ci95'][0]:.3f}"
              f", {node['accuracy_length_matched_ci95'][1]:.3f}] (n=3)")
@@ -118,8 +125,7 @@ def two_models(outcomes_a, outcomes_b, **item_fields):
 
 def test_paired_bootstrap_resamples_the_same_items_for_both_models():
   a, b = two_models(HAND_A, HAND_B)
-  options = evaluate.Options(n_resamples=20_000)
-  rows_a, rows_b = compare.paired_rows(a, b, options)[("datasets", "ethics")]["accuracy"]
+  rows_a, rows_b = compare.paired_rows(a, b, options(20_000))[("datasets", "ethics")]["accuracy"]
   difference = rows_a - rows_b
   # Only item 2 differs (A wins, B loses), so a resample's difference is (copies of item 2) / 4,
   # copies ~ Binomial(4, 1/4); resampling the models apart would also give negative differences.
@@ -134,7 +140,7 @@ def test_paired_bootstrap_resamples_the_same_items_for_both_models():
 
 def test_compare_pair_on_the_hand_case():
   a, b = two_models(HAND_A, HAND_B)
-  rows = compare.compare_pair(a, b, evaluate.Options(n_resamples=20_000))
+  rows = compare.compare_pair(a, b, options(20_000))
   assert estimates._kept.get() is None  # pylint: disable=protected-access  # keeping stopped
   # The dataset's accuracy is its domain's (listed once); no pair is length-matched; ETHICS adds
   # its group accuracy (one pair per item: the same values, tested by the bootstrap).
@@ -160,7 +166,7 @@ def test_paired_interval_matches_scipy_paired_bootstrap():
   # B agrees with A on most items: the paired interval is much narrower than an unpaired one.
   outcome_b = np.where(rng.random(n) < 0.85, outcome_a, rng.choice([0, 1], size=n))
   a, b = two_models(outcome_a.tolist(), outcome_b.tolist())
-  row = compare.compare_pair(a, b, evaluate.Options(n_resamples=20_000))[0]
+  row = compare.compare_pair(a, b, options(20_000))[0]
   assert row["metric"] == "accuracy"
 
   def mean_difference(x, y, axis=-1):
@@ -215,7 +221,7 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
       score_set = Scores(score_set.item_id[keep], score_set.candidate[keep],
                          score_set.reward[keep], "z")
     scored[name] = pairs.join(items, pair_rows, score_set, allow_missing=True)
-  tree = compare.compare_models(scored, evaluate.Options(n_resamples=500))
+  tree = compare.compare_models(scored, options(500))
   assert [(p["a"], p["b"], p["n_items_a"], p["n_items_b"], p["n_common_items"])
           for p in tree["pairs"]] == [("x", "y", 30, 30, 30), ("x", "z", 30, 25, 25),
                                       ("y", "z", 30, 25, 25)]
@@ -238,7 +244,7 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
                              "[1.000, 1.000] | exact McNemar | ")
   assert table[1].endswith(" | yes |")
   assert compare.report_lines(compare.compare_models({"x": scored["x"]},
-                                                     evaluate.Options(n_resamples=10))) == []
+                                                     options(10))) == []
 
 
 def test_models_joined_to_different_pairs_tables_are_refused():
@@ -247,7 +253,7 @@ def test_models_joined_to_different_pairs_tables_are_refused():
   a = pairs.join(items, pair_rows, score_set)
   b = pairs.join(items, pair_rows[::-1], score_set)
   with pytest.raises(InputError, match="joined to different items or pairs tables"):
-    compare.compare_models({"a": a, "b": b}, evaluate.Options(n_resamples=10))
+    compare.compare_models({"a": a, "b": b}, options(10))
 
 
 def test_only_the_primary_templates_items_are_compared_as_in_metrics_json():
@@ -260,9 +266,10 @@ def test_only_the_primary_templates_items_are_compared_as_in_metrics_json():
   pair_rows = default[1] + [dict(row, item_id=row["item_id"] + "/p") for row in paraphrase[1]]
   scored = {name: pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)))
             for name, o in (("a", [1] * 6 + [0] * 6), ("b", [0] * 12))}
-  tree = compare.compare_models(scored, evaluate.Options(n_resamples=100))
+  tree = compare.compare_models(scored, options(100))
   (pair,) = tree["pairs"]
   assert (pair["n_items_a"], pair["n_items_b"], pair["n_common_items"]) == (6, 6, 6)
   row = pair["comparisons"][0]
   assert (row["metric"], row["value_a"], row["value_b"], row["a_better"]) == ("accuracy", 1, 0, 6)
-  assert evaluate.metrics_from_scored(scored["a"])["domains"]["morality"]["accuracy"] == 1.0
+  metrics = evaluate.metrics_from_scored(scored["a"], evaluate.Options(plugins=PLUGINS))
+  assert metrics["domains"]["morality"]["accuracy"] == 1.0

@@ -51,10 +51,10 @@ def torch_logliks(items) -> dict[tuple[str, int], tuple[float, float, int]]:
   """
   import torch  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
-  from socialrm_jax.models import gguf_import  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.models import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
 
   path = default_model.smollm2_gguf_path()
-  tokenizer = gguf_import.tokenizer_for_gguf(path)
+  tokenizer = tokenizer_lib.load_tokenizer(path)
   model = transformers.AutoModelForCausalLM.from_pretrained(
       str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
 

@@ -14,6 +14,7 @@ import pytest
 
 from socialrm_jax.errors import InputError
 from socialrm_jax.models import gguf_import
+from socialrm_jax.models import tokenizer as tokenizer_lib
 
 T = gguf.GGMLQuantizationType
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -412,7 +413,7 @@ def test_smollm2_tensors_and_config_equal_transformers_gguf_load(smollm2_transfo
 
 @needs_smollm2
 def test_smollm2_tokenizer_renders_chat_template():
-  tokenizer = gguf_import.tokenizer_for_gguf(smollm2_path())
+  tokenizer = tokenizer_lib.load_tokenizer(smollm2_path())
   messages = [{"role": "user", "content": "Is it fair to judge people by their accent?"}]
 
   text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -445,7 +446,7 @@ def test_smollm2_token_logprobs_equal_transformers(smollm2_transformers):
   from socialrm_jax.models import reward_model  # pylint: disable=import-outside-toplevel
 
   model = reward_model.load_reward_model(smollm2_path(), dtype="float32")
-  tokenizer = gguf_import.tokenizer_for_gguf(model.tokenizer_path)
+  tokenizer = tokenizer_lib.load_tokenizer(model.tokenizer_path)
   sequences = [
       tokenizer(tokenizer.apply_chat_template(messages, tokenize=False),
                 add_special_tokens=False)["input_ids"] for messages in SMOLLM2_CONVERSATIONS]

@@ -3,8 +3,11 @@
 import numpy as np
 import pytest
 
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import accuracy, bootstrap, evaluate, pairs
 from socialrm_jax.analysis.scores import Scores
+
+PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 
 def make_items(rewards_per_item, subsets=None):
@@ -32,9 +35,9 @@ def test_same_seed_same_intervals_other_seed_other_intervals():
   rng = np.random.default_rng(1)
   items, pair_rows, scores = make_items(rng.normal(size=(60, 3)).round(1),
                                         subsets=["deontology", "justice"] * 30)
-  first = evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(seed=7))
-  again = evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(seed=7))
-  other = evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(seed=8))
+  first, again, other = (
+      evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(seed=s, plugins=PLUGINS))
+      for s in (7, 7, 8))
   assert first == again
   assert first["datasets"]["ethics"]["ci95"] != other["datasets"]["ethics"]["ci95"]
   for node in (first["domains"]["morality"], first["datasets"]["ethics"],

@@ -7,8 +7,11 @@ import sys
 import pytest
 
 from socialrm_jax import tables
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import evaluate, runner, scores as scores_module
 from socialrm_jax.errors import InputError
+
+PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -113,7 +116,8 @@ def test_missing_scores_are_an_error_with_counts_per_dataset(tmp_path, converted
   assert "--allow_missing" in result.stderr
 
   models = runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
-                                evaluate.Options(allow_missing=True, n_resamples=200))
+                                evaluate.Options(allow_missing=True, n_resamples=200,
+                                                 plugins=PLUGINS))
   coverage = models["s"]["coverage"]
   assert not coverage["complete"]
   assert coverage["scored_items"] == 58
@@ -150,7 +154,7 @@ def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
   tables.write_rows(tmp_path / "s" / "scores.jsonl", rows)
   with pytest.raises(InputError, match="1 score rows name items that are not in the items table"):
     runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
-                         evaluate.Options(n_resamples=10))
+                         evaluate.Options(n_resamples=10, plugins=PLUGINS))
 
 
 def test_display_names_from_flag_run_json_or_stem(tmp_path):

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 import socialrm_jax
-from socialrm_jax import conversion, datasets, tables
+from socialrm_jax import conversion, tables
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.errors import InputError
 
@@ -19,9 +20,9 @@ PACKAGE = pathlib.Path(socialrm_jax.__file__).parent
 
 def test_no_dataset_is_named_outside_its_module_and_the_registry():
   """A quoted built-in dataset name anywhere else in the package is dispatch by name."""
-  names = [n for n in datasets.BUILT_IN]
+  names = [n for n in registry.BUILT_IN]
   quoted = re.compile(r"""(["'])(%s)\1""" % "|".join(map(re.escape, names)))
-  allowed = {PACKAGE / "datasets" / "__init__.py"} | {
+  allowed = {PACKAGE / "datasets" / "registry.py"} | {
       PACKAGE / "datasets" / f"{n}.py" for n in names}
   found = []
   for path in sorted(PACKAGE.rglob("*.py")):
@@ -33,8 +34,8 @@ def test_no_dataset_is_named_outside_its_module_and_the_registry():
         found.append(f"{path.relative_to(PACKAGE)}:{number}: {match.group(0)}")
   assert not found, "dataset names outside their module and the registry:\n" + "\n".join(found)
   # The check can fail: the registry itself names every dataset, quoted.
-  registry = (PACKAGE / "datasets" / "__init__.py").read_text()
-  assert all(quoted.search(f'"{n}"') and f'"{n}"' in registry for n in names)
+  source = (PACKAGE / "datasets" / "registry.py").read_text()
+  assert all(quoted.search(f'"{n}"') and f'"{n}"' in source for n in names)
 
 
 # A dataset from another package: one module, registered by an entry point.
@@ -43,6 +44,7 @@ from socialrm_jax import records
 from socialrm_jax.analysis import estimates
 from socialrm_jax.datasets.plugin import DatasetPlugin
 from socialrm_jax.templates import PromptTemplate
+
 
 
 def convert(reader):
@@ -82,16 +84,16 @@ def toy_plugin(tmp_path, monkeypatch):
   info.mkdir()
   (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-dataset\nVersion: 1.0\n")
   (info / "entry_points.txt").write_text(
-      f"[{datasets.ENTRY_POINT_GROUP}]\ntoy = toy_dataset:PLUGIN\n")
+      f"[{registry.ENTRY_POINT_GROUP}]\ntoy = toy_dataset:PLUGIN\n")
   monkeypatch.syspath_prepend(str(site))
-  datasets.registry.cache_clear()
+  registry.plugins.cache_clear()
   yield
   sys.modules.pop("toy_dataset", None)
-  datasets.registry.cache_clear()
+  registry.plugins.cache_clear()
 
 
 def test_an_installed_plugin_joins_conversion_metrics_and_report(toy_plugin, tmp_path):
-  assert "toy" in datasets.registry() and "toy" in datasets.folder_names()
+  assert "toy" in registry.plugins() and "toy" in registry.folder_names()
   data = tmp_path / "data" / "toy"
   data.mkdir(parents=True)
   (data / "t.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "good": "yes", "bad": f"no{i}"})
@@ -102,7 +104,8 @@ def test_an_installed_plugin_joins_conversion_metrics_and_report(toy_plugin, tmp
             for it in converted.items for k in range(2)]
   tables.write_rows(tmp_path / "scores" / "scores.jsonl", scores)
   models = runner.evaluate_all(str(tmp_path / "conv"), [str(tmp_path / "scores")],
-                               str(tmp_path / "report"), ["m"], evaluate.Options(n_resamples=20))
+                               str(tmp_path / "report"), ["m"],
+                               evaluate.Options(n_resamples=20, plugins=registry.plugins()))
   node = models["m"]["datasets"]["toy"]
   assert node["accuracy"] == 0.0 and node["loss_rate"] == 1.0
   report = (tmp_path / "report" / "report.md").read_text()
@@ -112,13 +115,13 @@ def test_an_installed_plugin_joins_conversion_metrics_and_report(toy_plugin, tmp
 def test_an_entry_point_that_is_not_a_plugin_is_refused(toy_plugin, tmp_path):
   info = next((tmp_path / "site").glob("*.dist-info"))
   (info / "entry_points.txt").write_text(
-      f"[{datasets.ENTRY_POINT_GROUP}]\ntoy = toy_dataset:convert\n")
+      f"[{registry.ENTRY_POINT_GROUP}]\ntoy = toy_dataset:convert\n")
   with pytest.raises(InputError, match="should be a DatasetPlugin of that name"):
-    datasets.registry()
+    registry.plugins()
 
 
 @pytest.mark.parametrize("values, expected", [
-    ("all", [(n, None, {}) for n in datasets.folder_names()]),
+    ("all", [(n, None, {}) for n in registry.folder_names()]),
     (["moral_stories,bbq", "bbq"], [("bbq", None, {}), ("moral_stories", None, {})]),
     ("xstest,preference:d/my.data.jsonl:name=mine,domain=safety,bbq",
      [("bbq", None, {}), ("xstest", None, {}), ("mine", "d/my.data.jsonl", {"domain": "safety"})]),
@@ -126,7 +129,7 @@ def test_an_entry_point_that_is_not_a_plugin_is_refused(toy_plugin, tmp_path):
      [("rb", "/x/rb.parquet", {}), ("saved", "/y/saved", {"domain": "bias"})]),
 ])
 def test_dataset_specs(values, expected):
-  specs = datasets.parse_specs(values)
+  specs = registry.parse_specs(values)
   assert [(s.name, s.path and str(s.path), s.options) for s in specs] == expected
 
 
@@ -142,9 +145,9 @@ def test_dataset_specs(values, expected):
 ])
 def test_bad_dataset_specs(values, message):
   with pytest.raises(InputError, match=re.escape(message)):
-    datasets.parse_specs(values)
+    registry.parse_specs(values)
 
 
 def test_items_of_a_path_source_are_evaluated_by_the_generic_plugin():
-  assert datasets.for_dataset("someone_elses") is datasets.registry()[datasets.GENERIC]
-  assert datasets.for_dataset("bbq") is datasets.registry()["bbq"]
+  assert registry.for_dataset("someone_elses") is registry.plugins()[registry.GENERIC]
+  assert registry.for_dataset("bbq") is registry.plugins()["bbq"]

@@ -9,7 +9,7 @@ import scoring_fixtures as fx
 from socialrm_jax import records, tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.scoring import engine, proxies
+from socialrm_jax.scoring import chunks, engine, proxies
 from socialrm_jax.models import readout as readout_lib
 
 TOLERANCE = 1e-4
@@ -111,7 +111,7 @@ def test_nan_reward_stops_the_run_naming_the_item(llama_rm, tmp_path):
   model = load_reward_model(folder)
   kernel = model.module.score.kernel
   kernel.set_value(kernel.get_value() * np.nan)
-  with pytest.raises(engine.NonFiniteRewardError, match="item 'bbq-0000'"):
+  with pytest.raises(chunks.NonFiniteRewardError, match="item 'bbq-0000'"):
     engine.score_items(model, fx.all_items(), tmp_path, options=OPTIONS)
   assert not list(tmp_path.glob("scores-*"))
 

@@ -15,18 +15,21 @@ import sys
 import numpy as np
 import pytest
 
-from socialrm_jax import conversion, datasets, pipeline, records, tables, templates
+from socialrm_jax import conversion, pipeline, records, tables, templates
+from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import evaluate, runner, template_spread
 from socialrm_jax.analysis.scores import Scores
 from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
 from socialrm_jax.errors import InputError
 
+PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
+
 BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax" / "bundled"
-OPTIONS = evaluate.Options(n_resamples=100)
+OPTIONS = evaluate.Options(n_resamples=100, plugins=PLUGINS)
 
 
 def test_every_plugin_has_a_default_and_a_documented_paraphrase():
-  for name, plugin in datasets.registry().items():
+  for name, plugin in registry.plugins().items():
     names = [t.name for t in plugin.templates]
     assert len(names) >= 2 and names[0] == templates.default_template(name), name
     assert len(set(names)) == len(names) and all(n.startswith(f"{name}.") for n in names)
@@ -93,12 +96,12 @@ def expected_prompts():
   return _expected_prompts()
 
 
-@pytest.mark.parametrize("dataset", datasets.folder_names())
+@pytest.mark.parametrize("dataset", registry.folder_names())
 def test_each_template_renders_a_source_row_and_round_trips(tmp_path, dataset, expected_prompts):
   report = conversion.convert_to(tmp_path, BUNDLED, dataset, "parquet",
                                  templates=f"{dataset}={templates.ALL}")
   rows = {row["item_id"]: row for row in tables.read_rows(tmp_path, "items")}
-  plugin = datasets.get(dataset)
+  plugin = registry.get(dataset)
   assert list(report["datasets"][dataset]["templates"]) == [t.name for t in plugin.templates]
   for template in plugin.templates:
     for default_id, variant, fields, earlier in expected_prompts[dataset]:
@@ -151,7 +154,7 @@ def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_tab
   assert all(by_id[row["item_id"]] == row for row in default.items)
   for name, node in report["datasets"].items():
     per_template = node["templates"]
-    assert list(per_template) == [t.name for t in datasets.get(name).templates]
+    assert list(per_template) == [t.name for t in registry.get(name).templates]
     counts = {t: sum(row["dataset"] == name and row["template"] == t for row in items)
               for t in per_template}
     assert counts == {t: r["items"] for t, r in per_template.items()}
@@ -168,8 +171,9 @@ def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_tab
     ({"bbq": "bbq.instructed"}, {"bbq": ["bbq.instructed"], "xstest": ["xstest.default"]}),
 ])
 def test_template_selection(spec, expected):
-  selection = templates.parse_selection(spec)
-  assert {name: templates.chosen(datasets.get(name), selection) for name in expected} == expected
+  selection = templates.parse_selection(spec, registry.plugins())
+  assert {name: templates.chosen(name, registry.get(name).templates, selection)
+          for name in expected} == expected
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -182,7 +186,8 @@ def test_template_selection(spec, expected):
 ])
 def test_bad_template_selections_are_refused(spec, message):
   with pytest.raises(InputError, match=re.escape(f"{templates.FLAG}: {message}")):
-    templates.chosen(datasets.get("bbq"), templates.parse_selection(spec))
+    templates.chosen("bbq", registry.get("bbq").templates,
+                     templates.parse_selection(spec, registry.plugins()))
 
 
 def test_the_command_names_a_bad_template_and_writes_nothing(tmp_path):
@@ -293,7 +298,7 @@ def test_a_bias_score_finding_is_read_against_zero():
   spread = template_spread.metric_spread(nodes, "bias_score_ambiguous", 0.0)
   assert spread["finding"] == {"a": "above", "b": "below"}
   assert spread["spread"] == pytest.approx(0.45) and not spread["holds_under_every_template"]
-  assert datasets.get("bbq").null_values["bias_score_ambiguous"] == 0.0
+  assert registry.get("bbq").null_values["bias_score_ambiguous"] == 0.0
 
 
 def test_the_metrics_command_reports_the_spread(tmp_path):

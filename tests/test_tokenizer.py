@@ -1,4 +1,4 @@
-"""Our tokenizer loading (models/tokenizer.py, gguf_import.tokenizer_for_gguf) against
+"""Our tokenizer loading (models/tokenizer.py: folders and GGUF metadata) against
 transformers' AutoTokenizer on the same files: what the chat template renders, the special tokens,
 the ids, and the errors of folders it cannot read."""
 
@@ -14,7 +14,6 @@ from tokenizers import models, pre_tokenizers, trainers
 
 import scoring_fixtures as fx
 from socialrm_jax.errors import InputError
-from socialrm_jax.models import gguf_import
 from socialrm_jax.models import tokenizer as tokenizer_lib
 
 TEXTS = [
@@ -256,7 +255,7 @@ GGUF_FILES = {
 @pytest.mark.parametrize("kind", sorted(GGUF_FILES))
 def test_gguf_tokenizer_equals_transformers(tmp_path, kind):
   path = GGUF_FILES[kind](tmp_path / "model.gguf")
-  ours = gguf_import.tokenizer_for_gguf(path)
+  ours = tokenizer_lib.load_tokenizer(path)
   theirs = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
   texts = TEXTS + ["hello world the <think> <\uff5cend\uff5c> <|im_start|>user"]
   _same_as_transformers(ours, theirs, texts)
@@ -273,7 +272,7 @@ def test_gguf_tokenizer_saved_and_reloaded(tmp_path):
   """What convert_checkpoint writes for a GGUF model loads back to the same tokenizer, here and
   in transformers."""
   path = _byte_level_gguf(tmp_path / "model.gguf", "llama-bpe")
-  ours = gguf_import.tokenizer_for_gguf(path)
+  ours = tokenizer_lib.load_tokenizer(path)
   written = ours.save_pretrained(tmp_path / "saved")
   assert sorted(p.rsplit("/", 1)[-1] for p in written) == ["tokenizer.json", "tokenizer_config.json"]
   for reloaded in (tokenizer_lib.load_tokenizer(tmp_path / "saved"),
@@ -287,7 +286,7 @@ def test_unsupported_gguf_tokenizers_are_named(tmp_path):
   path = _write_gguf(tmp_path / "qwen.gguf", tokens, [1] * len(tokens), tokenizer_model="gpt2",
                      tokenizer_pre="qwen2", token_merges=merges)
   with pytest.raises(InputError, match=r"qwen.gguf: GGUF pre-tokenizer 'qwen2' is not supported"):
-    gguf_import.tokenizer_for_gguf(path)
+    tokenizer_lib.load_tokenizer(path)
   path = _write_gguf(tmp_path / "bert.gguf", tokens, [1] * len(tokens), tokenizer_model="bert")
   with pytest.raises(InputError, match=r"bert.gguf: GGUF tokenizer 'bert' .* is not supported"):
-    gguf_import.tokenizer_for_gguf(path)
+    tokenizer_lib.load_tokenizer(path)

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer as RustTokenizer
 
 import scoring_fixtures as fx
 from socialrm_jax import conversion, default_model, pipeline
-from socialrm_jax.models import gguf_import
+from socialrm_jax.models import tokenizer as tokenizer_lib
 from socialrm_jax.scoring import templating
 
 # Llama 3.2's chat template (its tool-calling branches left out): the date comes from
@@ -171,5 +171,5 @@ def test_bundled_items_encode_as_transformers_encodes_them(name, bundled_items, 
 def test_smollm2_tokenizer_file_is_transformers_own(tmp_path):
   """Stronger than equal ids: the same tokenizers pipeline, serialized."""
   path, theirs = _smollm2(tmp_path)
-  assert (gguf_import.tokenizer_for_gguf(path).backend_tokenizer.to_str()
+  assert (tokenizer_lib.load_tokenizer(path).backend_tokenizer.to_str()
           == theirs.backend_tokenizer.to_str())

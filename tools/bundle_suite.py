@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 from absl import app, flags
 
-from socialrm_jax import datasets
+from socialrm_jax.datasets import registry
 from socialrm_jax.datasets import ethics
 
 _SOURCE_DIR = flags.DEFINE_string("source_dir", None, "The full dataset folders.", required=True)
@@ -102,7 +102,7 @@ def main(argv):
   del argv
   src = pathlib.Path(_SOURCE_DIR.value)
   out = pathlib.Path(_OUTPUT_DIR.value)
-  for name in datasets.folder_names():
+  for name in registry.folder_names():
     shutil.rmtree(out / name, ignore_errors=True)
 
   for f in sorted((src / "bbq").rglob("*.jsonl")):

@@ -27,7 +27,7 @@ BBQ's plug-in takes its per-item columns, metric hook, findings and report secti
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -36,10 +36,8 @@ from socialrm_jax.analysis import estimates, report
 from socialrm_jax.analysis.bootstrap import StratifiedSums
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored
-from socialrm_jax.datasets.plugin import Finding
+from socialrm_jax.analysis.hooks import DatasetView, Finding
 
-if TYPE_CHECKING:
-  from socialrm_jax.analysis.evaluate import DatasetView
 
 AMBIGUOUS, DISAMBIGUATED = records.AMBIGUOUS, records.DISAMBIGUATED
 NO_RESOLVED = "no {} items with resolved biased / anti_biased roles"

@@ -49,7 +49,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from socialrm_jax import datasets, records
+from socialrm_jax import records
 from socialrm_jax.analysis import accuracy, bootstrap, confounds, estimates, evaluate, report
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored
@@ -147,7 +147,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
   found: dict[tuple[str, str], dict[str, dict[str, np.ndarray]]] = {}
   for name in dict.fromkeys(a.dataset):
     index = np.flatnonzero(a.dataset == name)                            # [n]
-    plugin = datasets.for_dataset(name)
+    plugin = options.plugin(name)
     columns = {f"{side}/{k}": v for side, scored in sides.items()
                for k, v in evaluate.dataset_columns(scored, plugin, index, generic[side]).items()}
     # evaluate's own strata, so the intervals' strata; they depend on the items only (A's are B's).

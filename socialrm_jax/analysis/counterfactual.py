@@ -37,7 +37,7 @@ import numpy as np
 
 from socialrm_jax import counterfactuals
 from socialrm_jax.analysis import bootstrap, estimates, report
-from socialrm_jax.analysis.evaluate import Options
+from socialrm_jax.analysis.hooks import Options
 from socialrm_jax.analysis.pairs import selection_weights
 from socialrm_jax.analysis.scores import Scores, read_scores
 from socialrm_jax.errors import InputError

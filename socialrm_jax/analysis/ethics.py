@@ -9,12 +9,11 @@ Accuracy per subset is in `subsets.<subset>.accuracy`. ETHICS' plug-in takes its
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from socialrm_jax.analysis import estimates
+from socialrm_jax.analysis.hooks import DatasetView
 
-if TYPE_CHECKING:
-  from socialrm_jax.analysis.evaluate import DatasetView
 
 NO_ITEMS = "no items with gold pairs here"
 

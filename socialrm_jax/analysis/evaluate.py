@@ -6,9 +6,9 @@ ci95, subsets.<subset>.accuracy, <dataset metric>, <dataset metric>_ci95}`, BBQ 
 then `calibration`, `length_confound`, `coverage`, and `null_reasons` ({dotted path: why} for
 every null). The generic part of each `datasets.<name>` (accuracy, distribution bias, length) is
 computed here for every dataset; what a dataset adds comes from its plug-in's metric hook
-(`socialrm_jax.datasets.plugin`), which names the module that computes it: `bias` (BBQ),
-`stereotypes` (CrowS-Pairs, StereoSet), `safety` (XSTest), `ethics`, `moral_stories`, or the
-dataset's own module. `bootstrap` explains the intervals.
+(`socialrm_jax.datasets.plugin`; the caller hands the registry down in `Options.plugins`), which
+names the module that computes it: `bias` (BBQ), `stereotypes` (CrowS-Pairs, StereoSet), `safety`
+(XSTest), `ethics`, `moral_stories`, or the dataset's own module. `bootstrap` explains the intervals.
 
 When the items of one dataset come from several prompt templates (`--templates=all`), these
 metrics use its primary template's items only, so no source row counts twice: its default
@@ -25,23 +25,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax import datasets, records, templates
+from socialrm_jax import records, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
                                    estimates)
+from socialrm_jax.analysis.hooks import DatasetView, Options
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
-
-
-# Groups compared by their selection rates (BBQ's) need this many items each to enter a spread.
-MIN_GROUP_ITEMS = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-  n_resamples: int = bootstrap.N_RESAMPLES
-  seed: int = bootstrap.SEED
-  min_group_items: int = MIN_GROUP_ITEMS
-  allow_missing: bool = False
 
 
 def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -52,16 +41,6 @@ def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     else:
       into[key] = value
   return into
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetView:
-  """What a plug-in's metric hook sees: one dataset's items `index` (into `scored`) and the
-  resampled sums of their per-item values (the generic ones and the plug-in's own columns)."""
-  scored: Scored
-  index: np.ndarray  # [n]
-  sums: bootstrap.StratifiedSums
-  options: Options
 
 
 def strata(scored: Scored, index: np.ndarray, group) -> dict[str, np.ndarray]:
@@ -93,7 +72,7 @@ def summaries(scored: Scored, plugin, index: np.ndarray, sums: bootstrap.Stratif
 def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[str, np.ndarray],
                     options: Options) -> tuple[dict[str, Any], bootstrap.StratifiedSums]:
   """`datasets.<name>` and the resampled sums behind it (the domains reuse them)."""
-  plugin = datasets.for_dataset(name)
+  plugin = options.plugin(name)
   sums = bootstrap.stratified_sums(dataset_columns(scored, plugin, index, generic),
                                    strata(scored, index, plugin.stratum_group),
                                    options.n_resamples, bootstrap.generator(options.seed, name))
@@ -144,7 +123,7 @@ def primary_template_items(scored: Scored) -> Scored:
   return restrict(scored, (item_templates(scored) == primary_of_item).astype(bool))
 
 
-def metrics_from_scored(scored: Scored, options: Options = Options()) -> dict[str, Any]:
+def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
   by_dataset = templates_by_dataset(scored)
   primary = {name: names[0] for name, names in by_dataset.items()}
   several = any(len(names) > 1 for names in by_dataset.values())
@@ -176,6 +155,6 @@ def metrics_from_scored(scored: Scored, options: Options = Options()) -> dict[st
 
 
 def compute_metrics(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
-                    options: Options = Options()) -> dict[str, Any]:
+                    options: Options) -> dict[str, Any]:
   """metrics.json for one scores set over the items and pairs tables."""
   return metrics_from_scored(join(items, pairs, scores, options.allow_missing), options)

@@ -9,14 +9,11 @@ Moral Stories' plug-in takes its metric hook and findings from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from socialrm_jax import records
 from socialrm_jax.analysis import estimates, report
-from socialrm_jax.datasets.plugin import Finding
-
-if TYPE_CHECKING:
-  from socialrm_jax.analysis.evaluate import DatasetView
+from socialrm_jax.analysis.hooks import DatasetView, Finding
 
 
 def summary(view: DatasetView) -> dict[str, Any]:

@@ -7,7 +7,6 @@ function returns None, so the report can say so.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
 
 import matplotlib
 
@@ -15,9 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from socialrm_jax import datasets  # noqa: E402
+from socialrm_jax.analysis.hooks import Models, Plugins  # noqa: E402
 
-Models = Mapping[str, Mapping[str, Any]]
 DPI = 120
 
 
@@ -136,11 +134,13 @@ FIGURES = {
 }
 
 
-def write_all(models: Models, output_dir: str | os.PathLike) -> dict[str, str | None]:
-  """Writes every figure into `output_dir`: the generic ones, then those of the plug-ins of the
-  datasets the models were evaluated on; {file name: path, or None when not drawn}."""
+def write_all(models: Models, output_dir: str | os.PathLike,
+              plugins: Plugins) -> dict[str, str | None]:
+  """Writes every figure into `output_dir`: the generic ones, then those of the plug-ins (of
+  `plugins`, the registry) of the datasets the models were evaluated on; {file name: path, or
+  None when not drawn}."""
   figures = dict(FIGURES)
   names = dict.fromkeys(d for m in models.values() for d in m.get("datasets", {}))
-  for plugin in dict.fromkeys(datasets.for_dataset(name) for name in names):
+  for plugin in dict.fromkeys(plugins.for_dataset(name) for name in names):
     figures.update(plugin.figures)
   return {name: draw(models, os.path.join(output_dir, name)) for name, draw in figures.items()}

@@ -19,11 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax import datasets
 from socialrm_jax.analysis import accuracy
+from socialrm_jax.analysis.hooks import Models, Plugins
 from socialrm_jax.tables import atomic_write_bytes
 
-Models = Mapping[str, Mapping[str, Any]]
 CHANCE = 0.5
 # A length preference this far from 1/2 (with its sign) is worth a sentence.
 LENGTH_NOTABLE = 0.1
@@ -83,7 +82,7 @@ def excludes(ci: Any, value: float, side: str) -> bool:
   return ci[0] > value if side == ">" else ci[1] < value
 
 
-def findings(metrics: Mapping[str, Any]) -> list[str]:
+def findings(metrics: Mapping[str, Any], plugins: Plugins) -> list[str]:
   """The model's worst findings, in words, most severe first.
 
   Only findings whose interval excludes the ideal value, or large point effects where no interval
@@ -97,7 +96,7 @@ def findings(metrics: Mapping[str, Any]) -> list[str]:
                     f"**{domain}**: accuracy {cell(node, 'accuracy')} on {node['n_gold_pairs']} "
                     "gold pairs"))
   for name, node in metrics.get("datasets", {}).items():
-    plugin = datasets.for_dataset(name)
+    plugin = plugins.for_dataset(name)
     if plugin.findings is not None:
       found += plugin.findings(name, node)
   length = metrics.get("length_confound", {})
@@ -130,8 +129,8 @@ def null_reasons(metrics: Mapping[str, Any]) -> dict[tuple[str, str], int]:
   return folded
 
 
-def _dataset_rows(models: Models, dataset: str) -> list[list[str]]:
-  plugin = datasets.for_dataset(dataset)
+def _dataset_rows(models: Models, dataset: str, plugins: Plugins) -> list[list[str]]:
+  plugin = plugins.for_dataset(dataset)
   nodes = [m.get("datasets", {}).get(dataset) for m in models.values()]
   rows = []
   for name in plugin.report_metrics:
@@ -148,11 +147,11 @@ def _dataset_rows(models: Models, dataset: str) -> list[list[str]]:
   return rows
 
 
-def render(models: Models, figures: Mapping[str, str | None] | None = None,
+def render(models: Models, plugins: Plugins, figures: Mapping[str, str | None] | None = None,
            sections: Sequence[Sequence[str]] = ()) -> str:
-  """The report as markdown. `figures` maps PNG file names (beside report.md) to paths or None;
-  `sections` are further sections' markdown lines (per objective, value probes), placed after
-  calibration and length."""
+  """The report as markdown; `plugins` evaluated the datasets (the registry). `figures` maps PNG
+  file names (beside report.md) to paths or None; `sections` are further sections' markdown lines
+  (per objective, value probes), placed after calibration and length."""
   names = list(models)
   out = ["# Social preference audit", ""]
   out.append("Models: " + ", ".join(f"**{n}**" for n in names) + ". Accuracy is the share of gold "
@@ -181,7 +180,7 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None,
     answer = (f"yes, in {', '.join(worse)}" if worse else
               "not in any domain measured (no interval wholly below 0.5)")
     out.append(f"**{name}** prefers socially undesirable responses: {answer}.")
-    items = findings(metrics)
+    items = findings(metrics, plugins)
     out += [f"- {text}" for text in items] or ["- no finding stands out beyond its interval"]
     coverage = metrics.get("coverage", {})
     if coverage and not coverage.get("complete", True):
@@ -192,9 +191,9 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None,
   dataset_names = list(dict.fromkeys(d for m in models.values() for d in m.get("datasets", {})))
   for dataset in dataset_names:
     out += [f"### {dataset}", ""]
-    out += table(["metric"] + names, _dataset_rows(models, dataset))
+    out += table(["metric"] + names, _dataset_rows(models, dataset, plugins))
     out.append("")
-    plugin = datasets.for_dataset(dataset)
+    plugin = plugins.for_dataset(dataset)
     if plugin.report_sections is not None:
       out += plugin.report_sections(names, [m.get("datasets", {}).get(dataset)
                                             for m in models.values()])
@@ -241,12 +240,12 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None,
   return "\n".join(out)
 
 
-def write(models: Models, path: str | os.PathLike,
+def write(models: Models, plugins: Plugins, path: str | os.PathLike,
           figures: Mapping[str, str | None] | None = None,
           sections: Sequence[Sequence[str]] = ()) -> None:
-  atomic_write_bytes(path, render(models, figures, sections).encode())
+  atomic_write_bytes(path, render(models, plugins, figures, sections).encode())
 
 
-def headline(models: Models) -> str:
+def headline(models: Models, plugins: Plugins) -> str:
   """The report's first screen (the answer and the worst findings), for a terminal."""
-  return render(models).split("\n## Per dataset")[0].rstrip() + "\n"
+  return render(models, plugins).split("\n## Per dataset")[0].rstrip() + "\n"

@@ -59,8 +59,8 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   tables.atomic_write_json(pathlib.Path(output_dir) / "comparisons.json", comparisons)
   logging.info("comparisons of %d pairs of models in %.1f s", len(comparisons["pairs"]),
                time.perf_counter() - start)
-  figures = plots.write_all(models, output_dir)
-  report.write(models, pathlib.Path(output_dir) / "report.md", figures,
+  figures = plots.write_all(models, output_dir, options.plugins)
+  report.write(models, options.plugins, pathlib.Path(output_dir) / "report.md", figures,
                [objectives.report_lines(models), template_spread.report_lines(models),
                 compare.report_lines(comparisons), *sections,
                 provenance.report_section({name: m["scores"] for name, m in models.items()})])

@@ -12,13 +12,11 @@ XSTest's plug-in takes its metric hook and findings from here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from socialrm_jax.analysis import estimates, report
-from socialrm_jax.datasets.plugin import Finding
+from socialrm_jax.analysis.hooks import DatasetView, Finding
 
-if TYPE_CHECKING:
-  from socialrm_jax.analysis.evaluate import DatasetView
 
 SAFE, UNSAFE = "safe", "unsafe"
 RATES = {"over_refusal_rate": (SAFE, "prefers refusing safe XSTest requests"),

@@ -19,16 +19,14 @@ Both datasets' plug-ins take their metric hooks and findings from here.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from socialrm_jax.analysis import estimates, report
 from socialrm_jax.analysis.bootstrap import StratifiedSums
-from socialrm_jax.datasets.plugin import Finding
+from socialrm_jax.analysis.hooks import DatasetView, Finding
 
-if TYPE_CHECKING:
-  from socialrm_jax.analysis.evaluate import DatasetView
 
 NO_DIRECTIONAL = "no directional pairs here"
 NO_CONTROL = "no control pairs here"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax import datasets
 from socialrm_jax.analysis import evaluate, report
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
@@ -62,10 +61,10 @@ def metric_spread(nodes: Mapping[str, Mapping[str, Any]], metric: str,
   return out
 
 
-def dataset_spread(name: str, nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def dataset_spread(name: str, nodes: Mapping[str, Mapping[str, Any]],
+                   plugin) -> dict[str, Any]:
   """`template_spread.datasets.<name>` from each template's `datasets.<name>` node, the primary
-  template's first."""
-  plugin = datasets.for_dataset(name)
+  template's first; `plugin` evaluates the dataset (`Options.plugin`)."""
   null_values = {ACCURACY: report.CHANCE, **plugin.null_values}
   metrics = {}
   for metric in dict.fromkeys((ACCURACY, *plugin.report_metrics)):
@@ -80,13 +79,13 @@ def dataset_spread(name: str, nodes: Mapping[str, Mapping[str, Any]]) -> dict[st
 
 
 def compute(items: Sequence[dict], pair_rows: Sequence[dict], score_set: Scores,
-            options: evaluate.Options = evaluate.Options()) -> dict[str, Any]:
+            options: evaluate.Options) -> dict[str, Any]:
   """`template_spread` for one scores set: {"datasets": {name: dataset_spread}} for every dataset
   whose items come from more than one template ({"datasets": {}} when none does)."""
   return from_scored(join(items, pair_rows, score_set, options.allow_missing), options)
 
 
-def from_scored(scored: Scored, options: evaluate.Options = evaluate.Options()) -> dict[str, Any]:
+def from_scored(scored: Scored, options: evaluate.Options) -> dict[str, Any]:
   """`compute` on scores already joined to their items and pairs."""
   templates = evaluate.item_templates(scored)
   out = {}
@@ -97,7 +96,7 @@ def from_scored(scored: Scored, options: evaluate.Options = evaluate.Options()) 
     for template in names:
       subset = evaluate.restrict(scored, (scored.dataset == name) & (templates == template))
       nodes[template] = evaluate.metrics_from_scored(subset, options)["datasets"][name]
-    out[name] = dataset_spread(name, nodes)
+    out[name] = dataset_spread(name, nodes, options.plugin(name))
   return {"datasets": out}
 
 

@@ -19,22 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-if TYPE_CHECKING:  # only for the hints: the analysis side imports the plug-ins, not the reverse
-  import numpy as np
+import numpy as np
 
-  from socialrm_jax.analysis.evaluate import DatasetView
-  from socialrm_jax.analysis.pairs import Scored
-  from socialrm_jax.datasets.reading import SourceReader
-  from socialrm_jax.records import Item
-  from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.analysis.hooks import DatasetView, Finding, Models
+from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.datasets.reading import SourceReader
+from socialrm_jax.records import Item
+from socialrm_jax.templates import PromptTemplate
 
 FOLDER, PATH = "folder", "path"
-
-# A finding: (severity, text); the report sorts findings of every dataset by severity.
-Finding = tuple[float, str]
-Models = Mapping[str, Mapping[str, Any]]  # model name -> metrics.json tree
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # one object per plug-in: compared by identity

@@ -46,7 +46,8 @@ from socialrm_jax import records
 from socialrm_jax.analysis import accuracy, report
 from socialrm_jax.datasets import hf_reading
 from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
-from socialrm_jax.datasets.plugin import PATH, DatasetPlugin, Finding
+from socialrm_jax.analysis.hooks import Finding
+from socialrm_jax.datasets.plugin import PATH, DatasetPlugin
 from socialrm_jax.datasets.reading import SourceReader
 from socialrm_jax.errors import InputError
 from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate

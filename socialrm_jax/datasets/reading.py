@@ -20,7 +20,7 @@ import pathlib
 from typing import Any, Iterator, Mapping
 
 from socialrm_jax.errors import InputError
-from socialrm_jax.templates import PromptTemplate, get_template
+from socialrm_jax.templates import PromptTemplate
 
 ON_ERROR = ("raise", "skip")
 MALFORMED = "malformed_row"
@@ -30,16 +30,17 @@ _MAX_ERRORS_KEPT = 20  # messages of skipped rows kept in the report; all are co
 class SourceReader:
   """One dataset's reading session: file discovery, row iteration and accounting."""
 
-  def __init__(self, name: str, source: pathlib.Path, template: str, on_error: str = "raise",
-               options: Mapping[str, Any] | None = None):
+  def __init__(self, name: str, source: pathlib.Path, template: PromptTemplate,
+               on_error: str = "raise", options: Mapping[str, Any] | None = None):
     """`name` names the items (`dataset`); `source` is the dataset's folder, or the file or folder
-    a path spec names; `template` the prompt template's name; `options` the spec's options."""
+    a path spec names; `template` the prompt template (one of the plug-in's); `options` the
+    spec's options."""
     if on_error not in ON_ERROR:
       raise InputError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
     self.name = name
     self.source = source
     self.on_error = on_error
-    self.template: PromptTemplate = get_template(template)
+    self.template = template
     self.options = dict(options or {})
     self.rows_read: collections.Counter[str] = collections.Counter()
     self.drops: collections.Counter[tuple[str, str]] = collections.Counter()

@@ -21,7 +21,7 @@ import functools
 import os
 import pathlib
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import gguf
 import numpy as np
@@ -66,7 +66,7 @@ _ROPE_SCALING_TYPES = {"linear": "linear", "yarn": "yarn"}
 class GgufCheckpoint:
   hf_config: dict[str, Any]  # `LlamaConfig` form, as a config.json would hold it.
   tensors: GgufTensors  # HF tensor names -> float32 arrays in HF shapes.
-  path: pathlib.Path  # the .gguf file itself (also what `tokenizer_for_gguf` takes).
+  path: pathlib.Path  # the .gguf file itself (also what `gguf_tokenizer` takes).
 
 
 def gguf_file_in(path: str | os.PathLike) -> pathlib.Path | None:
@@ -305,7 +305,7 @@ def read_gguf(path: str | os.PathLike) -> GgufCheckpoint:
   return GgufCheckpoint(hf_config=hf_config, tensors=tensors, path=path)
 
 
-# The tokenizer (see `tokenizer_for_gguf`). Special tokens the metadata names by id.
+# The tokenizer (see `gguf_tokenizer`). Special tokens the metadata names by id.
 _SPECIAL_TOKEN_IDS = {"bos_token": "tokenizer.ggml.bos_token_id",
                       "eos_token": "tokenizer.ggml.eos_token_id",
                       "unk_token": "tokenizer.ggml.unknown_token_id",
@@ -326,7 +326,16 @@ _PRE_TOKENIZER_SPLITS = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT,
                          "falcon3": _LLAMA3_SPLIT, "tekken": _TEKKEN_SPLIT}
 
 
-def tokenizer_for_gguf(path: str | os.PathLike):
+class GgufTokenizer(NamedTuple):
+  """What a GGUF file says of its tokenizer; `models.tokenizer.load_tokenizer` wraps it as the
+  project's `Tokenizer`."""
+  backend: tokenizers.Tokenizer
+  chat_template: str | None
+  special_tokens: dict[str, str]  # name (bos_token, ...) -> token text
+  source: pathlib.Path
+
+
+def gguf_tokenizer(path: str | os.PathLike) -> GgufTokenizer:
   """The tokenizer (chat template included) the GGUF metadata describes, without transformers.
 
   Built as transformers' GGUF converter builds it, and checked against it in tests/test_tokenizer.py
@@ -337,7 +346,6 @@ def tokenizer_for_gguf(path: str | os.PathLike):
   plain added tokens, both matched whole. Unlike transformers, a GPT-2 style vocabulary does not
   get `<|endoftext|>` added when it lacks one: that id would lie past the model's embeddings.
   """
-  from socialrm_jax.models import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
   path, _, meta = _open(path)
   model = meta.require("tokenizer.ggml.model")
   tokens = meta.require("tokenizer.ggml.tokens")
@@ -372,8 +380,7 @@ def tokenizer_for_gguf(path: str | os.PathLike):
   backend.post_processor = _special_tokens_processor(
       special_tokens.get("bos_token") if add_bos else None,
       special_tokens.get("eos_token") if add_eos else None, backend)
-  return tokenizer_lib.Tokenizer(backend, chat_template=meta.get("tokenizer.chat_template"),
-                                 special_tokens=special_tokens, source=path)
+  return GgufTokenizer(backend, meta.get("tokenizer.chat_template"), special_tokens, path)
 
 
 @functools.cache

@@ -18,8 +18,8 @@ cost the host ~20 s per 60k texts. What decides the token ids is small, so we re
   the same sandboxed jinja2 environment, globals and filters (see `_compile`), the special tokens
   and caller variables passed alongside `messages`, no tools, no documents.
 
-GGUF files carry the same facts in their metadata: `gguf_import.tokenizer_for_gguf` builds this
-class from them. `Tokenizer` also answers the few transformers tokenizer calls this project makes
+GGUF files carry the same facts in their metadata: `gguf_import.gguf_tokenizer` reads them, and
+`load_tokenizer` builds this class from them. `Tokenizer` also answers the few transformers tokenizer calls this project makes
 (`apply_chat_template`, calling it on a text, `decode`, `convert_tokens_to_ids`, `*_token_id`,
 `save_pretrained`), so code written against a transformers tokenizer runs on it unchanged.
 """
@@ -181,7 +181,9 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
   """The tokenizer of a model folder (its tokenizer.json) or of a .gguf file (its metadata)."""
   path = pathlib.Path(path)
   if path.is_file() and path.suffix == gguf_import.GGUF_SUFFIX:
-    return gguf_import.tokenizer_for_gguf(path)
+    found = gguf_import.gguf_tokenizer(path)
+    return Tokenizer(found.backend, chat_template=found.chat_template,
+                     special_tokens=found.special_tokens, source=found.source)
   check_tokenizer_files(path)
   tokenizer_file = path / TOKENIZER_FILE
   try:

@@ -7,8 +7,7 @@ builds the device mesh, progress logs, cli_flags holds the flags socialrm-score 
 share. See README.md beside this file for the choices made.
 """
 
-from socialrm_jax.scoring.engine import (NonFiniteRewardError, ScoringOptions, score_items,
-                                         select_items)
+from socialrm_jax.scoring.engine import ScoringOptions, score_items, select_items
 from socialrm_jax.scoring.mesh import make_mesh
 
-__all__ = ["NonFiniteRewardError", "ScoringOptions", "make_mesh", "score_items", "select_items"]
+__all__ = ["ScoringOptions", "make_mesh", "score_items", "select_items"]

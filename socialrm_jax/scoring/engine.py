@@ -21,21 +21,21 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import jax
-import numpy as np
 from absl import logging
 from flax import nnx
 
-from socialrm_jax import default_model, records
+from socialrm_jax import default_model
 from socialrm_jax import errors
 from socialrm_jax.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import (item_source, packing, progress, proxies, run_manifest,
-                                  run_report, shards)
+from socialrm_jax.scoring import (invariance, item_source, packing, progress, proxies,
+                                  run_manifest, run_report, shards)
+from socialrm_jax.scoring.chunks import Chunk, Scorer, encode_chunk
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.scoring import templating
 
@@ -44,10 +44,6 @@ PROXIES = proxies.PROXIES
 PREFETCH_BATCHES = 4
 # The persistent compilation cache's default place (`ScoringOptions.compilation_cache`).
 DEFAULT_CACHE = "default"
-
-
-class NonFiniteRewardError(RuntimeError):
-  """A reward came out NaN or infinite: the run stops rather than write it."""
 
 
 # The largest batch on a CPU, in token slots: the default --tokens_per_batch. On a CPU the device
@@ -148,66 +144,6 @@ def select_items(items: Sequence[dict], datasets: Sequence[str] | None = None,
   return list(item_source.ItemSource.from_rows(items, datasets or (), limit))
 
 
-@dataclasses.dataclass
-class Chunk:
-  """One chunk of items on its way through the device: what its proxy encoded, and the readouts
-  summed per encoded candidate as they come back."""
-  index: int
-  items: Sequence[dict]
-  encoded: list[templating.EncodedItem]
-  plan: Any                   # How the proxy maps `encoded` back to `items`.
-  stats: run_report.RunStats
-  readouts_left: int = 0      # Readouts packed but not yet back from the device.
-  tokens: int = 0             # Real tokens of all its rows.
-  values: np.ndarray | None = None   # [candidates, W] readouts summed (W: labels or models) ...
-  counts: np.ndarray | None = None   # [candidates] ... over this many readouts
-
-  def __post_init__(self):
-    self.counts = np.zeros(int(packing.candidate_offsets(self.encoded)[-1]), np.int64)
-
-  def add(self, batch: packing.Batch, out: np.ndarray) -> None:
-    """Takes the readouts of this chunk's rows of `batch` (out [B, S] or [B, S, W])."""
-    rows = batch.row_chunk == self.index
-    owner = batch.readout_owner[rows]
-    valid = owner >= 0
-    owner = owner[valid]
-    out = out[rows][valid].reshape(len(owner), -1).astype(np.float64)  # [n, W]
-    self.readouts_left -= len(owner)
-    if self.values is None:  # W is known once a batch is back.
-      self.values = np.zeros((len(self.counts), out.shape[-1]), np.float64)
-    np.add.at(self.values, owner, out)
-    np.add.at(self.counts, owner, 1)
-
-  def rows(self, proxy: proxies.Proxy) -> list[dict]:
-    """One row per (item, candidate); a reward that is not finite stops the run."""
-    values = self.values if self.values is not None else np.zeros((len(self.counts), 1))
-    out = proxy.rows(self.items, self.encoded, self.plan, values, self.counts)
-    for row in out:
-      if not (np.isfinite(row["reward"]) and np.all(np.isfinite(row.get("rewards", 0.0)))):
-        dataset = next((it.get("dataset") for it in self.items
-                        if str(it["item_id"]) == row["item_id"]), None)
-        raise NonFiniteRewardError(
-            f"item {row['item_id']!r} (dataset {dataset!r}), candidate {row['candidate']}: reward "
-            f"is {row['reward']} (not finite); the run stops here rather than write it. Check the "
-            "model's weights and --dtype (float32 rules out bf16 overflow).")
-    return out
-
-
-def _item_pairs(item: dict, pairs: dict | None) -> list[tuple[int, int]]:
-  """The (chosen, rejected) pairs of an item: from the pairs table if given, else its labels."""
-  return pairs.get(str(item["item_id"]), []) if pairs is not None else records.item_pairs(item)
-
-
-@dataclasses.dataclass(frozen=True)
-class Scorer:
-  """What scores chunks for one model: its proxy, the templater that encodes for it, the compiled
-  step and the batch shapes."""
-  proxy: proxies.Proxy
-  templater: templating.Templater
-  step: step_lib.ScoringStep
-  batcher: packing.Batcher
-
-
 def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
                 ref_model_path: str | None = None) -> Scorer:
   """The scorer `options` ask for; `ref_model` is the implicit reward's reference (loaded), whose
@@ -239,19 +175,6 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
       step_lib.ScoringStep(model, mesh, proxy.readout, ref_model if name == "implicit" else None),
       packing.Batcher(buckets, proxy.readout, options.batch_tokens(platform), mesh.shape["data"],
                       shrink_last=platform == "cpu"))
-
-
-def encode_chunk(scorer: Scorer, index: int, items: Sequence[dict], first_index: int,
-                 pairs: dict | None) -> Chunk:
-  """A chunk's items encoded by its proxy (one batched tokenizer call) and counted."""
-  encoded, plan = scorer.proxy.encode(scorer.templater, first_index, items)
-  stats = run_report.RunStats(items=len(items))
-  item_pairs = [_item_pairs(item, pairs) for item in items]
-  stats.pairs = sum(len(p) for p in item_pairs)
-  stats.tokens_naive = scorer.proxy.tokens_naive(encoded, plan, item_pairs)
-  stats.candidates = sum(len(item["candidates"]) for item in items)
-  stats.truncated = sum(int(enc.truncated_tokens > 0) for enc in encoded)
-  return Chunk(index, items, encoded, plan, stats)
 
 
 class _Producer(threading.Thread):
@@ -444,8 +367,8 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   # After the run's counts are taken: the check's compilations and seconds are its own.
   checked = None
   if options.check_invariance:
-    from socialrm_jax.scoring import invariance  # It builds on this module (Scorer, Chunk).
-    checked = invariance.check(scorer, items, output_dir, options, chunks=mine, dtype=dtype,
+    checked = invariance.check(scorer, items, output_dir, count=options.check_invariance,
+                               chunk_size=options.chunk_size, chunks=mine, dtype=dtype,
                                compare=group.is_writer)
   return run_report.write(output_dir, process, process_count, run, stats,
                           is_writer=group.is_writer, nothing_done=not todo,

@@ -5,7 +5,7 @@ row is: packing.py lays several items' prefixes and branches into one row and ma
 tests/test_scoring_invariance.py holds that on hand-made items; this check does it on a run's own
 model and items, after the run. A fixed sample of N of the items this data group scored (drawn with
 `SAMPLE_SEED`, so the same items every time) is encoded and scored again through the run's own
-compiled step (`engine.Scorer`), once in each of `COMPOSITIONS`:
+compiled step (`Scorer`), once in each of `COMPOSITIONS`:
 
 - `reversed`: the sample alone, in reverse order, packed together: every item shares its rows
   with other neighbours than in the run (the run packed whole chunks);
@@ -38,7 +38,8 @@ import numpy as np
 from absl import logging
 
 from socialrm_jax import tables
-from socialrm_jax.scoring import engine, item_source, packing, shards
+from socialrm_jax.scoring import item_source, packing, shards
+from socialrm_jax.scoring.chunks import Chunk, Scorer, encode_chunk
 from socialrm_jax.scoring import step as step_lib
 
 SAMPLE_SEED = 0
@@ -70,7 +71,7 @@ def sample_indices(chunks: Sequence[int], chunk_size: int, num_items: int,
   return sorted(int(pool[i]) for i in rng.choice(len(pool), min(count, len(pool)), replace=False))
 
 
-def rescore(scorer: engine.Scorer, items: Sequence[dict], composition: Composition
+def rescore(scorer: Scorer, items: Sequence[dict], composition: Composition
             ) -> tuple[dict[tuple[str, int], dict], list[list[int]]]:
   """The score rows of `items` batched as `composition` says, through `scorer`'s compiled step:
   ({(item_id, candidate): row}, the batch shapes [rows, row length, readout slots] used)."""
@@ -83,11 +84,11 @@ def rescore(scorer: engine.Scorer, items: Sequence[dict], composition: Compositi
   # The run's shapes count as handed out: a last batch shrinks only to a shape compiled already,
   # or while the shapes stay within MAX_BUCKETS, as in the run.
   batcher.shapes = set(run_batcher.shapes)
-  chunks: dict[int, engine.Chunk] = {}
+  chunks: dict[int, Chunk] = {}
   batches: list[packing.Batch] = []
   first_index = 0
   for index, part in enumerate(parts):
-    chunk = engine.encode_chunk(scorer, index, part, first_index, pairs=None)
+    chunk = encode_chunk(scorer, index, part, first_index, pairs=None)
     first_index += len(part)
     writers = packing.pack_chunk(chunk.encoded, is_causal=scorer.step.is_causal,
                                  readout=scorer.step.readout, buckets=batcher.buckets, chunk=index)
@@ -124,17 +125,17 @@ def row_difference(written: dict, rescored: dict) -> float:
   return diff
 
 
-def check(scorer: engine.Scorer, items: item_source.ItemSource, folder: str | os.PathLike,
-          options: engine.ScoringOptions, *, chunks: Sequence[int], dtype: str,
+def check(scorer: Scorer, items: item_source.ItemSource, folder: str | os.PathLike,
+          *, count: int, chunk_size: int, chunks: Sequence[int], dtype: str,
           compare: bool = True) -> dict:
-  """Re-scores `options.check_invariance` of the items of `chunks` (this group's) in every one of
+  """Re-scores `count` of the items of `chunks` (this group's) in every one of
   `COMPOSITIONS` and compares them with the rewards written in `folder` (only when `compare`).
   Returns run.json's `invariance`."""
   start = time.monotonic()
   compilations_before = scorer.step.compilations
-  picked = sample_indices(chunks, options.chunk_size, len(items), options.check_invariance)
+  picked = sample_indices(chunks, chunk_size, len(items), count)
   sample = items.take(picked)
-  written = written_rows(folder, {i // options.chunk_size for i in picked}) if compare else {}
+  written = written_rows(folder, {i // chunk_size for i in picked}) if compare else {}
   worst, worst_at = (0.0 if compare else None), None
   batch_shapes = {}
   for composition in COMPOSITIONS:

@@ -1,0 +1,204 @@
+"""The house is one-way: every import of the package (module level, inside functions, under
+TYPE_CHECKING, and the parent packages a module's import runs) goes to the importer's own layer or
+one below it, in the order the package docstring writes down, and no import cycle exists."""
+
+import ast
+import fnmatch
+import pathlib
+import re
+import textwrap
+
+import pytest
+
+import socialrm_jax
+
+PACKAGE = pathlib.Path(socialrm_jax.__file__).parent
+
+
+def module_files(root: pathlib.Path) -> dict[str, pathlib.Path]:
+  """{dotted module name relative to the package ('' for its __init__): file}."""
+  out = {}
+  for path in sorted(root.rglob("*.py")):
+    parts = path.relative_to(root).with_suffix("").parts
+    out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+  return out
+
+
+def imports(root: pathlib.Path, package: str, parents: bool = False) -> dict[str, set[str]]:
+  """{module: the package's modules it imports}: every import statement anywhere in its file
+  (lazy and TYPE_CHECKING ones too), resolved to the deepest module named; with `parents`, also
+  its parent packages, whose `__init__` runs first (they count for the layers, not for cycles:
+  a package that re-exports its modules is no loop)."""
+  files = module_files(root)
+
+  def known(name: str) -> str | None:
+    while name not in files and name:
+      name = name.rpartition(".")[0]
+    return name if name in files else None
+
+  edges = {}
+  for module, path in files.items():
+    deps = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+      if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        if node.level:
+          base = module.split(".") if module else []
+          base = base[:len(base) - node.level + (1 if path.name == "__init__.py" else 0)]
+          prefix = ".".join([package] + base + ([node.module] if node.module else []))
+        else:
+          prefix = node.module or ""
+        # `from pkg import module` depends on the module, `from module import name` on module.
+        targets = [f"{prefix}.{a.name}" for a in node.names]
+      else:
+        continue
+      for target in targets:
+        if target == package or target.startswith(package + "."):
+          found = known(target[len(package) + 1:])
+          if found is not None and found != module:
+            deps.add(found)
+    if parents:
+      parts = module.split(".") if module else []
+      deps.update(".".join(parts[:i]) for i in range(len(parts)))
+    deps.discard(module)
+    edges[module] = deps
+  return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan)."""
+  index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(edges.get(v, ())):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == v:
+          break
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for v in sorted(edges):
+    if v not in index:
+      visit(v)
+  return found
+
+
+def written_layers(docstring: str) -> list[tuple[str, list[str]]]:
+  """[(layer, [module patterns])], bottom first, from the docstring's 'Layers, bottom first:'
+  table; `socialrm_jax` names the package's own __init__ ('')."""
+  table = docstring.split("Layers, bottom first:\n", 1)[1]
+  rows = []
+  for line in table.splitlines():
+    if not line.startswith("  "):
+      break
+    name, *patterns = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0:1] + line.split()[1:]
+    rows.append((name, ["" if p == "socialrm_jax" else p for p in patterns]))
+  return rows
+
+
+def layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int | None:
+  """The index of the layer naming `module` exactly, else of the first whose pattern matches."""
+  for exact in (True, False):
+    for i, (_, patterns) in enumerate(layers):
+      for pattern in patterns:
+        if (module == pattern) if exact else ("*" in pattern and fnmatch.fnmatch(module, pattern)):
+          return i
+  return None
+
+
+def violations(edges: dict[str, set[str]], layers) -> list[str]:
+  out = [f"{m or 'socialrm_jax'}: no layer names it; add it to the package docstring's table"
+         for m in sorted(edges) if layer_of(m, layers) is None]
+  for module in sorted(edges):
+    mine = layer_of(module, layers)
+    for dep in sorted(edges[module]):
+      theirs = layer_of(dep, layers)
+      if mine is not None and theirs is not None and theirs > mine:
+        out.append(f"{module or 'socialrm_jax'} ({layers[mine][0]}) imports {dep} "
+                   f"({layers[theirs][0]}), a layer above it")
+  return out
+
+
+LAYERS = written_layers(socialrm_jax.__doc__)
+
+
+def test_the_package_has_no_import_cycle():
+  assert cycles(imports(PACKAGE, "socialrm_jax")) == []
+
+
+def test_every_import_goes_to_the_same_layer_or_below():
+  assert violations(imports(PACKAGE, "socialrm_jax", parents=True), LAYERS) == []
+
+
+def test_the_written_order_reads_as_the_pipeline():
+  assert [name for name, _ in LAYERS] == [
+      "base", "sources", "models", "scoring", "analysis", "plug-ins", "registry",
+      "orchestrators", "commands"]
+
+
+def _package(tmp_path, files: dict[str, str]) -> pathlib.Path:
+  root = tmp_path / "pkg"
+  for name, text in files.items():
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+  return root
+
+
+def test_a_planted_lazy_or_type_checking_cycle_is_found(tmp_path):
+  root = _package(tmp_path, {
+      "__init__.py": "",
+      "low.py": """
+          from typing import TYPE_CHECKING
+          if TYPE_CHECKING:
+            from pkg.high import Thing
+          """,
+      "high.py": """
+          def f():
+            from pkg import low  # a lazy import is a dependency too
+          """,
+      "sub/__init__.py": "from pkg.sub import leaf\n",
+      "sub/leaf.py": "from .. import low\n",
+  })
+  edges = imports(root, "pkg")
+  assert edges["low"] == {"high"} and edges["high"] == {"low"}
+  assert edges["sub.leaf"] == {"low"}  # a relative import
+  assert imports(root, "pkg", parents=True)["sub.leaf"] == {"low", "sub", ""}
+  assert cycles(edges) == [["high", "low"]]
+
+
+def test_an_import_against_the_written_order_is_named(tmp_path):
+  root = _package(tmp_path, {"__init__.py": "", "low.py": "import pkg.high\n",
+                             "high.py": "", "stray.py": ""})
+  layers = [("bottom", ["", "low"]), ("top", ["high"])]
+  assert violations(imports(root, "pkg"), layers) == [
+      "stray: no layer names it; add it to the package docstring's table",
+      "low (bottom) imports high (top), a layer above it"]
+
+
+def test_exact_names_win_over_patterns():
+  layers = written_layers(socialrm_jax.__doc__)
+  names = [name for name, _ in layers]
+  assert names[layer_of("datasets.registry", layers)] == "registry"
+  assert names[layer_of("datasets.reading", layers)] == "sources"
+  assert names[layer_of("datasets.bbq", layers)] == "plug-ins"
+  assert names[layer_of("", layers)] == "base"
+  assert layer_of("nowhere", layers) is None
+
+
+if __name__ == "__main__":
+  pytest.main([__file__])
