@@ -5,6 +5,11 @@ One function serves the scoring engine's packed batches (`scoring/step.py`) and
 `RewardModel.__call__` / `token_logprobs` on padded batches: the head runs only on the gathered
 positions [B, S], never on [B, T], and the LM head's logits are made `LOGLIK_BLOCK` readouts at a
 time, so a 128k-token vocabulary never needs [B, S, V] logits at once.
+
+The vocabulary scan's rows (`scoring/vocab_rows.py`: one prompt, then many one-token answers as
+branches) read "vocab_loglik": the first answer token of every branch is predicted from the same
+position, the prompt's last, so the row's log-softmax there is made once ([B, V]) and each branch's
+first token is looked up in it; only the tokens after it go through the LM head one readout each.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ LOGLIK_BLOCK = 1024
 # A readout slot with this target is empty (packing pads rows' slots with it): no logits are made
 # for a block of empty slots, and its log-probability is 0.
 EMPTY_TARGET = -1
+# "vocab_loglik": a readout at this index reads its target from the row's first-token distribution
+# (at the row's `first_token_index`), not from a hidden state of its own.
+FROM_FIRST_TOKEN_DISTRIBUTION = -1
+READOUTS = ("score", "loglik", "vocab_loglik")
 
 
 def target_log_probs(module, hidden, targets, block: int = LOGLIK_BLOCK):
@@ -52,15 +61,37 @@ def target_log_probs(module, hidden, targets, block: int = LOGLIK_BLOCK):
   return out.reshape(-1, b)[:s].T
 
 
+def first_token_log_probs(module, hidden, first_token_index, readout_index, readout_target):
+  """"vocab_loglik"'s first-token readouts: log p(target) from each row's one distribution.
+  hidden [B, T, D], first_token_index [B], readout_index and readout_target [B, S] -> [B, S]
+  (0 where a slot reads elsewhere)."""
+  at = jnp.take_along_axis(hidden, first_token_index[:, None, None], axis=1)  # [B, 1, D]
+  log_dist = jax.nn.log_softmax(module.head(at).astype(jnp.float32), axis=-1)[:, 0]  # [B, V]
+  picked = jnp.take_along_axis(log_dist, jnp.maximum(readout_target, 0), axis=1)  # [B, S]
+  return jnp.where(readout_index == FROM_FIRST_TOKEN_DISTRIBUTION, picked, 0.0)
+
+
 def readouts(module, input_ids: jax.Array, positions: jax.Array, layout: attention.Layout,
              token_type_ids: jax.Array | None, readout_index: jax.Array,
-             readout_target: jax.Array, readout: str) -> jax.Array:
+             readout_target: jax.Array, readout: str,
+             first_token_index: jax.Array | None = None) -> jax.Array:
   """[B, T] tokens under `layout` -> the head at the readout positions [B, S]: rewards
   [B, S, L] ("score"; a trunk-only model's hidden states [B, S, D]) or log p(target) [B, S]
-  ("loglik")."""
+  ("loglik"; "vocab_loglik", where slots at `FROM_FIRST_TOKEN_DISTRIBUTION` read the row's
+  distribution at `first_token_index` [B])."""
+  if readout not in READOUTS:
+    raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
   token_types = None if layout.is_causal else token_type_ids
   hidden = module(input_ids, positions, layout, token_types)  # [B, T, D]
-  picked = jnp.take_along_axis(hidden, readout_index[..., None], axis=1)  # [B, S, D]
+  own = jnp.maximum(readout_index, 0)
+  picked = jnp.take_along_axis(hidden, own[..., None], axis=1)  # [B, S, D]
   if readout == "score":
     return module.head(picked).astype(jnp.float32)  # [B, S, L]
-  return target_log_probs(module, picked, readout_target)  # [B, S]
+  if readout == "loglik":
+    return target_log_probs(module, picked, readout_target)  # [B, S]
+  shared = readout_index == FROM_FIRST_TOKEN_DISTRIBUTION
+  # The shared slots sit after every row's own ones (packing), so their blocks are skipped here.
+  own_log_probs = target_log_probs(module, picked,
+                                   jnp.where(shared, EMPTY_TARGET, readout_target))  # [B, S]
+  first = first_token_log_probs(module, hidden, first_token_index, readout_index, readout_target)
+  return jnp.where(shared, first, own_log_probs)  # [B, S]

@@ -205,9 +205,7 @@ class _Producer(threading.Thread):
     try:
       for index, items, first_index in self.chunks:
         chunk = encode_chunk(self.scorer, index, items, first_index, self.pairs)
-        writers = packing.pack_chunk(chunk.encoded, is_causal=self.step.is_causal,
-                                     readout=self.step.readout, buckets=self.batcher.buckets,
-                                     chunk=index)
+        writers = self.scorer.pack(chunk.encoded, index)
         chunk.readouts_left = sum(len(w.readouts) for w in writers)
         chunk.tokens = sum(w.used for w in writers)
         self._put(("chunk", chunk))
@@ -283,14 +281,16 @@ def stream_scores(scorer: Scorer, chunks: Iterator[tuple[int, Sequence[dict], in
 def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
                 options: ScoringOptions = ScoringOptions(), model_path: str | None = None,
                 items_path=None, process: int | None = None,
-                process_count: int | None = None, ref_model=None) -> dict:
+                process_count: int | None = None, ref_model=None,
+                make: Callable[..., Scorer] | None = None) -> dict:
   """Scores every (item, candidate) of this process's slice into `output_dir`; returns run.json.
 
   `model_path` names the model in the manifest (default: its tokenizer path); `items_path`, when
   given, is where a pairs table may sit beside the items (for `tokens_naive`). When `mesh` spans
   several processes (a model axis across hosts), they form one data-parallel group: each scores
   the group's slice, and only the group's first process writes. `ref_model`: the loaded reference
-  model of `--proxy=implicit` (`options.ref_model` names it in the manifest).
+  model of `--proxy=implicit` (`options.ref_model` names it in the manifest). `make` builds the
+  scorer from the same arguments as `make_scorer` (the default); the vocabulary scan passes its own.
   """
   options.validate()
   start = time.monotonic()
@@ -301,7 +301,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   process_count = group.count if process_count is None else process_count
   dtype = str(jax.tree.leaves(nnx.state(model.module, nnx.Param))[0].dtype)  # as loaded
   model_path = str(model_path or model.tokenizer_path)
-  scorer = make_scorer(model, mesh, options, ref_model, options.ref_model)
+  scorer = (make or make_scorer)(model, mesh, options, ref_model, options.ref_model)
   proxy = scorer.proxy
 
   store = shards.ShardStore(

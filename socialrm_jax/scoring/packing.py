@@ -22,6 +22,13 @@ in a few lengths (`length_buckets`); a batch of one length always has the same r
 token budget) and readout slots per row (`readout_slots`), and a partial batch is padded with
 empty rows, never given its own shape. `Batcher` fills batches from the rows of consecutive chunks,
 so only the end of the run (and a bucket that stays nearly empty for a whole chunk) pads.
+
+The vocabulary scan (`vocab_rows.py`) packs through `pack_one_group_per_row`: items whose
+candidates are one-token answers after one prompt, in rows of one length, each row one group (the
+prompt once, then as many branches as fit) with a readout slot for every token. Its language-model
+rows read "vocab_loglik" (`models/readout.py`): every branch's first token is looked up in the one
+log-softmax at the prompt's last position (`Batch.first_token_index`), and only the tokens after
+it are readouts of their own.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from socialrm_jax.models.readout import EMPTY_TARGET
+from socialrm_jax.models.readout import EMPTY_TARGET, FROM_FIRST_TOKEN_DISTRIBUTION
 from socialrm_jax.scoring.templating import EncodedItem, common_prefix_length
 
 SMALLEST_BUCKET = 128
@@ -166,6 +173,7 @@ class Batch:
   readout_owner: np.ndarray    # [B, S] chunk-wide candidate number the readout belongs to; -1 = none.
   row_chunk: np.ndarray        # [B] the chunk a row's readouts belong to; -1 = padding row.
   real_tokens: int             # Tokens that are not padding.
+  first_token_index: np.ndarray | None = None  # [B] "vocab_loglik": the row's prompt end.
 
   def chunk_tokens(self) -> dict[int, int]:
     """Real tokens of the batch per chunk."""
@@ -192,9 +200,12 @@ class RowWriter:
     self.chunk = chunk
     self.used = 0
     self.segments = 0
+    self.first_token_index = 0  # "vocab_loglik": where the row's branches' first token is read.
 
   def append_row(self, other: "RowWriter") -> None:
     """Lays a whole row of the same chunk after this row's tokens (its segments renumbered)."""
+    if self.readout == "vocab_loglik":
+      raise ValueError("a vocab_loglik row holds one group (its one first-token distribution)")
     at, n = self.used, other.used
     for name in ("input_ids", "positions", "branch_ids", "token_type_ids"):
       getattr(self, name)[at:at + n] = getattr(other, name)[:n]
@@ -205,6 +216,8 @@ class RowWriter:
 
   def add(self, group: Group) -> None:
     item, prefix = group.item, group.prefix_length
+    if self.readout == "vocab_loglik":
+      self._check_first_token_group(group)
     self.segments += 1
     start = self.used
     first = item.sequences[group.candidates[0]]
@@ -219,6 +232,18 @@ class RowWriter:
     self.used = offset
     for c in group.candidates:
       self._add_readouts(group, c, start, branch_starts[c])
+    if self.readout == "vocab_loglik":
+      # The shared slots last: the LM head's blocks of slots holding only them are skipped.
+      self.first_token_index = start + item.response_starts[group.candidates[0]] - 1
+      self.readouts.sort(key=lambda r: r[0] == FROM_FIRST_TOKEN_DISTRIBUTION)
+
+  def _check_first_token_group(self, group: Group) -> None:
+    """A vocab_loglik row: one group, whose candidates' first response tokens all follow the
+    shared prefix at the same position (so one distribution predicts them all)."""
+    starts = {group.item.response_starts[c] for c in group.candidates}
+    if self.segments or len(starts) != 1 or not 1 <= min(starts) <= group.prefix_length:
+      raise ValueError(f"item {group.item.item_id!r}: a vocab_loglik row holds one group whose "
+                       "responses all start right after its shared prefix")
 
   def _place(self, at, ids, positions, branch, group, candidate, from_position):
     end = at + len(ids)
@@ -244,8 +269,11 @@ class RowWriter:
       self.readouts.append((row_index(p), 0, owner))
     else:
       # Token p is predicted from the hidden state at p - 1; the first token has no predictor.
-      for p in range(max(item.response_starts[c], 1), len(seq)):
-        self.readouts.append((row_index(p - 1), int(seq[p]), owner))
+      first = max(item.response_starts[c], 1)
+      for p in range(first, len(seq)):
+        shared = self.readout == "vocab_loglik" and p == first
+        self.readouts.append((FROM_FIRST_TOKEN_DISTRIBUTION if shared else row_index(p - 1),
+                              int(seq[p]), owner))
 
 
 def candidate_offsets(items: Sequence[EncodedItem]) -> np.ndarray:
@@ -262,6 +290,21 @@ def row_length_for(group: Group, buckets: Sequence[int], readout: str) -> int:
   reads = group.readouts(readout)
   return next((b for b in buckets if b >= GROUPS_PER_ROW * group.length
                and readout_slots(b, readout, buckets) >= reads), buckets[-1])
+
+
+def pack_one_group_per_row(items: Sequence[EncodedItem], *, readout: str, row_length: int,
+                           chunk: int = 0) -> list[RowWriter]:
+  """Rows of `row_length` tokens, one group each: every (causal) item's candidates split into
+  groups that fill a row, each repeating the item's shared prefix. A row has a readout slot for
+  every token (`Batcher(..., slots=row_length)`). The vocabulary scan's rows."""
+  offsets = candidate_offsets(items)
+  writers = []
+  for slot, item in enumerate(items):
+    for group in item_groups(item, slot, row_length, row_length, True, readout):
+      writer = RowWriter(row_length, readout, offsets, chunk)
+      writer.add(group)
+      writers.append(writer)
+  return writers
 
 
 def pack_chunk(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
@@ -301,10 +344,12 @@ class Batcher:
   `row_multiple` times a power of two that holds them), while the run's shapes stay within
   `MAX_BUCKETS`. On a CPU a padding row costs as much as a real one and a compilation little; on
   accelerators the opposite, so there the last batch is padded.
+
+  `slots`: readout slots of every row, whatever its length (default: `readout_slots`).
   """
 
   def __init__(self, buckets: Sequence[int], readout: str, tokens_per_batch: int,
-               row_multiple: int = 1, shrink_last: bool = False):
+               row_multiple: int = 1, shrink_last: bool = False, slots: int | None = None):
     self.buckets = tuple(buckets)
     self.readout = readout
     self.row_multiple = row_multiple
@@ -312,11 +357,13 @@ class Batcher:
     self.rows = {b: rows_per_batch(b, tokens_per_batch, row_multiple) for b in self.buckets}
     self.pending: dict[int, list[RowWriter]] = {b: [] for b in self.buckets}
     self.shrink_last = shrink_last
+    self.slots = slots
     self.shapes: set[tuple[int, int, int]] = set()  # Shapes handed out so far.
 
   def shape(self, bucket: int) -> tuple[int, int, int]:
     """(rows, row length, readout slots) of every batch of `bucket`."""
-    return self.rows[bucket], bucket, readout_slots(bucket, self.readout, self.buckets)
+    slots = self.slots or readout_slots(bucket, self.readout, self.buckets)
+    return self.rows[bucket], bucket, slots
 
   def add(self, writers: Sequence[RowWriter]) -> Iterator[Batch]:
     for writer in writers:
@@ -355,7 +402,7 @@ class Batcher:
     """Where each of `rows` goes, whole, among rows of `length` of its chunk (first-fit
     decreasing; `into` are that length's pending rows): [(row, index into the result rows or
     None for a new row)]. Nothing is changed."""
-    slots = readout_slots(length, self.readout, self.buckets)
+    slots = self.shape(length)[2]
     space = [(t.chunk, length - t.used, slots - len(t.readouts)) for t in into]
     plan = []
     for row in sorted(rows, key=lambda r: -r.used):
@@ -411,14 +458,17 @@ def stack_rows(writers: Sequence[RowWriter], num_rows: int, length: int, slots: 
   readout_target = np.full((num_rows, slots), EMPTY_TARGET, np.int32)
   readout_owner = np.full((num_rows, slots), -1, np.int64)
   row_chunk = np.full((num_rows,), -1, np.int32)
+  first_token_index = np.zeros((num_rows,), np.int32)
   for r, w in enumerate(writers):
     for name, array in fields.items():
       array[r] = getattr(w, name)
     row_chunk[r] = w.chunk
+    first_token_index[r] = w.first_token_index
     if w.readouts:
       index, target, owner = zip(*w.readouts)
       n = len(index)
       readout_index[r, :n], readout_target[r, :n], readout_owner[r, :n] = index, target, owner
   real = int(sum(w.used for w in writers))
   return Batch(**fields, readout_index=readout_index, readout_target=readout_target,
-               readout_owner=readout_owner, row_chunk=row_chunk, real_tokens=real)
+               readout_owner=readout_owner, row_chunk=row_chunk, real_tokens=real,
+               first_token_index=first_token_index)

@@ -33,6 +33,13 @@ from socialrm_jax.scoring import packing
 BATCH_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids", "token_type_ids",
                 "readout_index", "readout_target")
 READOUT_FIELDS = ("readout_index", "readout_target")
+# [B] fields, sent only for the readout that reads them.
+ROW_FIELDS = {"vocab_loglik": ("first_token_index",)}
+
+
+def batch_fields(readout: str) -> tuple[str, ...]:
+  """The batch arrays the step of `readout` takes."""
+  return BATCH_FIELDS + ROW_FIELDS.get(readout, ())
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
@@ -94,13 +101,15 @@ class ScoringStep:
     self.sharding = mesh_lib.batch_sharding(mesh)
     self.compilations = 0
     self.compile_seconds = 0.0
+    self.fields = batch_fields(readout)
     self._programs: dict[tuple[int, int, int], jax.stages.Compiled] = {}
 
     def step(states, batch):
       layout = attention.Layout(batch["segment_ids"], batch["branch_ids"], self.is_causal)
       out = [readout_lib.readouts(
           nnx.merge(graphdef, state), batch["input_ids"], batch["positions"], layout,
-          batch["token_type_ids"], batch["readout_index"], batch["readout_target"], readout)
+          batch["token_type_ids"], batch["readout_index"], batch["readout_target"], readout,
+          batch.get("first_token_index"))
              for graphdef, state in zip(graphdefs, states)]
       return out[0] if len(out) == 1 else jnp.stack(out, axis=-1)  # [B, S(, L)] or [B, S, 2]
 
@@ -110,9 +119,9 @@ class ScoringStep:
     """The program for batches of (rows, row length, readout slots), compiled ahead of time."""
     if shape not in self._programs:
       rows, length, slots = shape
-      spec = {name: jax.ShapeDtypeStruct((rows, slots if name in READOUT_FIELDS else length),
-                                         jnp.int32, sharding=self.sharding)
-              for name in BATCH_FIELDS}
+      spec = {name: jax.ShapeDtypeStruct(
+          (rows,) if name not in BATCH_FIELDS else (rows, slots if name in READOUT_FIELDS else length),
+          jnp.int32, sharding=self.sharding) for name in self.fields}
       start = time.perf_counter()
       # Traced under the mesh: kernels that cannot be partitioned automatically (splash) place
       # themselves per device with shard_map over it.
@@ -124,7 +133,7 @@ class ScoringStep:
 
   def put(self, batch: packing.Batch) -> dict[str, jax.Array]:
     """The batch's arrays on the devices (rows split over `data`); asynchronous."""
-    return {name: put_global(getattr(batch, name), self.sharding) for name in BATCH_FIELDS}
+    return {name: put_global(getattr(batch, name), self.sharding) for name in self.fields}
 
   def __call__(self, arrays: dict[str, jax.Array]) -> jax.Array:
     """Dispatches one batch (from `put`); returns at once, the result computes on the devices."""
