@@ -6,14 +6,16 @@ there before is unchanged. `--debug` shows the traceback instead.
 
 Each row runs the command as a user would, `python -m socialrm_jax.<command>`, in a process of its
 own. The rows share one set of inputs (a tiny Llama reward model and its broken copies, converted
-items, scores), and the selected rows run two at a time: the 55 commands take about 140 s of
+items, scores), and the selected rows run two at a time: 55 of the 59 commands took about 140 s of
 processor time, most of it importing JAX, and the module 85 s of wall time on the project's 2-core
-machine (150 s while other work shared it).
+machine (150 s while other work shared it); the vocabulary scan's four rows, added later, took
+15 s of wall time on their own (the machine shared).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import dataclasses
 import pathlib
 import shutil
@@ -249,6 +251,34 @@ def _into_a_file(flag: str, rest: Callable[[Inputs], list[str]]) -> Build:
   return lambda i, here: ([f"--{flag}={i.a_file}", *rest(i)], str(i.a_file))
 
 
+def _scan_model(change: Callable[[pathlib.Path], None]) -> Build:
+  """socialrm-vocab-scan of a copy of the model changed by `change`; the error names the copy."""
+  def build(i: Inputs, here: pathlib.Path):
+    model = _model_copy(i.model, here / "rm", change)
+    return [f"--model={model}", f"--output_dir={here / 'scan'}", "--max_tokens=8"], str(model)
+  return build
+
+
+def _without_chat_template(folder: pathlib.Path) -> None:
+  (folder / "chat_template.jinja").unlink(missing_ok=True)
+  config = json.loads((folder / "tokenizer_config.json").read_text())
+  config.pop("chat_template", None)
+  (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def _with_more_tokens_than_embeddings(folder: pathlib.Path) -> None:
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  backend = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+  backend.add_tokens(["<no embedding>"])
+  backend.save(str(folder / "tokenizer.json"))
+
+
+def _scan_empty_prompts(i: Inputs, here: pathlib.Path):
+  (here / "prompts.txt").write_text("\n  \n")
+  return ([f"--model={i.model}", f"--output_dir={here / 'scan'}",
+           f"--prompts={here / 'prompts.txt'}"], str(here / "prompts.txt"))
+
+
 ROWS = [
     # socialrm-convert
     Row("convert", "output_dir_is_a_file", _into_a_file(
@@ -353,6 +383,14 @@ ROWS = [
         "--words_per_category")),
     Row("probe", "no_tokenizer_files", lambda i, here: (
         [f"--model={i.no_tokenizer}", f"--output_dir={here / 'probe'}"], "tokenizer.json")),
+    # socialrm-vocab-scan
+    Row("vocab_scan", "no_chat_template", _scan_model(_without_chat_template)),
+    Row("vocab_scan", "embedding_smaller_than_vocabulary",
+        _scan_model(_with_more_tokens_than_embeddings)),
+    Row("vocab_scan", "empty_prompts_file", _scan_empty_prompts),
+    Row("vocab_scan", "zero_max_tokens", lambda i, here: (
+        [f"--model={i.model}", f"--output_dir={here / 'scan'}", "--max_tokens=0"],
+        "--max_tokens")),
 ]
 
 
