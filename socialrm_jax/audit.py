@@ -38,6 +38,12 @@ def check_config(config) -> None:
   probe = config.get("probe")
   if probe is not None and probe.enabled:
     errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
+  scan = config.get("vocab_scan")
+  if scan is not None and scan.enabled:
+    errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
+    if scan.max_tokens < 0:
+      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (0: the whole "
+                              f"vocabulary), got {scan.max_tokens}")
 
 
 def _unknown_field(error: Exception) -> str | None:

@@ -3,6 +3,7 @@
 Driven by an ml_collections config (see `configs/`). Layout under `config.output_dir`:
 `converted/` (items, pairs, conversion report), `scores/<model name>/` (shards, manifest,
 run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off),
+`vocab_scan/<model name>/` (the vocabulary scan, off unless `config.vocab_scan.enabled`),
 `<model name>/metrics.json`, `report.md` and the plots. Rerunning resumes scoring
 where it stopped (SPEC sec. 6: finished shards are kept).
 """
@@ -18,7 +19,7 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax import conversion, counterfactuals, tables, value_probe
+from socialrm_jax import conversion, counterfactuals, tables, value_probe, vocabulary_scan
 from socialrm_jax.datasets import registry
 from socialrm_jax.analysis import counterfactual, evaluate, runner
 from socialrm_jax.errors import InputError
@@ -83,6 +84,8 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.metrics = ml_collections.ConfigDict(
       {"n_resamples": 1000, "seed": 0, "allow_missing": False})
   config.probe = value_probe.audit_config()  # the value probe: socialrm_jax/value_probe.py
+  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/vocabulary_scan.py.
+  config.vocab_scan = vocabulary_scan.audit_config()
   # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (counterfactuals.py).
   config.counterfactuals = True
   return config
@@ -147,6 +150,9 @@ def run_audit(config) -> dict[str, Any]:
                              plugins=registry.plugins())
   sections = value_probe.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
+  sections += vocabulary_scan.run_for_audit(
+      config.get("vocab_scan"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs],
+      out)
   if config.get("counterfactuals", True):
     sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
   return runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)

@@ -219,3 +219,19 @@ def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
                               n_resamples=20, n_permutations=50)
   assert again["statistics"] == result["statistics"]
   assert pq.read_table(tmp_path / "scan" / "vocab_scores.parquet").equals(table)
+
+
+def test_audit_stage_scans_each_model_and_compares_those_sharing_tokens(models, tmp_path):
+  config = vocabulary_scan.audit_config()
+  assert not config.enabled  # off by default
+  config.enabled, config.max_tokens, config.n_resamples, config.n_permutations = True, 30, 20, 50
+  options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024)
+  sections = vocabulary_scan.run_for_audit(
+      config, [("rm", str(models["rm"][0]), options), ("lm", str(models["lm"][0]), options),
+               ("judged", str(models["lm"][0]), engine.ScoringOptions(proxy="judge"))], tmp_path)
+  text = "\n".join("\n".join(s) for s in sections)
+  assert "# Vocabulary scan: rm" in text and "# Vocabulary scan: lm" in text
+  assert "agreement between models" in text and "| rm | lm |" in text
+  assert "Not scanned (the judge proxy" in text and "judged" in text
+  for name in ("rm", "lm"):
+    assert (tmp_path / "vocab_scan" / name / "vocab_scores.parquet").is_file()
