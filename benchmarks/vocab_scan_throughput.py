@@ -9,13 +9,14 @@ each token as a two-token branch after it (`scoring/vocab_rows.py`).
 
 Presets (`--scan_preset`):
 - `cpu35m`: a 35,267,584-parameter Llama-shaped reward model (hidden 512, 8 layers, 8 heads, 4 KV
-  heads, intermediate 1024, 32k embedding rows: `gpu_throughput.SIZES["35m"]`), a byte-level BPE
-  trained on the bundled BBQ + HH-RLHF text, a Llama-3-like chat template with its default system
-  block (knowledge cutoff and today's date); the first 8,192 tokens x the two default prompts,
-  float32 on CPU: `python benchmarks/vocab_scan_throughput.py --scan_preset=cpu35m --device=cpu`.
-- `1b`: Llama 3.2 1B's layers with a 128,256-token vocabulary (the BPE above, extended to 128,256
-  ids by merges of random pairs of its tokens: `extend_vocabulary`), the whole vocabulary x both
-  prompts, bf16 on GPU. Through the device tool (see gpu_throughput.py for the one-time `gguf`
+  heads, intermediate 1024, 32,000 tokens: `gpu_throughput.SIZES["35m"]`), a byte-level BPE
+  trained on the bundled BBQ + HH-RLHF text (which yields 4,668 tokens) and extended to 32,000 by
+  merges of random pairs of its tokens (`extend_vocabulary`), a Llama-3-like chat template with
+  its default system block (knowledge cutoff and today's date); the first 8,192 tokens x the two
+  default prompts, float32 on CPU:
+  `python benchmarks/vocab_scan_throughput.py --scan_preset=cpu35m --device=cpu`.
+- `1b`: Llama 3.2 1B's layers with a 128,256-token vocabulary (the same BPE, extended to
+  128,256), the whole vocabulary x both prompts, bf16 on GPU. Through the device tool (see gpu_throughput.py for the one-time `gguf`
   wheel in `.whl/`), with carry=[".whl"]:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
     PYTHONPATH=/tmp/site:$PWD python3 benchmarks/vocab_scan_throughput.py --scan_preset=1b
@@ -49,17 +50,9 @@ import gpu_throughput as gt  # noqa: E402  (its model building and process timin
 from socialrm_jax import conversion  # noqa: E402
 
 # Llama 3.1's chat template, shortened: the system block with the knowledge cutoff and the date
-# is always written, then each turn between header ids and <|eot_id|>.
-CHAT_TEMPLATE = (
-    "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = '26 Jul 2024' %}"
-    "{%- endif %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}"
-    "{{- 'Cutting Knowledge Date: December 2023\\nToday Date: ' + date_string + '\\n\\n' }}"
-    "{{- '<|eot_id|>' }}{%- for message in messages %}"
-    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-    " + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
-    "{%- endif %}")
-BUILD_VERSION = 1
+# is always written, then each turn between header ids and <|eot_id|> (tests use it too).
+CHAT_TEMPLATE = (REPO / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
+BUILD_VERSION = 2
 SENTINEL = "VOCABSCANSENTINEL7f3a"
 
 
@@ -119,7 +112,7 @@ def build_model(size: gt.Size, texts: list[str], models_dir: pathlib.Path) -> pa
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
   tokenizer = gt.train_tokenizer(texts, size.vocab)
-  if tokenizer.get_vocab_size() < size.vocab and size.vocab > 100_000:
+  if tokenizer.get_vocab_size() < size.vocab:
     tokenizer = extend_vocabulary(tokenizer, size.vocab)
   tokenizer.save(str(tmp / "tokenizer.json"))
   ids = {token: tokenizer.token_to_id(token) for token in gt.SPECIAL_TOKENS}

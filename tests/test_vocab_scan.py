@@ -18,17 +18,8 @@ from socialrm_jax.scoring import engine, item_source, templating, vocab_rows
 
 PROMPTS = list(zip(vocabulary_scan.DEFAULT_PROMPTS.ids, vocabulary_scan.DEFAULT_PROMPTS.texts))
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=48)
-# Llama 3.1's template, shortened: a system block with the knowledge cutoff and today's date
-# always, then each turn between header ids and <|eot_id|>.
-LLAMA3_TEMPLATE = (
-    "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = '26 Jul 2024' %}"
-    "{%- endif %}{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}"
-    "{{- 'Cutting Knowledge Date: December 2023\\nToday Date: ' + date_string + '\\n\\n' }}"
-    "{{- '<|eot_id|>' }}{%- for message in messages %}"
-    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-    " + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
-    "{%- endif %}")
+# Llama 3.1's template, shortened, with its default system block (the scan benchmark's).
+LLAMA3_TEMPLATE = (fx.REPO_ROOT / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
 
 
 @pytest.fixture(scope="module", autouse=True)

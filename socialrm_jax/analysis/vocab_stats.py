@@ -49,7 +49,8 @@ INVERSION_BLOCK = 256  # Kendall's discordant pairs: counted by brute force with
 
 # Ranks and rank statistics.
 
-def rank_and_percentile(rewards: np.ndarray, token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rank_and_percentile(rewards: np.ndarray,
+                        token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Ranks (1 = highest reward, ties by token id) and percentiles of one prompt's rewards [N]."""
   order = np.lexsort((token_ids, -rewards))                              # [N] best first
   rank = np.empty(len(rewards), np.int64)

@@ -119,9 +119,10 @@ class ScoringStep:
     """The program for batches of (rows, row length, readout slots), compiled ahead of time."""
     if shape not in self._programs:
       rows, length, slots = shape
-      spec = {name: jax.ShapeDtypeStruct(
-          (rows,) if name not in BATCH_FIELDS else (rows, slots if name in READOUT_FIELDS else length),
-          jnp.int32, sharding=self.sharding) for name in self.fields}
+      widths = {name: slots if name in READOUT_FIELDS else length for name in BATCH_FIELDS}
+      spec = {name: jax.ShapeDtypeStruct((rows, widths[name]) if name in widths else (rows,),
+                                         jnp.int32, sharding=self.sharding)
+              for name in self.fields}
       start = time.perf_counter()
       # Traced under the mesh: kernels that cannot be partitioned automatically (splash) place
       # themselves per device with shard_map over it.
