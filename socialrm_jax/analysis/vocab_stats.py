@@ -286,10 +286,13 @@ def report_section(scan: Mapping[str, Any], figure: str | None = None,
   """Markdown lines for one model's scan (scan.json)."""
   stats = scan["statistics"]
   prompts = scan["prompts"]
+  tokens = scan["tokens"]
+  scanned = f"{tokens['scanned']:,} of "
+  which = (f"The first tokens of the vocabulary by id ({scanned}" if tokens.get("max_tokens")
+           else f"Every token of the vocabulary ({scanned}")
   out = [f"{heading} Vocabulary scan: {scan['model']}", "",
-         f"Every token of the vocabulary ({scan['tokens']['scanned']:,} of "
-         f"{scan['tokens']['vocabulary']:,} ids; {scan['tokens']['excluded']} special tokens "
-         f"left out) as the one-word answer to each prompt (`{scan['prompt_set']}`), scored with "
+         f"{which}{tokens['vocabulary']:,} ids; {tokens['excluded']} special tokens left out) "
+         f"as the one-word answer to each prompt (`{scan['prompt_set']}`), scored with "
          f"the `{scan['proxy']}` proxy, each token id placed between the chat template's answer "
          "prefix and its end of turn. Percentile 100 is the highest reward among the tokens.", ""]
   for prompt_id, node in stats["prompts"].items():
