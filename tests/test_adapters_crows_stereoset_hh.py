@@ -126,6 +126,19 @@ def test_crows_pairs_items_and_directional_pair_from_real_rows(tmp_path):
   assert set(report["subsets"]) == {"gender", "race-color"}
 
 
+def test_crows_pairs_saved_with_a_bom_converts_as_without(tmp_path):
+  """Excel saves CSV as UTF-8 with a byte-order mark; it was read as part of the first column's
+  name, which then went missing."""
+  text = CROWS_HEADER + CROWS_ROW_0 + CROWS_ROW_2
+  plain = convert_dataset("crows_pairs", _crows(tmp_path / "plain", text))
+  bom = tmp_path / "bom" / "crows_pairs" / "data" / "crows_pairs_anonymized.csv"
+  bom.parent.mkdir(parents=True)
+  bom.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+  with_bom = convert_dataset("crows_pairs", tmp_path / "bom")
+  assert with_bom.items == plain.items and with_bom.pairs == plain.pairs
+  assert len(plain.items) == 2
+
+
 def test_crows_pairs_missing_column_names_the_file(tmp_path):
   header = CROWS_HEADER.replace("sent_less,", "")
   row = '0,"A sentence.",stereo,race-color,"[]",a0,"[]"\n'

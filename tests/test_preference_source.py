@@ -72,6 +72,20 @@ def test_csv_json_and_a_saved_dataset_dict_with_columns_mapped(tmp_path):
       ("dd/train/1", "train", "train")]
 
 
+def test_csv_and_json_lines_saved_with_a_bom_read_as_without(tmp_path):
+  """A byte-order mark (Excel's UTF-8 CSV) is no part of the first column's name or row."""
+  columns = {"columns": "prompt=question,chosen=good,rejected=bad"}
+  for name, text in (("x.csv", 'question,good,bad\nq1,g1,b1\nq2,"g\n2",b2\n'),
+                     ("x.jsonl", '{"question": "q1", "good": "g1", "bad": "b1"}\n')):
+    (tmp_path / "plain").mkdir(exist_ok=True)
+    (tmp_path / "bom").mkdir(exist_ok=True)
+    (tmp_path / "plain" / name).write_text(text, encoding="utf-8")
+    (tmp_path / "bom" / name).write_text(text, encoding="utf-8-sig")
+    plain = convert(f"preference:{tmp_path / 'plain' / name}", path_options=columns)
+    bom = convert(f"preference:{tmp_path / 'bom' / name}", path_options=columns)
+    assert bom.items == plain.items and bom.pairs == plain.pairs and plain.items
+
+
 def test_json_lines_rows_are_numbered_by_line(tmp_path):
   rows = pf.rows("strings")
   path = tmp_path / "gaps.jsonl"

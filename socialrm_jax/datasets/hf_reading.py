@@ -152,7 +152,7 @@ def _csv_rows(records: Iterator[list[str]],
 
 
 def _csv_header(path: pathlib.Path) -> list[str]:
-  with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+  with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
     header = next(csv.reader(f), None)
   if not header:
     raise InputError("empty file (no header row)", path)
@@ -175,7 +175,7 @@ def _salvaged(reader: SourceReader, path: pathlib.Path, target: pathlib.Path,
     source, out = open(path, "rb"), open(target, "wb")
     rows, write = _jsonl_rows(source), out.write
   else:
-    source = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    source = open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")
     out = open(target, "w", encoding="utf-8", newline="")
     records, writer = csv.reader(source), csv.writer(out)
     header = next(records)

@@ -85,7 +85,7 @@ class SourceReader:
       except (OSError, EOFError) as e:
         raise InputError(f"not a readable gzip file ({e})", path) from None
     try:
-      text = data.decode("utf-8")
+      text = data.decode("utf-8-sig")  # a leading BOM (Excel writes one) is no text
     except UnicodeDecodeError as e:
       raise InputError(f"not UTF-8 text (byte {e.start})", path) from None
     if not text.strip():
