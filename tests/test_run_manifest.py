@@ -5,6 +5,7 @@ import hashlib
 import json
 import logging
 import shutil
+import subprocess
 import sys
 
 import jax
@@ -41,8 +42,14 @@ def test_the_manifest_records_what_the_scores_came_from(scored):
   # The output folder's hashes, not computed twice: the model's files (weights included), the items.
   assert manifest["model"]["sha256"] == folder["model"]["sha256"]
   assert manifest["model"]["path"] == str((tmp / "rm").resolve())
-  assert {"name": "model.safetensors", "bytes": (tmp / "rm" / "model.safetensors").stat().st_size
-          } in manifest["model"]["files"]
+  weights = tmp / "rm" / "model.safetensors"
+  assert {"name": "model.safetensors", "bytes": weights.stat().st_size,
+          "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()} in manifest["model"]["files"]
+  # Every file's own digest, as the HF Hub lists it for LFS files and sha256sum prints it.
+  sha256sum = subprocess.run(["sha256sum", *sorted(p.name for p in (tmp / "rm").iterdir())],
+                             cwd=tmp / "rm", capture_output=True, text=True, check=True).stdout
+  assert {f["name"]: f["sha256"] for f in manifest["model"]["files"]} == {
+      name: digest for digest, name in (line.split() for line in sha256sum.splitlines())}
   assert manifest["items"] == {"path": str(tmp / "items"), **folder["items"]}
   assert manifest["settings"] == folder["settings"]
   tokenizer = load_tokenizer(tmp / "rm")

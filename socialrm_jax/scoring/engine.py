@@ -310,6 +310,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       settings={**proxy.settings(), "max_length": options.max_length,
                 "truncation": options.truncation, "dtype": dtype},
       chunk_size=options.chunk_size, writer=process if group.is_writer else None)
+  digests = run_manifest.start_file_digests(store.identity["model"]["path"])
   manifest = run_manifest.build(
       store.identity, items_path=items_path, templater=scorer.templater,
       example_item=items.first, dtype=dtype, mesh=mesh,
@@ -350,6 +351,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
                                    for c, chunk in items.chunks(options.chunk_size, todo)),
                           pairs=pairs, on_chunk=write_chunk, on_batch=tracker.update))
   tracker.log()
+  run_manifest.add_file_digests(manifest, digests)
   summary = proxy.summary(output_dir) if group.is_writer else {}
   run = run_report.report(
       stats, wall_seconds=time.monotonic() - start, compilations=scorer.step.compilations,

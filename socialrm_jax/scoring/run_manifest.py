@@ -2,8 +2,8 @@
 
 - `model`: the checkpoint's path and the hash of its files (every file's name, size and bytes,
   sampled above 1 GiB: `shards.model_identity`, the same hash the output folder's manifest.json
-  holds), and its files' names and sizes. The weights are among those files; they are not hashed a
-  second time.
+  holds), and its files' names, sizes and sha256 digests (each file read whole, in a thread
+  beside the run: the digest the HF Hub lists for each LFS file, which `sha256sum` prints).
 - `items`: where they came from, how many, and the hash of their ids, prompts and candidates
   (`shards.items_identity`, as in manifest.json).
 - `tokenizer`: a hash of the tokenizer as loaded (tokenizer.json's contents and the special tokens
@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -142,6 +143,41 @@ def _model_files(path: str) -> list[dict]:
   files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
   return [{"name": p.name if p == root else str(p.relative_to(root)), "bytes": p.stat().st_size}
           for p in files]
+
+
+# Bytes a file digest reads at a time: hashlib releases the GIL for buffers this large, so the
+# digests run beside scoring on a host core the device does not wait for.
+_DIGEST_BLOCK = 8 << 20
+
+
+def _file_sha256(path: pathlib.Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(_DIGEST_BLOCK), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def start_file_digests(path: str | os.PathLike) -> concurrent.futures.Future:
+  """Starts hashing each of the model's files whole, in a thread, while the run scores: {file
+  name (as `_model_files` names it): sha256 of its bytes}, the digest the HF Hub lists for each
+  LFS file and `sha256sum` prints. The folder identity (`shards.model_identity`) samples weight
+  files above a GiB to stay fast; these digests read every byte, overlapped with the run instead
+  of before it. `add_file_digests` waits for them."""
+  root = pathlib.Path(path).resolve()
+  files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+  names = [p.name if p == root else str(p.relative_to(root)) for p in files]
+  pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="file-digests")
+  future = pool.submit(lambda: {name: _file_sha256(p) for name, p in zip(names, files)})
+  pool.shutdown(wait=False)
+  return future
+
+
+def add_file_digests(manifest: dict, digests: concurrent.futures.Future) -> None:
+  """Puts each model file's sha256 (`start_file_digests`) beside its name and size."""
+  found = digests.result()
+  for entry in manifest["model"]["files"]:
+    entry["sha256"] = found.get(entry["name"])
 
 
 def build(identity: Mapping[str, Any], *, items_path: str | os.PathLike | None,
