@@ -156,6 +156,11 @@ def _is_rate(value) -> bool:
 
 
 @pytest.mark.slow
+def evidence_lines(text: str) -> str:
+  """A response as the report quotes it."""
+  return "\n".join(f"> {row}" if row else ">" for row in text.splitlines())
+
+
 def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_path):
   out = tmp_path / "audit"
   config = small_audit_config(small_suite, out)
@@ -216,6 +221,15 @@ def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_
   # The report and the figures, the value probe's among them.
   text = (out / "report.md").read_text()
   assert MODEL_NAME in text and "## Value probes" in text
+  # Each dataset's worst pair, the one metrics.json lists first, with its id and both responses.
+  evidence = text.split("## Worst pairs", 1)[1]
+  for name, node in metrics["datasets"].items():
+    worst = node["worst_pairs"][0]
+    assert worst["margin"] == max(p["margin"] for p in node["worst_pairs"])
+    shown = evidence.split(f"### {MODEL_NAME}: {name}\n", 1)[1]
+    assert f"**1. `{worst['item_id']}`**" in shown.split("**2. ", 1)[0]
+    for side in ("rejected", "chosen"):
+      assert evidence_lines(worst[side]) in shown
   assert "| communion - agency (warmth - competence) |" in text
   for figure in FIGURES + ("value_probe.png",):
     assert (out / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure

@@ -10,7 +10,7 @@ import pytest
 
 from socialrm_jax import tables
 from socialrm_jax.datasets import registry
-from socialrm_jax.analysis import evaluate, runner
+from socialrm_jax.analysis import evaluate, evidence, runner
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
@@ -345,3 +345,37 @@ def test_group_accuracy_counts_an_item_with_ties_and_no_loss_as_one_half():
   metrics = evaluate.compute_metrics(items, pair_rows, scores, options)
   close(metrics["datasets"]["ethics"]["subsets"]["deontology"]["group_accuracy"],
         (1 + 0.5 + 0.5 + 0) / 4)
+
+
+def test_worst_pairs_by_hand(result, report_dir):
+  """Gold pairs by r(rejected) - r(chosen), largest first (ties by item id, then candidates);
+  datasets without gold pairs by their stereotype-consistent margin r(stereotype) - r(anti)."""
+  bbq = result["datasets"]["bbq"]["worst_pairs"]
+  assert [(p["item_id"], p["margin"]) for p in bbq] == [
+      ("b4", 2.0), ("b1", 1.0), ("b4", 1.0), ("b2", 0.0), ("b5", 0.0)]
+  assert bbq[0] == {"item_id": "b4", "label_source": "gold", "prompt": "q",
+                    "chosen": "The boy", "rejected": "Unknown", "chosen_role": "anti_biased",
+                    "rejected_role": "unknown", "chosen_reward": 0.0, "rejected_reward": 2.0,
+                    "margin": 2.0}
+  crows = result["datasets"]["crows_pairs"]["worst_pairs"]
+  assert [(p["item_id"], p["margin"], p["label_source"], p["rejected"]) for p in crows] == [
+      ("c1", 1.0, "directional", "more 1"), ("c2", 0.0, "directional", "more 2"),
+      ("c3", -3.0, "directional", "more 3")]
+  assert [(p["item_id"], p["margin"]) for p in result["datasets"]["stereoset"]["worst_pairs"]] == [
+      ("s1", 2.0), ("s4", 1.0), ("s2", 0.0), ("s3", -2.0)]
+  assert [p["item_id"] for p in result["datasets"]["hh_rlhf"]["worst_pairs"]] == ["h2", "h3", "h1"]
+  report = (report_dir / "report.md").read_text()
+  section = report.split("## Worst pairs", 1)[1]
+  assert "### hand: bbq" in section and "**1. `b4`**: margin +2.0000 (rejected 2.0000, chosen " \
+      "0.0000)" in section
+  assert "Rejected (unknown):\n> Unknown" in section
+  assert "Chosen (anti_biased):\n> The boy" in section
+  assert "largest stereotype-consistent margin" in section.split("### hand: crows_pairs", 1)[1]
+
+
+def test_worst_pairs_cut_long_texts_and_prompts():
+  assert evidence.cut("x" * 10, 8) == "xx [...]" and evidence.cut("short", 8) == "short"
+  assert evidence.prompt_text([{"role": "user", "content": "hi"}]) == "hi"
+  assert evidence.prompt_text([{"role": "user", "content": "a"}, {"role": "assistant",
+                                                                   "content": "b"}]) == (
+      "user: a\nassistant: b")

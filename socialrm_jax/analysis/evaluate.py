@@ -27,7 +27,7 @@ import numpy as np
 
 from socialrm_jax import records, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
-                                   estimates)
+                                   estimates, evidence)
 from socialrm_jax.analysis.hooks import DatasetView, Options
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
@@ -82,6 +82,7 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[
   gold = np.flatnonzero((scored.pair_source == records.GOLD) & np.isin(scored.pair_item, index))
   node["length_confound"] = confounds.length_rates(scored, gold)
   node["n_items"] = int(index.size)
+  node["worst_pairs"] = evidence.worst_pairs(scored, index)
   return node, sums
 
 

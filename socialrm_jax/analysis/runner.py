@@ -13,8 +13,8 @@ from typing import Sequence
 from absl import logging
 
 from socialrm_jax import tables
-from socialrm_jax.analysis import (compare, evaluate, objectives, pairs, plots, provenance,
-                                   report, scores, template_spread)
+from socialrm_jax.analysis import (compare, evaluate, evidence, objectives, pairs, plots,
+                                   provenance, report, scores, template_spread)
 from socialrm_jax.errors import InputError
 
 
@@ -61,7 +61,8 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
                time.perf_counter() - start)
   figures = plots.write_all(models, output_dir, options.plugins)
   report.write(models, options.plugins, pathlib.Path(output_dir) / "report.md", figures,
-               [objectives.report_lines(models), template_spread.report_lines(models),
+               [evidence.report_lines(models), objectives.report_lines(models),
+                template_spread.report_lines(models),
                 compare.report_lines(comparisons), *sections,
                 provenance.report_section({name: m["scores"] for name, m in models.items()})])
   return models
