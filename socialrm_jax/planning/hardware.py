@@ -8,6 +8,7 @@ them, so a program can be compiled for them from any host.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Sequence
 
@@ -37,6 +38,8 @@ CHIPS: dict[str, ChipSpec] = {
     "v6e": ChipSpec("v6e", 918e12, 32 * 10**9, 1638e9),
 }
 
+# libtpu's switch for loading it in several processes at once (see `topology`).
+ALLOW_MULTIPLE_LOADS = "ALLOW_MULTIPLE_LIBTPU_LOAD"
 # libtpu's topology names: a chip version and the slice's chip grid, "v5e:4x4", "v4:2x2x2".
 _TOPOLOGY_NAME = re.compile(r"^(?P<chip>[a-z0-9]+):(?P<grid>\d+(x\d+){1,2})$")
 
@@ -82,6 +85,9 @@ def topology(name: str, chips_per_host: str | None = None, num_slices: int = 1) 
     raise InputError(f"--num_slices must be positive, got {num_slices}")
   bounds = {} if chips_per_host is None else {
       "chips_per_host_bounds": parse_grid(chips_per_host, "chips_per_host")}
+  # libtpu takes a machine-wide lock file when it loads, to keep two processes off the same TPU
+  # chips; a plan uses it as a compiler only, so plans (and tests) may run side by side.
+  os.environ.setdefault(ALLOW_MULTIPLE_LOADS, "1")
   from jax.experimental import topologies  # needs libtpu only when a plan is made
   try:
     described = topologies.get_topology_desc(
