@@ -109,7 +109,7 @@ def main(argv):
   if _ITEMS.value is not None:
     projected = projection.project(setup, _ITEMS.value, tokenizer, options)
   plan = report.build_plan(setup, name, source, options, batches, fitting, projected,
-                           tokenizer if _ITEMS.value is not None else None)
+                           _TOKENIZER.value or _MODEL.value)
   plan["plan_seconds"] = round(time.perf_counter() - start, 1)
   report.write(_OUTPUT_DIR.value, plan)
   print(report.render_markdown(plan), end="")

@@ -113,7 +113,7 @@ def render_markdown(plan: dict) -> str:
   else:
     lines += _does_not_fit(plan)
   if "projected" in plan:
-    lines += _projection(plan["projected"])
+    lines += _projection(plan["projected"], plan["fits"])
   lines += [
       "",
       f"Times are a {ESTIMATE}: max(analytic FLOPs / chips / the chip's peak bf16 FLOP/s, bytes "
@@ -137,8 +137,10 @@ def _does_not_fit(plan: dict) -> list[str]:
            f" batch {worst['shape']} needs {need}."]
   fitting = plan.get("fitting_mesh")
   if fitting is None:
-    lines.append("No model axis on this topology fits: plan a larger slice, or bfloat16, or a "
-                 "smaller --tokens_per_batch or --max_length.")
+    remedies = ["a larger slice", "a smaller --tokens_per_batch or --max_length"]
+    if plan["model"]["dtype"] != "bfloat16":
+      remedies.insert(1, "--dtype=bfloat16")
+    lines.append(f"No model axis on this topology fits: plan {', or '.join(remedies)}.")
   else:
     lines.append(f"The smallest model axis that fits is **model:{fitting['model']}** (mesh "
                  f"`{fitting['mesh']}`, {_gb(fitting['hbm_bytes_per_chip'])} GB per chip at "
@@ -146,8 +148,9 @@ def _does_not_fit(plan: dict) -> list[str]:
   return lines
 
 
-def _projection(projected: dict) -> list[str]:
-  lines = ["", "## Projected run", "",
+def _projection(projected: dict, fits: bool) -> list[str]:
+  heading = "## Projected run" + ("" if fits else " (on the mesh asked for, which does not fit)")
+  lines = ["", heading, "",
            f"{projected['items']:,} items, {projected['pairs']:,} pairs, "
            f"{projected['tokens']:,} tokens in {projected['token_slots']:,} token slots "
            f"({projected['truncated']} items truncated), tokenized with "
