@@ -19,8 +19,8 @@ Layers, bottom first:
   analysis       analysis analysis.*
   plug-ins       datasets.plugin datasets.*
   registry       datasets.registry
-  orchestrators  conversion value_probe vocabulary_scan pipeline
-  commands       convert score metrics audit probe vocab_scan convert_checkpoint
+  orchestrators  conversion value_probe vocabulary_scan pipeline planning planning.*
+  commands       convert score metrics audit probe vocab_scan convert_checkpoint plan
 """
 
 __version__ = "0.1.0"

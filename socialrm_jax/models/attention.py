@@ -14,7 +14,9 @@ Implementations (`attend(..., implementation=)`), chosen once per model by `reso
 - "cudnn": `jax.nn.dot_product_attention(implementation="cudnn")` with the dense mask (GPU,
   bfloat16/float16 only, no soft-capping);
 - "splash": the Pallas TPU splash-attention kernel with segment ids (models without sliding
-  windows; rows a multiple of 128 long, else xla). Off TPU it runs in Pallas interpret mode, which
+  windows; rows a multiple of 128 long, else xla). It is compiled as a Mosaic kernel for the TPU
+  devices the program is traced for (the mesh set with `jax.set_mesh`, so also a TPU topology
+  compiled from a CPU host, `socialrm_jax.plan`); off TPU it runs in Pallas interpret mode, which
   is only good for tests. A Mosaic kernel cannot be partitioned by XLA: on several devices the
   caller sets the mesh (`jax.set_mesh`), and the kernel runs per device under `shard_map`.
 Einsum letters: B batch, T query time, S key time, N query heads, K key/value heads, G query heads
@@ -211,7 +213,8 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, *
   """q [B, T, N, H], k/v [B, T, K, H] under `layout` -> [B, T, N, H] by the splash kernel.
 
   `block`: the kernel's block size (default `splash_block(T)`); T must be a multiple of it.
-  `interpret`: run in Pallas interpret mode (default: when not on TPU).
+  `interpret`: run in Pallas interpret mode (default: when the devices traced for are not TPUs,
+  see `traced_platform`).
   The kernel takes grouped key/value heads directly (query head n reads key/value head n // G,
   its index maps divide by G), so keys and values are neither repeated (G copies in memory) nor
   vmapped over as MQA kernels. It does not scale logits: the queries are scaled first (as MaxText
@@ -224,7 +227,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, *
     raise ValueError(f"splash needs rows a multiple of {block or SPLASH_BLOCKS[-1]} tokens, got "
                      f"{length}")
   if interpret is None:
-    interpret = jax.default_backend() != "tpu"
+    interpret = traced_platform() != "tpu"
   q = q * jnp.asarray(scale, q.dtype)
 
   def per_device(q, k, v, segment_ids, branch_ids):
@@ -243,6 +246,14 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, *
     return jnp.swapaxes(out, 1, 2).astype(q.dtype)  # [B, T, N, H]
 
   return _over_context_mesh(per_device, q, k, v, layout.segment_ids, layout.branch_ids)
+
+
+def traced_platform() -> str:
+  """The platform of the devices being traced for: the mesh's set with `jax.set_mesh` (the scoring
+  step always sets it), else the default backend. Not `jax.default_backend()` alone: a program
+  for TPU devices may be compiled on a host whose own backend is the CPU (`socialrm_jax.plan`)."""
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return jax.default_backend() if device is None else device.platform
 
 
 def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):

@@ -289,3 +289,16 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
     sharding = param_sharding(shape, source.model_axis, mesh)
     variable.set_value(jax.make_array_from_callback(shape, sharding, shard))
   return model
+
+
+def abstract_params(model: nnx.Module, sources: Mapping[str, WeightSource],
+                    mesh: Mesh) -> nnx.Module:
+  """Gives `model`'s parameters (abstract, from `nnx.eval_shape`) the shardings `load_params`
+  would place them with, as `jax.ShapeDtypeStruct`s: a program can then be compiled for them
+  with no weights and no memory (`socialrm_jax.plan`). Returns `model`, updated in place."""
+  for path, variable in param_paths(model).items():
+    value = variable.get_value()
+    variable.set_value(jax.ShapeDtypeStruct(
+        value.shape, value.dtype,
+        sharding=param_sharding(tuple(value.shape), sources[path].model_axis, mesh)))
+  return model

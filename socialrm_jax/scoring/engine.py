@@ -165,7 +165,6 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
   proxy = proxies.make(name, model=model, templater=templater,
                        objective=options.objective_spec(), reference=reference,
                        length_normalize=options.length_normalize)
-  buckets = packing.length_buckets(options.max_length, options.smallest_bucket)
   platform = mesh.devices.flat[0].platform
   if options.batch_tokens(platform) < options.batch_tokens():
     logging.warning("--tokens_per_batch=%d: batches of %d token slots on %s (engine.batch_tokens)",
@@ -173,8 +172,16 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
   return Scorer(
       proxy, templater,
       step_lib.ScoringStep(model, mesh, proxy.readout, ref_model if name == "implicit" else None),
-      packing.Batcher(buckets, proxy.readout, options.batch_tokens(platform), mesh.shape["data"],
-                      shrink_last=platform == "cpu"))
+      make_batcher(options, proxy.readout, mesh))
+
+
+def make_batcher(options: ScoringOptions, readout: str, mesh) -> packing.Batcher:
+  """The run's batch shapes: row lengths from `max_length`, rows from the token budget on the
+  mesh's platform, a multiple of its `data` axis (also what `socialrm_jax.plan` compiles)."""
+  platform = mesh.devices.flat[0].platform
+  return packing.Batcher(packing.length_buckets(options.max_length, options.smallest_bucket),
+                         readout, options.batch_tokens(platform), mesh.shape["data"],
+                         shrink_last=platform == "cpu")
 
 
 class _Producer(threading.Thread):

@@ -62,31 +62,36 @@ def _model_axis_size(spec: str | None) -> int | None:
 
 
 def make_mesh(spec: str | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A `data` x `model` mesh over `devices` (default: this process's devices, or, for a `model`
-  axis larger than them, the devices of the processes of this process's group)."""
+  """A `data` x `model` mesh over `devices` (default: this process's group, `group_devices`)."""
   if devices is None:
-    devices = jax.local_devices()
-    model = _model_axis_size(spec)
-    if model is not None and model > len(devices):
-      devices = _group_devices(model, len(devices))
+    devices = group_devices(spec, jax.devices(), jax.process_index())
   devices = list(devices)
   sizes = parse_mesh_spec(spec, len(devices))
   grid = np.asarray(devices, dtype=object).reshape(sizes["data"], sizes["model"])
   return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 
-def _group_devices(model: int, local: int) -> list[jax.Device]:
-  """The devices of the `model // local` consecutive processes whose group holds this process."""
-  if model % local:
+def group_devices(spec: str | None, devices: Sequence[jax.Device],
+                  process_index: int) -> list[jax.Device]:
+  """The devices the mesh of process `process_index` spans, among the job's `devices`: its own,
+  or, for a `model` axis larger than them, those of the `model // local` consecutive processes
+  whose group holds it. Takes the devices as arguments, so a plan can ask it for a TPU topology
+  this host does not have (`socialrm_jax.plan`)."""
+  local = [d for d in devices if d.process_index == process_index]
+  model = _model_axis_size(spec)
+  if model is None or model <= len(local):
+    return local
+  if model % len(local):
     raise InputError(f"--mesh model:{model} spans hosts, so it must be a multiple of the "
-                     f"{local} devices each process has")
-  per_group = model // local
-  if jax.process_count() % per_group:
+                     f"{len(local)} devices each process has")
+  per_group = model // len(local)
+  process_count = len({d.process_index for d in devices})
+  if process_count % per_group:
     raise InputError(f"--mesh model:{model} needs groups of {per_group} processes; the job has "
-                     f"{jax.process_count()}")
-  first = jax.process_index() // per_group * per_group
+                     f"{process_count}")
+  first = process_index // per_group * per_group
   members = range(first, first + per_group)
-  return sorted((d for d in jax.devices() if d.process_index in members),
+  return sorted((d for d in devices if d.process_index in members),
                 key=lambda d: (d.process_index, d.id))
 
 
