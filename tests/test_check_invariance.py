@@ -60,7 +60,8 @@ def test_a_difference_from_the_written_scores_is_reported(tmp_path):
   items = fx.all_items()
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4)
   engine.score_items(model, items, tmp_path / "scores", options=options)
-  first = json.loads((tmp_path / "scores" / "run.json").read_text())
+  first_bytes = (tmp_path / "scores" / "run.json").read_bytes()
+  first = json.loads(first_bytes)
   changed = items[invariance.sample_indices(range(3), 4, len(items), 4)[0]]["item_id"]
   _add_to_written_rewards(tmp_path / "scores", changed, 1e-3)
   checked = engine.score_items(model, items, tmp_path / "scores",
@@ -70,6 +71,15 @@ def test_a_difference_from_the_written_scores_is_reported(tmp_path):
   assert check["worst"]["item_id"] == changed
   assert json.loads((tmp_path / "scores" / "run.json").read_text()) == checked
   assert {k: v for k, v in checked.items() if k != "invariance"} == first
+  # Byte for byte: the first run's statistics stay as written, the check is appended after them;
+  # a second check of the complete folder replaces only the check.
+  opening = first_bytes.rstrip().removesuffix(b"}").rstrip()
+  assert (tmp_path / "scores" / "run.json").read_bytes().startswith(opening + b',\n  "invariance"')
+  engine.score_items(model, items, tmp_path / "scores",
+                     options=dataclasses.replace(options, check_invariance=2))
+  again = (tmp_path / "scores" / "run.json").read_bytes()
+  assert again.startswith(opening + b',\n  "invariance"')
+  assert json.loads(again)["invariance"]["items"] == 2
 
 
 def test_the_sample_is_fixed_and_drawn_from_the_groups_own_chunks():
