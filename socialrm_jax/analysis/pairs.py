@@ -111,6 +111,30 @@ def _coverage(dataset: np.ndarray, scored: np.ndarray) -> dict[str, Any]:
           "scored_items": int(scored.sum()), "datasets": per_dataset}
 
 
+# The pairs-table columns the join reads; the rest (the prompt and both texts again) is not kept.
+PAIR_COLUMNS = ("pair_id", "item_id", "chosen_index", "rejected_index", "label_source")
+# An items-table row as the metrics keep it: its candidates' texts replaced by their lengths
+# (in characters), its prompt left out.
+CANDIDATE_LENGTHS = "candidate_lengths"
+
+
+def slim_item(row: dict[str, Any]) -> dict[str, Any]:
+  """`row` as the metrics keep it (`CANDIDATE_LENGTHS`): what the metrics read and no text."""
+  slim = {k: v for k, v in row.items() if k not in ("prompt", "candidates")}
+  slim[CANDIDATE_LENGTHS] = [len(c) for c in row["candidates"]]
+  return slim
+
+
+def slim_pair(row: dict[str, Any]) -> dict[str, Any]:
+  return {k: row.get(k) for k in PAIR_COLUMNS}
+
+
+def candidate_lengths(row: dict[str, Any]) -> list[int]:
+  """An item's candidates' lengths in characters, from a whole or a slim row."""
+  lengths = row.get(CANDIDATE_LENGTHS)
+  return lengths if lengths is not None else [len(c) for c in row["candidates"]]
+
+
 def _padded(rows: Sequence[Sequence], k: int, fill, dtype) -> np.ndarray:
   """Rows of up to k values as one array [len(rows), k], `fill` past each row's end."""
   out = np.full((len(rows), k), fill, dtype=dtype)
@@ -126,10 +150,12 @@ def _padded(rows: Sequence[Sequence], k: int, fill, dtype) -> np.ndarray:
 
 def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
          allow_missing: bool = False) -> Scored:
-  """Joins one scores set to the items and pairs tables."""
+  """Joins one scores set to the items and pairs tables (whole rows, or the slim rows of
+  `slim_item` and `slim_pair`)."""
   item_ids = [row["item_id"] for row in items]
   index = {item_id: i for i, item_id in enumerate(item_ids)}
-  n_candidates = np.asarray([len(row["candidates"]) for row in items], dtype=np.int64)
+  lengths = [candidate_lengths(row) for row in items]
+  n_candidates = np.fromiter((len(x) for x in lengths), dtype=np.int64, count=len(lengths))
   rewards = _reward_matrix(item_ids, index, n_candidates, scores)
   k = rewards.shape[1]
   valid = np.arange(k)[None, :] < n_candidates[:, None]             # [N, K]
@@ -181,8 +207,7 @@ def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
       roles=_padded([row["roles"] for row in kept_items], k, "", object),
       desirability=_padded([row["desirability"] for row in kept_items], k, 0, np.int8),
       valid=valid, rewards=rewards, selection=selection_weights(rewards, valid),
-      candidate_length=_padded([[len(c) for c in row["candidates"]] for row in kept_items], k, 0,
-                               np.int64),
+      candidate_length=_padded([lengths[i] for i in keep], k, 0, np.int64),
       pair_item=pair_item, pair_chosen=chosen, pair_rejected=rejected,
       pair_source=source[in_scored],
       pair_outcome=pair_outcome(rewards[pair_item, chosen], rewards[pair_item, rejected]),
