@@ -9,7 +9,8 @@ own. The rows share one set of inputs (a tiny Llama reward model and its broken 
 items, scores), and the selected rows run two at a time: 55 of the 59 commands took about 140 s of
 processor time, most of it importing JAX, and the module 85 s of wall time on the project's 2-core
 machine (150 s while other work shared it); the vocabulary scan's four rows, added later, took
-15 s of wall time on their own (the machine shared).
+15 s of wall time on their own (the machine shared), and the six of the hostile walk (mixed types,
+an empty prompt, a parquet file that is JSON, NaN, infinity or text in numeric columns) about 10 s.
 """
 
 from __future__ import annotations
@@ -247,6 +248,31 @@ def _convert_broken_row(i: Inputs, here: pathlib.Path):
           f"{source}, row 2")
 
 
+def _convert_source(text: str, file_name: str, row: int | None) -> Build:
+  """socialrm-convert on a preference source of the row's own (`text` in `file_name`); the error
+  names the file, and the row when `row` is given."""
+  def build(i: Inputs, here: pathlib.Path):
+    source = here / file_name
+    source.write_text(text)
+    return ([f"--datasets=preference:{source}", f"--output_dir={here / 'converted'}"],
+            f"{source}, row {row}" if row else str(source))
+  return build
+
+
+def _metrics_edited(table: str, edit: Callable[[dict], None]) -> Build:
+  """socialrm-metrics on the converted tables with the first row of `table` (items or pairs)
+  edited; the error names that file and row 1."""
+  def build(i: Inputs, here: pathlib.Path):
+    shutil.copytree(i.converted, here / "converted")
+    path = here / "converted" / f"{table}.jsonl"
+    rows = tables.read_rows(path, table)
+    edit(rows[0])
+    tables.write_rows(path, rows)
+    return ([f"--items={here / 'converted'}", f"--scores={i.scores}",
+             f"--output_dir={here / 'report'}", "--n_resamples=10"], f"{path}, row 1")
+  return build
+
+
 def _into_a_file(flag: str, rest: Callable[[Inputs], list[str]]) -> Build:
   return lambda i, here: ([f"--{flag}={i.a_file}", *rest(i)], str(i.a_file))
 
@@ -295,6 +321,13 @@ ROWS = [
                                               names="--format")),
     Row("convert", "missing_output_dir", lambda i, here: (["--datasets=xstest"], "--output_dir")),
     Row("convert", "broken_json_row", _convert_broken_row),
+    Row("convert", "preference_mixed_types_in_a_column", _convert_source(
+        '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": 5, '
+        '"rejected": "c"}\n', "prefs.jsonl", 2)),
+    Row("convert", "preference_empty_prompt", _convert_source(
+        '{"prompt": "", "chosen": "b", "rejected": "c"}\n', "prefs.jsonl", 1)),
+    Row("convert", "parquet_that_is_json", _convert_source(
+        '{"prompt": "a", "chosen": "b", "rejected": "c"}\n', "prefs.parquet", None)),
     # socialrm-score
     Row("score", "truncated_safetensors",
         _score(lambda i: i.truncated_weights, names="model.safetensors")),
@@ -340,6 +373,12 @@ ROWS = [
     Row("metrics", "empty_items", lambda i, here: (
         ["--items=", f"--scores={i.scores}", f"--output_dir={here / 'report'}"], "--items")),
     Row("metrics", "damaged_scores_parquet", _metrics_damaged_scores),
+    Row("metrics", "nan_candidate_index", _metrics_edited(
+        "pairs", lambda row: row.update(chosen_index=float("nan")))),
+    Row("metrics", "candidate_index_as_text", _metrics_edited(
+        "pairs", lambda row: row.update(rejected_index="1"))),
+    Row("metrics", "infinite_desirability", _metrics_edited(
+        "items", lambda row: row["desirability"].__setitem__(0, float("inf")))),
     Row("metrics", "zero_resamples",
         _metrics(lambda i: str(i.scores), "--n_resamples=0", names="--n_resamples")),
     # socialrm-audit

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from socialrm_jax import tables
 from socialrm_jax.analysis.scores import Scores
 from socialrm_jax.errors import InputError
 
@@ -118,15 +119,41 @@ PAIR_COLUMNS = ("pair_id", "item_id", "chosen_index", "rejected_index", "label_s
 CANDIDATE_LENGTHS = "candidate_lengths"
 
 
-def slim_item(row: dict[str, Any]) -> dict[str, Any]:
-  """`row` as the metrics keep it (`CANDIDATE_LENGTHS`): what the metrics read and no text."""
+def _integers(values: Any, name: str, path, number: int) -> None:
+  """A JSON table may hold anything where an integer belongs (NaN, infinity, "1", 1.5): an error
+  naming the table and the row, before numpy turns it into a number or fails without one."""
+  for value in values:
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise InputError(f"{name} must be integers, not {value!r:.40}", path, number)
+
+
+def slim_item(row: dict[str, Any], path=None, number: int | None = None) -> dict[str, Any]:
+  """`row` as the metrics keep it (`CANDIDATE_LENGTHS`): what the metrics read and no text.
+  `path` and `number` (1-based) name the row in an error."""
+  candidates, roles = row.get("candidates"), row.get("roles")
+  if (not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates)
+      or not isinstance(roles, list) or len(roles) != len(candidates)):
+    raise InputError("candidates must be a list of texts and roles a list as long", path, number)
+  if not isinstance(row.get("desirability"), list):
+    raise InputError("desirability must be a list of integers", path, number)
+  _integers(row["desirability"], "desirability", path, number)
   slim = {k: v for k, v in row.items() if k not in ("prompt", "candidates")}
-  slim[CANDIDATE_LENGTHS] = [len(c) for c in row["candidates"]]
+  slim[CANDIDATE_LENGTHS] = [len(c) for c in candidates]
   return slim
 
 
-def slim_pair(row: dict[str, Any]) -> dict[str, Any]:
+def slim_pair(row: dict[str, Any], path=None, number: int | None = None) -> dict[str, Any]:
+  _integers((row.get("chosen_index"), row.get("rejected_index")), "chosen_index and rejected_index",
+            path, number)
   return {k: row.get(k) for k in PAIR_COLUMNS}
+
+
+def read_slim(path, prefix: str) -> list[dict[str, Any]]:
+  """Table `prefix` at `path` read in batches (`tables.iter_rows`), each row kept slim
+  (`slim_item` for items, `slim_pair` for pairs) and checked, an error naming its row."""
+  slim = slim_item if prefix == "items" else slim_pair
+  return [slim(row, part, number) for part in tables.table_files(path, prefix)
+          for number, row in enumerate(tables.iter_rows(part, prefix), start=1)]
 
 
 def candidate_lengths(row: dict[str, Any]) -> list[int]:

@@ -42,9 +42,8 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   folder = pathlib.Path(items_path)
   # Read in batches, keeping what the metrics use and no text (`worst_pairs` reads back the few
   # texts it shows).
-  items = [pairs.slim_item(row) for row in tables.iter_rows(items_path, "items")]
-  pair_rows = [pairs.slim_pair(row) for row in
-               tables.iter_rows(folder if folder.is_dir() else folder.parent, "pairs")]
+  items = pairs.read_slim(items_path, "items")
+  pair_rows = pairs.read_slim(folder if folder.is_dir() else folder.parent, "pairs")
   models = {}
   joined: dict[str, pairs.Scored] = {}  # kept for the paired comparisons
   for name, path in zip(model_names(score_paths, names), score_paths):
