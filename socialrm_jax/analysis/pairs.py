@@ -114,12 +114,9 @@ def _coverage(dataset: np.ndarray, scored: np.ndarray) -> dict[str, Any]:
 
 # The pairs-table columns the join reads; the rest (the prompt and both texts again) is not kept.
 PAIR_COLUMNS = ("pair_id", "item_id", "chosen_index", "rejected_index", "label_source")
-# An items-table row as the metrics keep it: its candidates' texts replaced by their lengths
-# (in characters), its prompt left out.
-CANDIDATE_LENGTHS = "candidate_lengths"
 
 
-def _integers(values: Any, name: str, path, number: int) -> None:
+def _integers(values: Any, name: str, path, number: int | None) -> None:
   """A JSON table may hold anything where an integer belongs (NaN, infinity, "1", 1.5): an error
   naming the table and the row, before numpy turns it into a number or fails without one."""
   for value in values:
@@ -127,9 +124,9 @@ def _integers(values: Any, name: str, path, number: int) -> None:
       raise InputError(f"{name} must be integers, not {value!r:.40}", path, number)
 
 
-def slim_item(row: dict[str, Any], path=None, number: int | None = None) -> dict[str, Any]:
-  """`row` as the metrics keep it (`CANDIDATE_LENGTHS`): what the metrics read and no text.
-  `path` and `number` (1-based) name the row in an error."""
+def checked_item(row: dict[str, Any], path=None, number: int | None = None) -> dict[str, Any]:
+  """An items-table row, checked where the metrics need lists and integers; `path` and `number`
+  (1-based) name the row in an error."""
   candidates, roles = row.get("candidates"), row.get("roles")
   if (not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates)
       or not isinstance(roles, list) or len(roles) != len(candidates)):
@@ -137,29 +134,22 @@ def slim_item(row: dict[str, Any], path=None, number: int | None = None) -> dict
   if not isinstance(row.get("desirability"), list):
     raise InputError("desirability must be a list of integers", path, number)
   _integers(row["desirability"], "desirability", path, number)
-  slim = {k: v for k, v in row.items() if k not in ("prompt", "candidates")}
-  slim[CANDIDATE_LENGTHS] = [len(c) for c in candidates]
-  return slim
+  return row
 
 
 def slim_pair(row: dict[str, Any], path=None, number: int | None = None) -> dict[str, Any]:
-  _integers((row.get("chosen_index"), row.get("rejected_index")), "chosen_index and rejected_index",
-            path, number)
+  """A pairs-table row as the join reads it (`PAIR_COLUMNS`), its indices checked."""
+  _integers((row.get("chosen_index"), row.get("rejected_index")),
+            "chosen_index and rejected_index", path, number)
   return {k: row.get(k) for k in PAIR_COLUMNS}
 
 
-def read_slim(path, prefix: str) -> list[dict[str, Any]]:
-  """Table `prefix` at `path` read in batches (`tables.iter_rows`), each row kept slim
-  (`slim_item` for items, `slim_pair` for pairs) and checked, an error naming its row."""
-  slim = slim_item if prefix == "items" else slim_pair
-  return [slim(row, part, number) for part in tables.table_files(path, prefix)
+def read_rows(path, prefix: str) -> list[dict[str, Any]]:
+  """Table `prefix` (items or pairs) at `path`, read in batches (`tables.iter_rows`): items
+  checked (`checked_item`), pairs checked and kept without their texts (`slim_pair`)."""
+  keep = checked_item if prefix == "items" else slim_pair
+  return [keep(row, part, number) for part in tables.table_files(path, prefix)
           for number, row in enumerate(tables.iter_rows(part, prefix), start=1)]
-
-
-def candidate_lengths(row: dict[str, Any]) -> list[int]:
-  """An item's candidates' lengths in characters, from a whole or a slim row."""
-  lengths = row.get(CANDIDATE_LENGTHS)
-  return lengths if lengths is not None else [len(c) for c in row["candidates"]]
 
 
 def _padded(rows: Sequence[Sequence], k: int, fill, dtype) -> np.ndarray:
@@ -177,12 +167,10 @@ def _padded(rows: Sequence[Sequence], k: int, fill, dtype) -> np.ndarray:
 
 def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
          allow_missing: bool = False) -> Scored:
-  """Joins one scores set to the items and pairs tables (whole rows, or the slim rows of
-  `slim_item` and `slim_pair`)."""
+  """Joins one scores set to the items and pairs tables (pairs' rows whole or `slim_pair`)."""
   item_ids = [row["item_id"] for row in items]
   index = {item_id: i for i, item_id in enumerate(item_ids)}
-  lengths = [candidate_lengths(row) for row in items]
-  n_candidates = np.fromiter((len(x) for x in lengths), dtype=np.int64, count=len(lengths))
+  n_candidates = np.asarray([len(row["candidates"]) for row in items], dtype=np.int64)
   rewards = _reward_matrix(item_ids, index, n_candidates, scores)
   k = rewards.shape[1]
   valid = np.arange(k)[None, :] < n_candidates[:, None]             # [N, K]
@@ -234,7 +222,8 @@ def join(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
       roles=_padded([row["roles"] for row in kept_items], k, "", object),
       desirability=_padded([row["desirability"] for row in kept_items], k, 0, np.int8),
       valid=valid, rewards=rewards, selection=selection_weights(rewards, valid),
-      candidate_length=_padded([lengths[i] for i in keep], k, 0, np.int64),
+      candidate_length=_padded([[len(c) for c in row["candidates"]] for row in kept_items], k, 0,
+                               np.int64),
       pair_item=pair_item, pair_chosen=chosen, pair_rejected=rejected,
       pair_source=source[in_scored],
       pair_outcome=pair_outcome(rewards[pair_item, chosen], rewards[pair_item, rejected]),

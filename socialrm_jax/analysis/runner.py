@@ -40,10 +40,9 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   comparisons.json is written with any number of models (with one, it lists no pair), so a
   folder never keeps the comparisons of an earlier run beside new metrics."""
   folder = pathlib.Path(items_path)
-  # Read in batches, keeping what the metrics use and no text (`worst_pairs` reads back the few
-  # texts it shows).
-  items = pairs.read_slim(items_path, "items")
-  pair_rows = pairs.read_slim(folder if folder.is_dir() else folder.parent, "pairs")
+  # Read in batches and checked; the pairs kept without their texts (the items hold them).
+  items = pairs.read_rows(items_path, "items")
+  pair_rows = pairs.read_rows(folder if folder.is_dir() else folder.parent, "pairs")
   models = {}
   joined: dict[str, pairs.Scored] = {}  # kept for the paired comparisons
   for name, path in zip(model_names(score_paths, names), score_paths):
