@@ -29,6 +29,9 @@ Presets (flags override any field; `--expect_pairs` guards the selection):
 - `cpu35m`: 35,267,584 parameters (hidden 512, 8 layers, 8 heads, 4 KV heads, intermediate 1024,
   32k vocabulary), the bundled BBQ + HH-RLHF suite: 300 pairs (180 items), float32 on CPU; a few
   minutes on 2 cores: `python benchmarks/gpu_throughput.py --preset=cpu35m`.
+- `cpu35m_1500`: the same model on the first 500 BBQ and 500 HH-RLHF items of the full data
+  (1,000 BBQ pairs, all Age, and 500 harmless HH-RLHF pairs: 1,500), float32 on CPU, the PyTorch
+  loop in batches of 8: `--preset=cpu35m_1500 --data_dir=../shared/data`.
 - `tiny`: 336,256 parameters, the first 3 bundled BBQ and HH-RLHF items (9 pairs), seconds on
   CPU; tests/test_gpu_throughput_benchmark.py runs it.
 
@@ -45,7 +48,8 @@ What it does, in one command:
    an empty XLA compilation cache; then, with `ours_warm`, again on the cache that run filled),
    and this script's own PyTorch loop (`--torch_child`, a subprocess) in dataset order and sorted
    by length: transformers' AutoModelForSequenceClassification with sdpa attention, chosen and
-   rejected as separate sequences in right-padded batches of 64, reward = the HF head's logit at
+   rejected as separate sequences in right-padded batches of 64
+   (`--torch_batch`; a preset may set its own), reward = the HF head's logit at
    the last non-pad token;
 4. prints one table and the score agreement (ours against the PyTorch loop on the same pairs),
    and writes `WORK_DIR/report-<name>/{results.json,table.txt}` and the runs' logs beside them.
@@ -149,12 +153,18 @@ class Preset:
   max_length: int = 2048       # The full data's longest templated sequence is 1,017 tokens.
   tokens_per_batch: int = 65536
   runs: tuple[str, ...] = RUNS
+  torch_batch: int = TORCH_BATCH  # The PyTorch loop's sequences a batch.
 
 
 PRESETS = {
     "tiny": Preset("tiny", ("bbq", "hh_rlhf"), expect_pairs=9, limit=3, max_length=1024,
                    tokens_per_batch=4096, runs=("ours", "torch", "torch_sorted")),
     "cpu35m": Preset("35m", ("bbq", "hh_rlhf"), expect_pairs=300, tokens_per_batch=8192),
+    # The CPU comparison of issue 21: the first 500 items of BBQ (1,000 pairs, all Age) and of
+    # HH-RLHF (500 harmless pairs) from the full data, against the PyTorch loop at batch 8;
+    # ours at the CPU default batch (engine.CPU_BATCH_TOKENS).
+    "cpu35m_1500": Preset("35m", ("bbq", "hh_rlhf"), expect_pairs=1_500, limit=500,
+                          tokens_per_batch=16384, torch_batch=8),
     # The issue's "BBQ + HH-RLHF harmless, 28,562 pairs" is BBQ (23,912) and all of HH-RLHF
     # (4,650 = 2,307 harmless + 2,343 helpful): harmless alone gives 26,219.
     "1b": Preset("1b", ("bbq", "hh_rlhf"), expect_pairs=28_562, tokens_per_batch=65536),
@@ -188,7 +198,8 @@ _MAX_LENGTH = flags.DEFINE_integer("max_length", None, "Ours: --max_length.")
 _TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", None, "Ours: --tokens_per_batch.")
 _SCORE_ARGS = flags.DEFINE_list("score_args", [], "More flags for socialrm_jax.score, e.g. "
                                 "attention=cudnn.")
-_TORCH_BATCH = flags.DEFINE_integer("torch_batch", TORCH_BATCH, "PyTorch loop: sequences a batch.")
+_TORCH_BATCH = flags.DEFINE_integer("torch_batch", None, "PyTorch loop: sequences a batch "
+                                    f"(default: the preset's, else {TORCH_BATCH}).")
 _PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", 989.0, "Device peak for the compute dtype, "
                                   "TFLOP/s (989: H100 SXM bf16 dense).")
 # Internal: the PyTorch loop, run by this script as a subprocess.
@@ -728,6 +739,7 @@ class Settings:
   dtype: str
   max_length: int
   tokens_per_batch: int
+  torch_batch: int
   work_dir: pathlib.Path
 
 
@@ -759,6 +771,7 @@ def settings_from_flags() -> Settings:
       dtype=_DTYPE.value or ("bfloat16" if on_gpu else "float32"),
       max_length=pick(_MAX_LENGTH, "max_length", 2048),
       tokens_per_batch=pick(_TOKENS_PER_BATCH, "tokens_per_batch", 65536),
+      torch_batch=pick(_TORCH_BATCH, "torch_batch", TORCH_BATCH),
       work_dir=pathlib.Path(_WORK_DIR.value).resolve())
 
 
@@ -778,7 +791,7 @@ def time_runs(s: Settings, model_dir: pathlib.Path, items_dir: pathlib.Path,
     else:
       order = "sorted" if run == "torch_sorted" else "dataset"
       done[run] = run_torch(run, order, model_dir, items_dir, run_dir, s.device, s.dtype,
-                            _TORCH_BATCH.value, date)
+                            s.torch_batch, date)
   return done
 
 
@@ -800,7 +813,7 @@ def report(s: Settings, items: list[dict], pairs: list[dict], model_dir: pathlib
       f"from {s.data_dir}",
       f"model {model_dir.name}: {params:,} parameters ({matmul_params:,} in matmuls), {s.dtype}, "
       f"{device_name}; ours --max_length={s.max_length} --tokens_per_batch={s.tokens_per_batch}; "
-      f"PyTorch batches of {_TORCH_BATCH.value}, sdpa",
+      f"PyTorch batches of {s.torch_batch}, sdpa",
       "pairs/s and wall s: whole processes, start to exit; score s: inside the process "
       "(ours: run.json wall_seconds; PyTorch: tokenize + forward); x torch: pairs/s ratio",
       "model FLOP/s: 2 x matmul params x real tokens / compute s (ours: run.json wall_seconds "
@@ -818,7 +831,7 @@ def report(s: Settings, items: list[dict], pairs: list[dict], model_dir: pathlib
       **{k: str(v) if isinstance(v, pathlib.Path) else v for k, v in dataclasses.asdict(s).items()},
       "pairs": len(pairs), "items": len(items), "model": str(model_dir), "params": params,
       "matmul_params": matmul_params, "device_name": device_name,
-      "peak_tflops": _PEAK_TFLOPS.value, "torch_batch": _TORCH_BATCH.value, "rows": rows,
+      "peak_tflops": _PEAK_TFLOPS.value, "rows": rows,
       "agreement": agree, "torch_loading": loading,
       "runs": {k: {kk: vv for kk, vv in v.info.items() if kk not in per_sequence}
                for k, v in done.items()}})
@@ -862,7 +875,7 @@ def main(argv):
   if _TORCH_CHILD.value:
     torch_child(_TORCH_CHILD.value, _MODEL.value, _CHILD_ITEMS.value, _CHILD_OUTPUT.value,
                 _DEVICE.value if _DEVICE.value != "auto" else "cpu", _DTYPE.value or "float32",
-                _TORCH_BATCH.value, _CHILD_DATE.value)
+                _TORCH_BATCH.value or TORCH_BATCH, _CHILD_DATE.value)
     return
   benchmark(settings_from_flags())
 

@@ -1,0 +1,111 @@
+"""Where a CPU scoring run spends its time: one process, phase by phase, and each batch shape.
+
+  JAX_PLATFORMS=cpu python benchmarks/cpu_profile.py --model=DIR --items=CONVERTED
+
+(the model and items `benchmarks/gpu_throughput.py --preset=cpu35m_1500` builds and converts, in
+WORK_DIR/models/ and WORK_DIR/items-cpu35m_1500/). It goes through the engine's own pieces in
+order and times each: the imports, loading the model, encoding the items (templating and the
+batched tokenizer), packing them into rows and batches, compiling each batch shape, then every
+batch's compiled step alone (blocked until done; the second pass over the batches, so no compile
+falls in it). Per shape it prints the batches, the milliseconds a batch, the microseconds a token
+slot and a real token, and the attention's key slots a token (the row length: the dense [T, T]
+mask computes every key of the row for every query). Set XLA_FLAGS or the options' flags to see
+what a change does to each phase.
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import sys
+import time
+
+START = time.perf_counter()
+
+from absl import app, flags  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+  sys.path.insert(0, str(REPO))
+
+_MODEL = flags.DEFINE_string("model", None, "Reward model folder.", required=True)
+_ITEMS = flags.DEFINE_string("items", None, "Converted items folder.", required=True)
+_MAX_LENGTH = flags.DEFINE_integer("max_length", 2048, "--max_length of the run.")
+_TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", None, "--tokens_per_batch (default: "
+                                         "ScoringOptions').")
+_LIMIT = flags.DEFINE_integer("limit", None, "Only the first N items.")
+_PASSES = flags.DEFINE_integer("passes", 2, "Timed passes over every batch (the first compiles).")
+
+
+def main(argv):
+  del argv
+  import jax  # noqa: F401  (timed as the imports)
+  from socialrm_jax.scoring import engine, item_source, packing
+  from socialrm_jax.scoring import mesh as mesh_lib
+  marks = {"imports": time.perf_counter() - START}
+
+  options = engine.ScoringOptions(max_length=_MAX_LENGTH.value,
+                                  **({"tokens_per_batch": _TOKENS_PER_BATCH.value}
+                                     if _TOKENS_PER_BATCH.value else {}))
+  start = time.perf_counter()
+  mesh = mesh_lib.make_mesh(options.mesh)
+  model, _, _, options = engine.load_models(_MODEL.value, options, mesh)
+  scorer = engine.make_scorer(model, mesh, options)
+  marks["load model"] = time.perf_counter() - start
+
+  start = time.perf_counter()
+  items = list(item_source.ItemSource.from_table(_ITEMS.value, (), _LIMIT.value))
+  marks["read items"] = time.perf_counter() - start
+  start = time.perf_counter()
+  chunk = engine.encode_chunk(scorer, 0, items, 0, None)
+  marks["encode"] = time.perf_counter() - start
+  start = time.perf_counter()
+  writers = packing.pack_chunk(chunk.encoded, is_causal=scorer.step.is_causal,
+                               readout=scorer.step.readout, buckets=scorer.batcher.buckets)
+  batches = list(scorer.batcher.add(writers)) + list(scorer.batcher.flush())
+  marks["pack"] = time.perf_counter() - start
+  start = time.perf_counter()
+  arrays = [scorer.step.put(b) for b in batches]
+  jax.block_until_ready(arrays)
+  marks["put"] = time.perf_counter() - start
+
+  per_shape = collections.defaultdict(lambda: {"batches": 0, "seconds": 0.0, "slots": 0,
+                                               "real": 0})
+  for p in range(_PASSES.value):
+    start_pass = time.perf_counter()
+    for batch, array in zip(batches, arrays):
+      start = time.perf_counter()
+      jax.block_until_ready(scorer.step(array))
+      if p == _PASSES.value - 1:
+        stats = per_shape[batch.input_ids.shape + (batch.readout_index.shape[1],)]
+        stats["batches"] += 1
+        stats["seconds"] += time.perf_counter() - start
+        stats["slots"] += batch.input_ids.size
+        stats["real"] += batch.real_tokens
+    marks[f"steps, pass {p + 1}"] = time.perf_counter() - start_pass
+  marks["of which compile"] = scorer.step.compile_seconds
+
+  print(f"{len(items)} items, {chunk.stats.pairs or '?'} pairs, {len(batches)} batches, "
+        f"{sum(b.real_tokens for b in batches):,} real tokens in "
+        f"{sum(b.input_ids.size for b in batches):,} slots")
+  for name, seconds in marks.items():
+    print(f"  {name:<20} {seconds:8.2f} s")
+  print(f"  {'shape [B, T, S]':<18} {'batches':>7} {'ms/batch':>9} {'us/slot':>8} "
+        f"{'us/real':>8} {'keys/token':>10}")
+  total = {"seconds": 0.0, "slots": 0, "real": 0, "keys": 0}
+  for shape, s in sorted(per_shape.items(), key=lambda kv: kv[0][1]):
+    print(f"  {str(list(shape)):<18} {s['batches']:>7} {1e3 * s['seconds'] / s['batches']:>9.1f} "
+          f"{1e6 * s['seconds'] / s['slots']:>8.1f} {1e6 * s['seconds'] / max(s['real'], 1):>8.1f} "
+          f"{shape[1]:>10}")
+    total["seconds"] += s["seconds"]
+    total["slots"] += s["slots"]
+    total["real"] += s["real"]
+    total["keys"] += s["real"] * shape[1]
+  print(f"  {'all':<18} {sum(s['batches'] for s in per_shape.values()):>7} {'':>9} "
+        f"{1e6 * total['seconds'] / total['slots']:>8.1f} "
+        f"{1e6 * total['seconds'] / total['real']:>8.1f} "
+        f"{total['keys'] / total['real']:>10.0f}")
+
+
+if __name__ == "__main__":
+  app.run(main)
