@@ -40,7 +40,7 @@ _PASSES = flags.DEFINE_integer("passes", 2, "Timed passes over every batch (the 
 def main(argv):
   del argv
   import jax  # noqa: F401  (timed as the imports)
-  from socialrm_jax.scoring import engine, item_source, packing
+  from socialrm_jax.scoring import engine, item_source
   from socialrm_jax.scoring import mesh as mesh_lib
   marks = {"imports": time.perf_counter() - START}
 
@@ -60,8 +60,7 @@ def main(argv):
   chunk = engine.encode_chunk(scorer, 0, items, 0, None)
   marks["encode"] = time.perf_counter() - start
   start = time.perf_counter()
-  writers = packing.pack_chunk(chunk.encoded, is_causal=scorer.step.is_causal,
-                               readout=scorer.step.readout, buckets=scorer.batcher.buckets)
+  writers = scorer.pack(chunk.encoded, 0)
   batches = list(scorer.batcher.add(writers)) + list(scorer.batcher.flush())
   marks["pack"] = time.perf_counter() - start
   start = time.perf_counter()

@@ -119,6 +119,20 @@ def test_splash_interpreted_matches_xla(is_causal, kv_heads, logit_cap):
   assert diff <= TOLERANCE
 
 
+@pytest.mark.parametrize("length, window, logit_cap", [(200, None, None), (256, 6, 30.0)])
+def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logit_cap):
+  """Blocks of 64 queries against the keys up to each block's end (the last block shorter when
+  64 does not divide the row): the dense result, GQA, window and soft-cap included."""
+  q, k, v, layout, positions = random_case(4, rows=3, length=length, heads=4, kv_heads=2,
+                                           is_causal=True)
+  mask = attention.dense_mask(layout, positions, window)
+  got = jax.jit(lambda q, k, v, mask: attention.causal_blocked_attention(
+      q, k, v, mask, scale=SCALE, logit_cap=logit_cap, block=64))(q, k, v, mask)
+  diff = max_diff(got, reference(q, k, v, layout, positions, logit_cap=logit_cap, window=window))
+  print(f"causal query blocks, length {length}: max abs diff {diff:.2e}")
+  assert diff <= TOLERANCE
+
+
 def test_splash_merge_gives_an_empty_pass_no_weight():
   """A query whose prefix pass saw nothing (splash's lse is then about its mask value, and its
   output an average of masked values) takes the other pass's output exactly, NaN or not."""

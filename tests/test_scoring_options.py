@@ -7,7 +7,8 @@ import pytest
 import scoring_fixtures as fx
 from socialrm_jax import tables
 from socialrm_jax.errors import InputError
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import engine, packing
+from socialrm_jax.scoring import mesh as mesh_lib
 
 
 @pytest.mark.parametrize("field, value", [("chunk_size", -2), ("chunk_size", 0), ("max_length", 0),
@@ -29,6 +30,12 @@ def test_a_cpu_batch_is_capped_at_cpu_batch_tokens_or_one_longest_row():
   assert huge.batch_tokens("cpu") == engine.CPU_BATCH_TOKENS < huge.batch_tokens("gpu")
   long_rows = engine.ScoringOptions(tokens_per_batch=10**9, max_length=65536)
   assert long_rows.batch_tokens("cpu") == 65536
+
+
+def test_a_cpu_run_batches_for_its_caches_and_sizes_rows_for_one_group():
+  batcher = engine.make_batcher(engine.ScoringOptions(), "score", mesh_lib.make_mesh(None))
+  assert batcher.tokens_per_batch == engine.CPU_BATCH_TOKENS < engine.DEFAULT_TOKENS_PER_BATCH
+  assert batcher.groups_per_row == packing.CPU_GROUPS_PER_ROW < packing.GROUPS_PER_ROW
 
 
 def test_score_cli_refuses_a_negative_chunk_size_before_any_work(tmp_path):

@@ -145,8 +145,9 @@ def test_leftover_short_rows_are_repacked_whole_into_longer_rows():
   into the next bucket's padded batch (each keeping its own segments and readouts)."""
   buckets = (128, 256)
   batcher = packing.Batcher(buckets, "score", tokens_per_batch=128 * 8)
-  # Groups of 27 tokens (four to a 128-long row) and of 82 (into 256-long rows).
-  items = _items(9, length=25) + _items(2, first=9, length=80)
+  # Groups of 27 tokens (four to a 128-long row) and of 122 (two fill a 256-long row, leaving no
+  # room for a group of 27).
+  items = _items(9, length=25) + _items(2, first=9, length=120)
   writers = packing.pack_chunk(items, is_causal=True, readout="score", buckets=buckets)
   assert sorted(len(w.input_ids) for w in writers) == [128, 128, 128, 256]
   real = sum(w.used for w in writers)
@@ -162,6 +163,14 @@ def test_leftover_short_rows_are_repacked_whole_into_longer_rows():
     assert list(np.unique(segments)) == list(range(1, segments.max() + 1))
     index = batch.readout_index[row][batch.readout_owner[row] >= 0]
     assert (batch.segment_ids[row, index] > 0).all()
+
+
+def test_short_groups_fill_the_room_long_rows_leave_before_rows_of_their_own():
+  """A group of 160 tokens takes a 256-long row; two of 27 fill its room (computed anyway)
+  instead of a 128-long row of their own."""
+  items = _items(1, length=159) + _items(2, first=1, length=26)
+  writers = packing.pack_chunk(items, is_causal=True, readout="score", buckets=(128, 256))
+  assert [(len(w.input_ids), w.used) for w in writers] == [(256, 160 + 2 * 27)]
 
 
 def test_rows_of_consecutive_chunks_share_batches():
@@ -207,6 +216,10 @@ def test_short_items_go_into_short_rows():
       b for b in buckets if b >= per_row * 100)
   assert packing.row_length_for(group(30), buckets, "score") == 128
   assert packing.row_length_for(group(900), buckets, "score") == 1024
+  # On a CPU a row is sized for one group: a 300-token group gets a 512-long row, not 1024.
+  assert packing.row_length_for(group(300), buckets, "score") == 1024
+  assert packing.row_length_for(group(300), buckets, "score",
+                                packing.CPU_GROUPS_PER_ROW) == 512
   items = _items(8)
   batches = list(packing.make_batches(items, is_causal=True, readout="score", buckets=buckets,
                                       tokens_per_batch=4096))

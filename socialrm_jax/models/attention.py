@@ -10,7 +10,8 @@ A padded batch is the layout with segment = attention mask and branch = 0.
 
 Implementations (`attend(..., implementation=)`), chosen once per model by `resolve`:
 - "xla": the dense [B, T, S] mask and an einsum softmax in float32; runs everywhere, and is the
-  reference the others are tested against;
+  reference the others are tested against (`xla_attention`); for causal rows longer than
+  `CAUSAL_QUERY_BLOCK`, by blocks of queries that skip the keys after them;
 - "cudnn": `jax.nn.dot_product_attention(implementation="cudnn")` with the dense mask (GPU,
   bfloat16/float16 only, no soft-capping);
 - "splash": the Pallas TPU splash-attention kernel with segment ids (models without sliding
@@ -42,6 +43,12 @@ CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
 # Splash tiles rows into blocks of a multiple of 128 (the TPU lane width); the largest of these
 # that divides the row length is used (512 is MaxText's default).
 SPLASH_BLOCKS = (512, 256, 128)
+# Query rows per block of causal "xla" attention: no query sees a key after its own block, so each
+# block's logits stop at the block's end: on a row of T tokens the blocks compute about
+# (T + block) / 2T of the dense [T, T] logits, in a [B, N, block, <=T] temporary instead of
+# [B, N, T, T]. On a CPU the dense logits of long rows dominated the step (a 1024-token row cost
+# 2.6x a 256-token row per token; benchmarks/cpu_profile.py).
+CAUSAL_QUERY_BLOCK = 256
 # The mesh axis parameters (so attention heads) are split over; see `weights.py`.
 HEADS_AXIS = "model"
 
@@ -118,6 +125,21 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
   out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v, precision=precision)
   return out.reshape(batch, q_len, num_heads, head_dim)
+
+
+def causal_blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
+                             scale: float, logit_cap: float | None,
+                             block: int = CAUSAL_QUERY_BLOCK) -> jax.Array:
+  """`xla_attention` of a causal model (mask [B, T, T]: no key after its query), one block of
+  queries at a time against the keys up to the block's end; the keys left out are masked for every
+  query of the block, so the result is the dense one. -> [B, T, N, H]"""
+  length = q.shape[1]
+  blocks = []
+  for start in range(0, length, block):
+    end = min(start + block, length)
+    blocks.append(xla_attention(q[:, start:end], k[:, :end], v[:, :end], mask[:, start:end, :end],
+                                scale=scale, logit_cap=logit_cap))
+  return jnp.concatenate(blocks, axis=1)
 
 
 def dense_fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout,
@@ -287,8 +309,10 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
   if implementation == "splash" and splash_block(q.shape[1]) is None:
     implementation = "xla"
   if implementation == "xla":
-    return xla_attention(q, k, v, dense_mask(layout, positions, window), scale=scale,
-                         logit_cap=logit_cap)
+    mask = dense_mask(layout, positions, window)
+    if layout.is_causal and q.shape[1] == k.shape[1] > CAUSAL_QUERY_BLOCK:
+      return causal_blocked_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
+    return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
   if implementation == "cudnn":
     if logit_cap is not None:
       raise ValueError("cudnn attention has no logit soft-capping; use xla")

@@ -14,7 +14,7 @@ import types
 
 from socialrm_jax import records
 from socialrm_jax.planning.compiler import Setup
-from socialrm_jax.scoring import (engine, item_source, packing, proxies, run_report, shards,
+from socialrm_jax.scoring import (engine, item_source, proxies, run_report, shards,
                                   templating)
 
 
@@ -58,8 +58,7 @@ def project(setup: Setup, items_path: str, tokenizer_path: str,
     totals["pairs"] += sum(len(pairs.get(str(item["item_id"]), [])) if pairs is not None
                            else len(records.item_pairs(item)) for item in chunk)
     totals["truncated"] += sum(int(enc.truncated_tokens > 0) for enc in encoded)
-    writers = packing.pack_chunk(encoded, is_causal=setup.step.is_causal, readout=setup.readout,
-                                 buckets=batchers[group].buckets, chunk=index)
+    writers = batchers[group].pack(encoded, is_causal=setup.step.is_causal, chunk=index)
     take(group, batchers[group].add(writers))
     take(group, batchers[group].flush(before_chunk=index))
   for group, batcher in enumerate(batchers):

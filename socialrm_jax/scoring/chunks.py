@@ -86,8 +86,7 @@ class Scorer:
     if self.row_length is not None:
       return packing.pack_one_group_per_row(encoded, readout=self.step.readout,
                                             row_length=self.row_length, chunk=chunk)
-    return packing.pack_chunk(encoded, is_causal=self.step.is_causal, readout=self.step.readout,
-                              buckets=self.batcher.buckets, chunk=chunk)
+    return self.batcher.pack(encoded, is_causal=self.step.is_causal, chunk=chunk)
 
 
 def encode_chunk(scorer: Scorer, index: int, items: Sequence[dict], first_index: int,

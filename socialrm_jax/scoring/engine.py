@@ -46,10 +46,13 @@ PREFETCH_BATCHES = 4
 DEFAULT_CACHE = "default"
 
 
-# The largest batch on a CPU, in token slots: the default --tokens_per_batch. On a CPU the device
-# batch is host memory, so without a cap the run's peak memory grows with --tokens_per_batch
-# (benchmarks/scoring_memory.py). Whether a larger batch would score faster is not measured here.
-CPU_BATCH_TOKENS = 16384
+# The default --tokens_per_batch: token slots per batch on accelerators.
+DEFAULT_TOKENS_PER_BATCH = 16384
+# The largest batch on a CPU, in token slots. On a CPU the device batch is host memory, so without
+# a cap the run's peak memory grows with --tokens_per_batch (benchmarks/scoring_memory.py); and a
+# batch whose activations stay within the CPU's caches scores faster: the 35M Llama of
+# benchmarks/cpu_profile.py took 30.0 s a pass at 4,096 slots, 36.8 s at 16,384.
+CPU_BATCH_TOKENS = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +64,7 @@ class ScoringOptions:
   proxy: str | None = None          # None: "loglik" for LM heads, the score head otherwise.
   ref_model: str | None = None      # The implicit reward's reference model (a --model path).
   length_normalize: bool = False    # Implicit reward: divide the log-ratio sum by its tokens.
-  tokens_per_batch: int = CPU_BATCH_TOKENS  # Row slots per batch (rows x row length).
+  tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH  # Row slots per batch (rows x row length).
   chunk_size: int = 1024            # Items per output shard.
   smallest_bucket: int = packing.SMALLEST_BUCKET
   objective: int | None = None      # Which output of a multi-output score head is `reward` ...
@@ -110,8 +113,8 @@ class ScoringOptions:
   def batch_tokens(self, platform: str = "") -> int:
     """Token slots per batch on `platform`'s devices: `tokens_per_batch`, but never more than
     `chunk_size` rows of `max_length` (a bigger batch no chunk fills), and on a CPU never more
-    than `CPU_BATCH_TOKENS` (or one row of `max_length`): there the device batch is host memory
-    (benchmarks/scoring_memory.py)."""
+    than `CPU_BATCH_TOKENS` (or one row of `max_length`): there the device batch is host memory,
+    and a small one stays in cache."""
     tokens = min(self.tokens_per_batch, self.chunk_size * self.max_length)
     if platform == "cpu":
       tokens = min(tokens, max(CPU_BATCH_TOKENS, self.max_length))
@@ -166,7 +169,8 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
                        objective=options.objective_spec(), reference=reference,
                        length_normalize=options.length_normalize)
   platform = mesh.devices.flat[0].platform
-  if options.batch_tokens(platform) < options.batch_tokens():
+  if (options.batch_tokens(platform) < options.batch_tokens()
+      and options.tokens_per_batch != DEFAULT_TOKENS_PER_BATCH):  # a size the user asked for
     logging.warning("--tokens_per_batch=%d: batches of %d token slots on %s (engine.batch_tokens)",
                     options.tokens_per_batch, options.batch_tokens(platform), platform)
   return Scorer(
@@ -177,11 +181,14 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
 
 def make_batcher(options: ScoringOptions, readout: str, mesh) -> packing.Batcher:
   """The run's batch shapes: row lengths from `max_length`, rows from the token budget on the
-  mesh's platform, a multiple of its `data` axis (also what `socialrm_jax.plan` compiles)."""
+  mesh's platform, a multiple of its `data` axis (also what `socialrm_jax.plan` compiles); on a
+  CPU rows sized for one group each (`packing.CPU_GROUPS_PER_ROW`)."""
   platform = mesh.devices.flat[0].platform
   return packing.Batcher(packing.length_buckets(options.max_length, options.smallest_bucket),
                          readout, options.batch_tokens(platform), mesh.shape["data"],
-                         shrink_last=platform == "cpu")
+                         shrink_last=platform == "cpu",
+                         groups_per_row=(packing.CPU_GROUPS_PER_ROW if platform == "cpu"
+                                         else packing.GROUPS_PER_ROW))
 
 
 class _Producer(threading.Thread):

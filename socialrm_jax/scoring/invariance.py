@@ -80,7 +80,8 @@ def rescore(scorer: Scorer, items: Sequence[dict], composition: Composition
   run_batcher = scorer.batcher
   buckets = run_batcher.buckets[-1:] if composition.longest_rows else run_batcher.buckets
   batcher = packing.Batcher(buckets, run_batcher.readout, run_batcher.tokens_per_batch,
-                            run_batcher.row_multiple, shrink_last=run_batcher.shrink_last)
+                            run_batcher.row_multiple, shrink_last=run_batcher.shrink_last,
+                            groups_per_row=run_batcher.groups_per_row)
   # The run's shapes count as handed out: a last batch shrinks only to a shape compiled already,
   # or while the shapes stay within MAX_BUCKETS, as in the run.
   batcher.shapes = set(run_batcher.shapes)
@@ -90,8 +91,7 @@ def rescore(scorer: Scorer, items: Sequence[dict], composition: Composition
   for index, part in enumerate(parts):
     chunk = encode_chunk(scorer, index, part, first_index, pairs=None)
     first_index += len(part)
-    writers = packing.pack_chunk(chunk.encoded, is_causal=scorer.step.is_causal,
-                                 readout=scorer.step.readout, buckets=batcher.buckets, chunk=index)
+    writers = batcher.pack(chunk.encoded, is_causal=scorer.step.is_causal, chunk=index)
     chunk.readouts_left = sum(len(w.readouts) for w in writers)
     chunks[index] = chunk
     batches += batcher.add(writers)

@@ -49,8 +49,12 @@ READOUTS = ("score", "loglik")
 # candidate's branch is rarely under 8 tokens); a loglik readout one per response token. The
 # longest rows have a slot for every token, so any group fits somewhere.
 TOKENS_PER_READOUT = {"score": 8, "loglik": 2}
-# Rows are sized to hold about this many groups of similar length (see `row_length_for`).
+# Rows are sized to hold about this many groups of similar length (see `row_length_for`): on
+# accelerators, where fused attention makes a longer row cheap and a padded slot is the waste;
+# on a CPU one, where every token's attention over its row's length is the cost (a 2048-token row
+# cost 5.5x a 256-token row per token; `benchmarks/cpu_profile.py` in the README's CPU table).
 GROUPS_PER_ROW = 4
+CPU_GROUPS_PER_ROW = 1
 
 
 def length_buckets(max_length: int, smallest: int = SMALLEST_BUCKET) -> tuple[int, ...]:
@@ -136,12 +140,15 @@ def item_groups(item: EncodedItem, item_slot: int, capacity: int, readout_capaci
   return groups
 
 
-def pack_rows(groups: Sequence[Group], capacity: int, readout_capacity: int,
-              readout: str) -> list[list[Group]]:
+def pack_rows(groups: Sequence[Group], capacity: int, readout_capacity: int, readout: str,
+              rows: list[list[Group]] | None = None,
+              free: list[list[int]] | None = None) -> list[list[Group]]:
   """First-fit decreasing: the longest groups first, each into the first row with room for its
-  tokens and its readouts."""
-  rows: list[list[Group]] = []
-  free: list[list[int]] = []  # Per row: [tokens, readouts] still free.
+  tokens and its readouts, else a new row of `capacity` tokens and `readout_capacity` readouts.
+  `rows` and their `free` room ([tokens, readouts] a row) may hold rows already packed (of
+  longer groups): they are filled first, and extended in place."""
+  rows = [] if rows is None else rows
+  free = [] if free is None else free
   for group in sorted(groups, key=lambda g: (-g.length, g.item_slot, g.candidates)):
     length, reads = group.length, group.readouts(readout)
     for r, (room, read_room) in enumerate(free):
@@ -281,14 +288,15 @@ def candidate_offsets(items: Sequence[EncodedItem]) -> np.ndarray:
   return np.concatenate([[0], np.cumsum([it.num_candidates for it in items])]).astype(np.int64)
 
 
-def row_length_for(group: Group, buckets: Sequence[int], readout: str) -> int:
+def row_length_for(group: Group, buckets: Sequence[int], readout: str,
+                   groups_per_row: int = GROUPS_PER_ROW) -> int:
   """The length of the rows a group is packed into: the shortest bucket that holds
-  `GROUPS_PER_ROW` groups of its length (and has slots for its readouts), else the longest.
+  `groups_per_row` groups of its length (and has slots for its readouts), else the longest.
   Attention costs each token work in proportion to its row's length, so short items go into short
   rows rather than all into rows of `max_length` (which would fill as well, but spend most of the
   attention on masked pairs)."""
   reads = group.readouts(readout)
-  return next((b for b in buckets if b >= GROUPS_PER_ROW * group.length
+  return next((b for b in buckets if b >= groups_per_row * group.length
                and readout_slots(b, readout, buckets) >= reads), buckets[-1])
 
 
@@ -308,7 +316,8 @@ def pack_one_group_per_row(items: Sequence[EncodedItem], *, readout: str, row_le
 
 
 def pack_chunk(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
-               buckets: Sequence[int], chunk: int = 0) -> list[RowWriter]:
+               buckets: Sequence[int], chunk: int = 0,
+               groups_per_row: int = GROUPS_PER_ROW) -> list[RowWriter]:
   """The rows of one chunk of items, shortest bucket first."""
   if readout not in READOUTS:
     raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
@@ -319,19 +328,25 @@ def pack_chunk(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
                                  is_causal, readout)]
   by_row_length: dict[int, list[Group]] = {}
   for group in groups:
-    by_row_length.setdefault(row_length_for(group, buckets, readout), []).append(group)
+    by_row_length.setdefault(row_length_for(group, buckets, readout, groups_per_row),
+                             []).append(group)
+  # Longest rows first; a shorter group goes into the room a longer row has left before it gets
+  # a row of its own length: that room is computed whether it holds tokens or padding.
+  rows: list[list[Group]] = []
+  free: list[list[int]] = []
+  for length in sorted(by_row_length, reverse=True):
+    pack_rows(by_row_length[length], length, readout_slots(length, readout, buckets), readout,
+              rows, free)
   writers = []
-  for length in sorted(by_row_length):
-    for row in pack_rows(by_row_length[length], length, readout_slots(length, readout, buckets),
-                         readout):
-      used = sum(g.length for g in row)
-      bucket = next(b for b in buckets if b >= used
-                    and readout_slots(b, readout, buckets) >= sum(g.readouts(readout) for g in row))
-      writer = RowWriter(bucket, readout, offsets, chunk)
-      for group in row:
-        writer.add(group)
-      writers.append(writer)
-  return writers
+  for row in rows:
+    used = sum(g.length for g in row)
+    bucket = next(b for b in buckets if b >= used
+                  and readout_slots(b, readout, buckets) >= sum(g.readouts(readout) for g in row))
+    writer = RowWriter(bucket, readout, offsets, chunk)
+    for group in row:
+      writer.add(group)
+    writers.append(writer)
+  return sorted(writers, key=lambda w: len(w.input_ids))  # stable: packing order within a length
 
 
 class Batcher:
@@ -346,11 +361,14 @@ class Batcher:
   accelerators the opposite, so there the last batch is padded.
 
   `slots`: readout slots of every row, whatever its length (default: `readout_slots`).
+  `groups_per_row`: how `pack` sizes rows (`row_length_for`).
   """
 
   def __init__(self, buckets: Sequence[int], readout: str, tokens_per_batch: int,
-               row_multiple: int = 1, shrink_last: bool = False, slots: int | None = None):
+               row_multiple: int = 1, shrink_last: bool = False, slots: int | None = None,
+               groups_per_row: int = GROUPS_PER_ROW):
     self.buckets = tuple(buckets)
+    self.groups_per_row = groups_per_row
     self.readout = readout
     self.row_multiple = row_multiple
     self.tokens_per_batch = tokens_per_batch
@@ -364,6 +382,12 @@ class Batcher:
     """(rows, row length, readout slots) of every batch of `bucket`."""
     slots = self.slots or readout_slots(bucket, self.readout, self.buckets)
     return self.rows[bucket], bucket, slots
+
+  def pack(self, items: Sequence[EncodedItem], *, is_causal: bool,
+           chunk: int = 0) -> list[RowWriter]:
+    """One chunk's items as rows of this batcher's lengths (`pack_chunk`)."""
+    return pack_chunk(items, is_causal=is_causal, readout=self.readout, buckets=self.buckets,
+                      chunk=chunk, groups_per_row=self.groups_per_row)
 
   def add(self, writers: Sequence[RowWriter]) -> Iterator[Batch]:
     for writer in writers:
@@ -446,7 +470,7 @@ def make_batches(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
                  row_multiple: int = 1) -> Iterator[Batch]:
   """Packs `items` (one chunk) into batches, shortest bucket first."""
   batcher = Batcher(buckets, readout, tokens_per_batch, row_multiple)
-  yield from batcher.add(pack_chunk(items, is_causal=is_causal, readout=readout, buckets=buckets))
+  yield from batcher.add(batcher.pack(items, is_causal=is_causal))
   yield from batcher.flush()
 
 
