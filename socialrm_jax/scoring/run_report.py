@@ -23,15 +23,16 @@ from socialrm_jax import tables
 from socialrm_jax.errors import InputError
 
 def pairs_from_table(items_path) -> dict[str, list[tuple[int, int]]] | None:
-  """item_id -> its pairs, from the pairs table beside the items, when there is one."""
+  """item_id -> its pairs, from the pairs table beside the items, when there is one; read in
+  batches, so the pairs' texts never stay (a million items' pairs would be gigabytes)."""
   path = pathlib.Path(items_path)
   folder = path if path.is_dir() else path.parent
   try:
-    rows = tables.read_rows(folder, "pairs")
+    files = tables.table_files(folder, "pairs")
   except InputError:
     return None
   out: dict[str, list[tuple[int, int]]] = {}
-  for row in rows:
+  for row in (row for f in files for row in tables.iter_rows(f, "pairs")):
     out.setdefault(str(row["item_id"]), []).append(
         (int(row["chosen_index"]), int(row["rejected_index"])))
   return out
