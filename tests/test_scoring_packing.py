@@ -173,6 +173,25 @@ def test_short_groups_fill_the_room_long_rows_leave_before_rows_of_their_own():
   assert [(len(w.input_ids), w.used) for w in writers] == [(256, 160 + 2 * 27)]
 
 
+def test_pack_keeps_the_row_sizing_that_costs_least():
+  """Of rows sized for 1, 2 and 4 groups, the cheapest under the CPU's cost model (a slot of a
+  T-long row costs 1 + T / 1024): 70-token groups all alike go 7 to a 512-long row and the last
+  into a 128-long one (cost 768 + 144), rather than one to a 128-long row (8 x 144) or three to a
+  256-long row (3 x 320)."""
+  buckets = (128, 256, 512)
+  batcher = packing.Batcher(buckets, "score", 4096, groups_per_row=(1, 2, 4),
+                            attention_length=1024)
+  assert batcher.row_cost(512) == 512 * 1.5
+  alike = _items(8, length=69)
+  cost = {g: sum(batcher.row_cost(len(w.input_ids)) for w in packing.pack_chunk(
+      alike, is_causal=True, readout="score", buckets=buckets, groups_per_row=g)) for g in (1, 2, 4)}
+  assert cost == {1: 8 * 144, 2: 3 * 320, 4: 768 + 144}
+  assert [len(w.input_ids) for w in batcher.pack(alike, is_causal=True)] == [128, 512]
+  # Lengths that vary: one group a row, the short groups in the long rows' room.
+  varied = _items(2, length=300) + _items(6, first=2, length=60)
+  assert [len(w.input_ids) for w in batcher.pack(varied, is_causal=True)] == [512, 512]
+
+
 def test_rows_of_consecutive_chunks_share_batches():
   buckets = (128,)
   batcher = packing.Batcher(buckets, "score", tokens_per_batch=128 * 4)
@@ -216,10 +235,9 @@ def test_short_items_go_into_short_rows():
       b for b in buckets if b >= per_row * 100)
   assert packing.row_length_for(group(30), buckets, "score") == 128
   assert packing.row_length_for(group(900), buckets, "score") == 1024
-  # On a CPU a row is sized for one group: a 300-token group gets a 512-long row, not 1024.
+  # Sized for one group a row, a 300-token group gets a 512-long row, not 1024.
   assert packing.row_length_for(group(300), buckets, "score") == 1024
-  assert packing.row_length_for(group(300), buckets, "score",
-                                packing.CPU_GROUPS_PER_ROW) == 512
+  assert packing.row_length_for(group(300), buckets, "score", groups_per_row=1) == 512
   items = _items(8)
   batches = list(packing.make_batches(items, is_causal=True, readout="score", buckets=buckets,
                                       tokens_per_batch=4096))

@@ -182,13 +182,13 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
 def make_batcher(options: ScoringOptions, readout: str, mesh) -> packing.Batcher:
   """The run's batch shapes: row lengths from `max_length`, rows from the token budget on the
   mesh's platform, a multiple of its `data` axis (also what `socialrm_jax.plan` compiles); on a
-  CPU rows sized for one group each (`packing.CPU_GROUPS_PER_ROW`)."""
+  CPU rows sized by attention's cost there (`packing.CPU_GROUPS_PER_ROW`)."""
   platform = mesh.devices.flat[0].platform
+  row_sizing = (dict(groups_per_row=packing.CPU_GROUPS_PER_ROW,
+                     attention_length=packing.CPU_ATTENTION_LENGTH) if platform == "cpu" else {})
   return packing.Batcher(packing.length_buckets(options.max_length, options.smallest_bucket),
                          readout, options.batch_tokens(platform), mesh.shape["data"],
-                         shrink_last=platform == "cpu",
-                         groups_per_row=(packing.CPU_GROUPS_PER_ROW if platform == "cpu"
-                                         else packing.GROUPS_PER_ROW))
+                         shrink_last=platform == "cpu", **row_sizing)
 
 
 class _Producer(threading.Thread):

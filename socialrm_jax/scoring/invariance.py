@@ -81,7 +81,8 @@ def rescore(scorer: Scorer, items: Sequence[dict], composition: Composition
   buckets = run_batcher.buckets[-1:] if composition.longest_rows else run_batcher.buckets
   batcher = packing.Batcher(buckets, run_batcher.readout, run_batcher.tokens_per_batch,
                             run_batcher.row_multiple, shrink_last=run_batcher.shrink_last,
-                            groups_per_row=run_batcher.groups_per_row)
+                            groups_per_row=run_batcher.groups_per_row,
+                            attention_length=run_batcher.attention_length)
   # The run's shapes count as handed out: a last batch shrinks only to a shape compiled already,
   # or while the shapes stay within MAX_BUCKETS, as in the run.
   batcher.shapes = set(run_batcher.shapes)

@@ -49,12 +49,16 @@ READOUTS = ("score", "loglik")
 # candidate's branch is rarely under 8 tokens); a loglik readout one per response token. The
 # longest rows have a slot for every token, so any group fits somewhere.
 TOKENS_PER_READOUT = {"score": 8, "loglik": 2}
-# Rows are sized to hold about this many groups of similar length (see `row_length_for`): on
-# accelerators, where fused attention makes a longer row cheap and a padded slot is the waste;
-# on a CPU one, where every token's attention over its row's length is the cost (a 2048-token row
-# cost 5.5x a 256-token row per token; `benchmarks/cpu_profile.py` in the README's CPU table).
+# Rows are sized to hold about this many groups of similar length (see `row_length_for`) on
+# accelerators, where fused attention makes a longer row cheap and a padded slot is the waste.
 GROUPS_PER_ROW = 4
-CPU_GROUPS_PER_ROW = 1
+# On a CPU, with no fused attention, a token slot of a T-long row costs about
+# 1 + T / CPU_ATTENTION_LENGTH slots of the step's other work (`benchmarks/cpu_profile.py`, the 35M
+# Llama: 145, 166 and 230 us a slot in rows of 256, 512 and 1024 tokens), so the packer sizes rows
+# for 1, 2 and 4 groups in turn and keeps the cheapest (`Batcher.pack`): one group a row when
+# lengths vary (shorter groups fill the room), more when they are alike (else the room is padding).
+CPU_GROUPS_PER_ROW = (1, 2, 4)
+CPU_ATTENTION_LENGTH = 1024
 
 
 def length_buckets(max_length: int, smallest: int = SMALLEST_BUCKET) -> tuple[int, ...]:
@@ -361,14 +365,17 @@ class Batcher:
   accelerators the opposite, so there the last batch is padded.
 
   `slots`: readout slots of every row, whatever its length (default: `readout_slots`).
-  `groups_per_row`: how `pack` sizes rows (`row_length_for`).
+  `groups_per_row`: the row sizings `pack` tries (`row_length_for`); `attention_length`: its
+  cost model (`row_cost`).
   """
 
   def __init__(self, buckets: Sequence[int], readout: str, tokens_per_batch: int,
                row_multiple: int = 1, shrink_last: bool = False, slots: int | None = None,
-               groups_per_row: int = GROUPS_PER_ROW):
+               groups_per_row: Sequence[int] = (GROUPS_PER_ROW,),
+               attention_length: int | None = None):
     self.buckets = tuple(buckets)
-    self.groups_per_row = groups_per_row
+    self.groups_per_row = tuple(groups_per_row)
+    self.attention_length = attention_length
     self.readout = readout
     self.row_multiple = row_multiple
     self.tokens_per_batch = tokens_per_batch
@@ -383,11 +390,19 @@ class Batcher:
     slots = self.slots or readout_slots(bucket, self.readout, self.buckets)
     return self.rows[bucket], bucket, slots
 
+  def row_cost(self, length: int) -> float:
+    """A row's cost in token slots of the step's work other than attention: its slots, each also
+    attending over the row (`attention_length`: the row length at which that doubles a slot's
+    cost; None: not counted)."""
+    return length * (1 + length / self.attention_length) if self.attention_length else length
+
   def pack(self, items: Sequence[EncodedItem], *, is_causal: bool,
            chunk: int = 0) -> list[RowWriter]:
-    """One chunk's items as rows of this batcher's lengths (`pack_chunk`)."""
-    return pack_chunk(items, is_causal=is_causal, readout=self.readout, buckets=self.buckets,
-                      chunk=chunk, groups_per_row=self.groups_per_row)
+    """One chunk's items as rows of this batcher's lengths (`pack_chunk`), sized for each of
+    `groups_per_row` in turn: the packing whose rows cost least (`row_cost`; the first of a tie)."""
+    packings = [pack_chunk(items, is_causal=is_causal, readout=self.readout, buckets=self.buckets,
+                           chunk=chunk, groups_per_row=g) for g in self.groups_per_row]
+    return min(packings, key=lambda rows: sum(self.row_cost(len(w.input_ids)) for w in rows))
 
   def add(self, writers: Sequence[RowWriter]) -> Iterator[Batch]:
     for writer in writers:
