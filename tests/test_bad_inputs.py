@@ -161,6 +161,11 @@ def _score_broken_items(i: Inputs, here: pathlib.Path):
           f"{items / 'items.jsonl'}, row 2")
 
 
+def _counterfactuals_broken_items(i: Inputs, here: pathlib.Path):
+  items = _broken_items(i, here)
+  return [f"--items={items}", f"--output_dir={here / 'swaps'}"], f"{items / 'items.jsonl'}, row 2"
+
+
 def _score_item_without_id(i: Inputs, here: pathlib.Path):
   rows = tables.read_rows(i.items, "items")
   del rows[2]["item_id"]
@@ -320,6 +325,12 @@ ROWS = [
     Row("convert", "unknown_format", _convert("--format=xml", "--datasets=xstest",
                                               names="--format")),
     Row("convert", "missing_output_dir", lambda i, here: (["--datasets=xstest"], "--output_dir")),
+    Row("convert", "templates_of_an_unknown_dataset", _convert(
+        f"--data_dir={BUNDLED}", "--datasets=xstest", "--templates=no_such_dataset=all",
+        names="--templates")),
+    Row("convert", "templates_given_twice", _convert(
+        f"--data_dir={BUNDLED}", "--datasets=xstest", "--templates=xstest=all,xstest=default",
+        names="given templates twice")),
     Row("convert", "broken_json_row", _convert_broken_row),
     Row("convert", "preference_mixed_types_in_a_column", _convert_source(
         '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": 5, '
@@ -412,6 +423,7 @@ ROWS = [
     # socialrm-counterfactuals
     Row("counterfactuals", "output_dir_is_a_file", _into_a_file(
         "output_dir", lambda i: [f"--items={i.converted}"])),
+    Row("counterfactuals", "broken_items_row", _counterfactuals_broken_items),
     Row("counterfactuals", "missing_items", lambda i, here: (
         [f"--items={i.root / 'no_items'}", f"--output_dir={here / 'swaps'}"], "no_items")),
     # socialrm-probe

@@ -86,6 +86,20 @@ def test_csv_and_json_lines_saved_with_a_bom_read_as_without(tmp_path):
     assert bom.items == plain.items and bom.pairs == plain.pairs and plain.items
 
 
+def test_a_row_whose_chosen_equals_its_rejected_is_dropped_and_counted(tmp_path):
+  """Identical responses carry no preference: the row is left out and counted with its reason,
+  the rows around it converted."""
+  path = tmp_path / "p.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in (
+      {"prompt": "q1", "chosen": "same", "rejected": "same"},
+      {"prompt": "q2", "chosen": "good", "rejected": "bad"})))
+  converted = convert(f"preference:{path}")
+  assert [it["prompt"][-1]["content"] for it in converted.items] == ["q2"]
+  assert len(converted.pairs) == 1
+  totals = converted.report["totals"]
+  assert totals["rows_read"] == 2 and totals["drops"] == {conversion.IDENTICAL_CANDIDATES: 1}
+
+
 def test_json_lines_rows_are_numbered_by_line(tmp_path):
   rows = pf.rows("strings")
   path = tmp_path / "gaps.jsonl"

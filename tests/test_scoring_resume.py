@@ -1,4 +1,5 @@
-"""A run killed with SIGKILL midway, then rerun into the same folder, gives the uninterrupted scores."""
+"""A run killed midway (SIGKILL, or SIGTERM as a scheduler sends it), then rerun into the same
+folder, gives the uninterrupted scores."""
 
 import json
 import os
@@ -20,7 +21,8 @@ POLL_SECONDS = 0.005
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_uninterrupted_scores(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_killed_run_resumes_to_the_uninterrupted_scores(tmp_path, stop):
   fx.make_llama(tmp_path / "rm")
   items = fx.many_bbq_items(NUM_ITEMS)
   tables.write_rows(tmp_path / "items" / "items.jsonl", items)
@@ -32,8 +34,8 @@ def test_killed_run_resumes_to_the_uninterrupted_scores(tmp_path):
   while not list(out.glob("scores-*.parquet")) and child.poll() is None:
     assert time.monotonic() < deadline, "no shard appeared"
     time.sleep(POLL_SECONDS)
-  os.kill(child.pid, signal.SIGKILL)
-  child.wait()
+  os.kill(child.pid, stop)
+  assert child.wait() != 0
   written = len(list(out.glob("scores-*.parquet")))
   total = NUM_ITEMS // CHUNK
   assert 1 <= written < total, f"the kill came too late to test resuming ({written}/{total})"
