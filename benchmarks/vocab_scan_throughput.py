@@ -210,7 +210,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
   (run_dir / "prompts.json").write_text(json.dumps(scan_prompts()))
   torch_cmd = [sys.executable, str(pathlib.Path(__file__).resolve()),
                f"--scan_torch_child={torch_json}", f"--model={model_dir}", f"--device={device}",
-               f"--dtype={dtype}", f"--torch_batch={flags.FLAGS.torch_batch}"]
+               f"--dtype={dtype}", f"--torch_batch={torch_batch()}"]
   torch_cmd += [f"--scan_max_tokens={max_tokens}"] if max_tokens else []
   ok_torch, torch_s = gt.timed("torch", torch_cmd, gt._child_env(
       {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}), run_dir / "torch.log")
@@ -235,7 +235,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
       "|---|---|---|---|",
       f"| socialrm-vocab-scan | {ours_s:.1f} | {scored / ours_s:,.0f} | "
       f"{scan['scoring']['tokens_computed']:,} |",
-      f"| PyTorch, one sequence per (prompt, token), batches of {flags.FLAGS.torch_batch} | "
+      f"| PyTorch, one sequence per (prompt, token), batches of {torch_batch()} | "
       f"{torch_s:.1f} | {scored / torch_s:,.0f} | {reference['real_tokens']:,} |",
       "",
       f"speed-up (whole processes): {torch_s / ours_s:.1f}x; tokens computed / naive: "
@@ -254,11 +254,16 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
   return text
 
 
+def torch_batch() -> int:
+  """The PyTorch loop's sequences a batch: --torch_batch (gpu_throughput's flag), else 64."""
+  return flags.FLAGS.torch_batch or gt.TORCH_BATCH
+
+
 def main(argv):
   del argv
   if _CHILD.value:
     torch_child(flags.FLAGS.model, _CHILD.value, _MAX_TOKENS.value, flags.FLAGS.device,
-                flags.FLAGS.dtype or "float32", flags.FLAGS.torch_batch)
+                flags.FLAGS.dtype or "float32", torch_batch())
     return
   if not _PRESET.value:
     raise app.UsageError("pass --scan_preset")
