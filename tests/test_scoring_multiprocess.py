@@ -16,7 +16,13 @@ def test_two_launched_processes_match_one(tmp_path):
   one = tables.read_rows(tmp_path / "one", "scores")
   two = tables.read_rows(tmp_path / "two", "scores")
   assert len(two) == len(one) == sum(len(it["candidates"]) for it in items)
-  assert fx.scores_by_key(two) == fx.scores_by_key(one)  # Same readouts, same floats.
+  # The same readouts; each process's rows share batches with its own chunks' rows, so a row may
+  # be repacked into a longer one at a flush: equal within the row-length bound of
+  # test_scoring_invariance.py.
+  rewards = [{k: r["reward"] for k, r in fx.scores_by_key(rows).items()} for rows in (one, two)]
+  assert fx.max_abs_diff(*rewards) <= 1e-5
+  assert ({k: r["sequence_tokens"] for k, r in fx.scores_by_key(two).items()}
+          == {k: r["sequence_tokens"] for k, r in fx.scores_by_key(one).items()})
   writers = {p.name.split("-")[1] for p in (tmp_path / "two").glob("scores-*.parquet")}
   assert writers == {"00000", "00001"}
   run = json.loads((tmp_path / "two" / "run.json").read_text())
