@@ -16,9 +16,9 @@ import ml_collections
 
 from socialrm_jax.pipeline import audit_config, config_args, model_config, models
 
-# Sized for a 2-core CPU: the bundled items are short, and a 128-item shard is what a killed run
-# loses at most.
-SCORING = dict(max_length=1024, tokens_per_batch=8192, chunk_size=128)
+# Sized for a 2-core CPU: the bundled items are short, a CPU batch is 4,096 token slots
+# (engine.CPU_BATCH_TOKENS), and a 128-item shard is what a killed run loses at most.
+SCORING = dict(max_length=1024, tokens_per_batch=4096, chunk_size=128)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
