@@ -304,6 +304,13 @@ def jsonl_rows(path: pathlib.Path) -> Iterator[tuple[int, Any]]:
         raise InputError(f"not valid JSON ({e.msg})", path, number) from None
 
 
+def release_unused_memory() -> None:
+  """Gives pyarrow's freed buffers back to the system: its allocator keeps them for reuse, so the
+  buffers of a large table read and turned into arrays would count in the process's memory for
+  the rest of its life."""
+  pa.default_memory_pool().release_unused()
+
+
 def read_parquet(path: pathlib.Path, columns: Sequence[str] | None = None) -> pa.Table:
   """A parquet file's rows (only `columns`, if given); a file pyarrow cannot read (truncated,
   not parquet) is an error naming it."""

@@ -1,14 +1,17 @@
 """The `socialrm-metrics` command: several scores sets, missing scores, bad rewards."""
 
+import dataclasses
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from socialrm_jax import tables
 from socialrm_jax.datasets import registry
-from socialrm_jax.analysis import evaluate, runner, scores as scores_module
+from socialrm_jax.analysis import evaluate, pairs as pairs_module, runner
+from socialrm_jax.analysis import scores as scores_module
 from socialrm_jax.errors import InputError
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
@@ -155,6 +158,34 @@ def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
   with pytest.raises(InputError, match="1 score rows name items that are not in the items table"):
     runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
                          evaluate.Options(n_resamples=10, plugins=PLUGINS))
+
+
+def test_items_are_kept_as_columns_without_texts(converted):
+  """The metrics keep no row: one array per column, the repeated strings one object each, the
+  plug-in's fields (BBQ's facts) computed as the table is read."""
+  folder, items = converted
+  table = pairs_module.read_items(folder, evaluate.Options(plugins=PLUGINS).item_fields)
+  assert list(table.item_id) == [it["item_id"] for it in items]
+  assert table.roles.shape == (60, 3) and list(table.roles[40]) == ["moral", "immoral", ""]
+  assert list(table.candidate_length[0]) == [7, 11, 7] and list(table.n_candidates[-2:]) == [2, 2]
+  for name in ("dataset", "domain", "subset", "template", "facts"):
+    column = getattr(table, name)
+    assert len({id(v) for v in column}) == len(set(column)), name
+  assert json.loads(table.facts[0]) == items[0]["attributes"] and table.facts[-1] == ""
+  kept = [v for f in dataclasses.fields(table) if isinstance(getattr(table, f.name), np.ndarray)
+          for v in getattr(table, f.name).ravel()]
+  assert not any(isinstance(v, (dict, list)) for v in kept)
+
+
+def test_a_pair_of_an_unknown_item_is_named_with_its_file_and_row(tmp_path, converted):
+  folder, items = converted
+  rows = pair_rows(items)
+  rows[5]["item_id"] = "bbq/Age/999"
+  tables.write_rows(folder / "pairs.parquet", rows)
+  tables.write_rows(tmp_path / "s" / "scores.jsonl", score_rows(items, lambda i, k: 0.0))
+  with pytest.raises(InputError, match=r"pairs.parquet.*row 6.*names item 'bbq/Age/999'"):
+    runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
+                        evaluate.Options(n_resamples=10, plugins=PLUGINS))
 
 
 def test_display_names_from_flag_run_json_or_stem(tmp_path):

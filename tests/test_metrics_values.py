@@ -354,7 +354,8 @@ def test_worst_pairs_by_hand(result, report_dir):
   assert [(p["item_id"], p["margin"]) for p in bbq] == [
       ("b4", 2.0), ("b1", 1.0), ("b4", 1.0), ("b2", 0.0), ("b5", 0.0)]
   assert bbq[0] == {"item_id": "b4", "label_source": "gold", "prompt": "q",
-                    "chosen": "The boy", "rejected": "Unknown", "chosen_role": "anti_biased",
+                    "chosen": "The boy", "rejected": "Unknown", "chosen_index": 2,
+                    "rejected_index": 0, "chosen_role": "anti_biased",
                     "rejected_role": "unknown", "chosen_reward": 0.0, "rejected_reward": 2.0,
                     "margin": 2.0}
   crows = result["datasets"]["crows_pairs"]["worst_pairs"]

@@ -33,7 +33,7 @@ NO_MATCHED = (f"no gold pairs whose responses differ in length by less than "
 
 def item_columns(scored: Scored) -> dict[str, np.ndarray]:
   """Per-item sums over each item's pairs, by label source. Each # [N]"""
-  n = len(scored.items)
+  n = scored.item_id.size
 
   def per_item(source: str, weights: np.ndarray, among: np.ndarray | bool = True) -> np.ndarray:
     mask = (scored.pair_source == source) & among

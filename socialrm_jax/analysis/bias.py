@@ -27,6 +27,8 @@ BBQ's plug-in takes its per-item columns, metric hook, findings and report secti
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -127,6 +129,19 @@ def dataset_summary(sums: StratifiedSums) -> dict[str, Any]:
   return node
 
 
+def item_facts(row: Mapping[str, Any]) -> str:
+  """What `group_rates` reads of a BBQ items-table row (`Scored.facts`): its attributes'
+  question polarity (when present) and the groups each answer names, as JSON."""
+  attributes = row.get("attributes") or {}
+  return json.dumps({k: attributes[k] for k in ("question_polarity", "answer_groups")
+                     if k in attributes}, sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=4096)  # BBQ items share few distinct facts
+def _facts(text: str) -> dict[str, Any]:
+  return json.loads(text) if text else {}
+
+
 def _candidate_groups(attributes: dict[str, Any]) -> list[set[str]] | None:
   groups = attributes.get("answer_groups")
   if not isinstance(groups, list):
@@ -152,21 +167,20 @@ def group_rates(scored: Scored, index: np.ndarray, min_group_items: int) -> dict
   seen: dict[tuple[str, str], int] = {}
   lacking = 0
   for i in index[scored.context_condition[index] == AMBIGUOUS]:
-    row = scored.items[i]
-    attributes = row.get("attributes") or {}
+    attributes = _facts(scored.facts[i])
     if attributes.get("question_polarity", NEGATIVE) != NEGATIVE:
       continue
     groups = _candidate_groups(attributes)
     if groups is None or "question_polarity" not in attributes:
       lacking += 1
       continue
-    named = [k for k, role in enumerate(row["roles"]) if role != records.UNKNOWN]
+    named = [k for k in np.flatnonzero(scored.valid[i]) if scored.roles[i, k] != records.UNKNOWN]
     if len(named) < 2:
       continue
     named_groups = [groups[k] for k in named]
     carried = set().union(*named_groups) - set.intersection(*named_groups)
     for g in carried:
-      key = (row["subset"], g)
+      key = (scored.subset[i], g)
       seen[key] = seen.get(key, 0) + 1
       selected[key] = selected.get(key, 0.0) + float(
           sum(scored.selection[i, k] for k in named if g in groups[k]))

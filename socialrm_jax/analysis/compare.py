@@ -111,11 +111,10 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 
 def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   """Both models' scored items restricted to the items both scored, in the items table's order."""
-  ids = [[row["item_id"] for row in s.items] for s in (a, b)]
-  shared = set(ids[0]).intersection(ids[1])
-  a, b = (evaluate.restrict(s, np.fromiter((i in shared for i in s_ids), bool, len(s_ids)))
-          for s, s_ids in zip((a, b), ids))
-  same = ([row["item_id"] for row in a.items] == [row["item_id"] for row in b.items]
+  shared = set(a.item_id).intersection(b.item_id)
+  a, b = (evaluate.restrict(s, np.fromiter((i in shared for i in s.item_id), bool, s.item_id.size))
+          for s in (a, b))
+  same = (np.array_equal(a.item_id, b.item_id)
           and all(np.array_equal(getattr(a, f), getattr(b, f))
                   for f in ("pair_item", "pair_chosen", "pair_rejected", "pair_source")))
   if not same:
@@ -151,7 +150,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
     columns = {f"{side}/{k}": v for side, scored in sides.items()
                for k, v in evaluate.dataset_columns(scored, plugin, index, generic[side]).items()}
     # evaluate's own strata, so the intervals' strata; they depend on the items only (A's are B's).
-    strata = evaluate.strata(a, index, plugin.stratum_group)
+    strata = evaluate.strata(a, index, plugin)
     joint = bootstrap.stratified_sums(columns, strata, options.n_resamples,
                                       bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
@@ -220,8 +219,8 @@ def compare_models(scored: Mapping[str, Scored], options: evaluate.Options) -> d
   pairs = []
   for (name_a, a), (name_b, b) in itertools.combinations(counted.items(), 2):
     common_a, common_b = common_items(a, b)
-    pairs.append({"a": name_a, "b": name_b, "n_items_a": len(a.items),
-                  "n_items_b": len(b.items), "n_common_items": len(common_a.items),
+    pairs.append({"a": name_a, "b": name_b, "n_items_a": len(a.item_id),
+                  "n_items_b": len(b.item_id), "n_common_items": len(common_a.item_id),
                   "comparisons": compare_pair(common_a, common_b, options)})
   tested = [row for pair in pairs for row in pair["comparisons"]
             if not isinstance(row["p"], Missing)]

@@ -43,11 +43,13 @@ def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
   return into
 
 
-def strata(scored: Scored, index: np.ndarray, group) -> dict[str, np.ndarray]:
+def strata(scored: Scored, index: np.ndarray, plugin) -> dict[str, np.ndarray]:
+  """The bootstrap strata of items `index`: domain, subset and context condition, and the
+  plug-in's group (`Scored.group`) when it has a `stratum_group`. Each # [n]"""
   fields = {"domain": scored.domain[index], "subset": scored.subset[index],
             "context_condition": scored.context_condition[index]}
-  if group is not None:
-    fields["group"] = np.asarray([str(group(scored.items[i])) for i in index])
+  if plugin.stratum_group is not None:
+    fields["group"] = scored.group[index].astype(str)
   return fields
 
 
@@ -74,7 +76,7 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[
   """`datasets.<name>` and the resampled sums behind it (the domains reuse them)."""
   plugin = options.plugin(name)
   sums = bootstrap.stratified_sums(dataset_columns(scored, plugin, index, generic),
-                                   strata(scored, index, plugin.stratum_group),
+                                   strata(scored, index, plugin),
                                    options.n_resamples, bootstrap.generator(options.seed, name))
   node, own = summaries(scored, plugin, index, sums, options)
   merge(node, own)
@@ -99,19 +101,13 @@ def restrict(scored: Scored, keep: np.ndarray) -> Scored:
       fields[field.name] = new_index[value[kept_pairs]]
     elif isinstance(value, np.ndarray):
       fields[field.name] = value[kept_pairs if field.name.startswith("pair_") else keep]
-  items = [row for row, kept in zip(scored.items, keep) if kept]
-  return dataclasses.replace(scored, items=items, **fields)
-
-
-def item_templates(scored: Scored) -> np.ndarray:
-  """The template that made each item ('' where the table has none). # [N] object"""
-  return np.asarray([row.get("template") or "" for row in scored.items], dtype=object)
+  return dataclasses.replace(scored, **fields)
 
 
 def templates_by_dataset(scored: Scored) -> dict[str, list[str]]:
   """Each dataset's templates, its primary one first (see the module's docstring), then in the
   order of their first items."""
-  return templates.by_dataset(zip(scored.dataset, item_templates(scored)))
+  return templates.by_dataset(zip(scored.dataset, scored.template))
 
 
 def primary_template_items(scored: Scored) -> Scored:
@@ -121,7 +117,7 @@ def primary_template_items(scored: Scored) -> Scored:
   if all(len(names) == 1 for names in by_dataset.values()):
     return scored
   primary_of_item = np.asarray([by_dataset[name][0] for name in scored.dataset], dtype=object)
-  return restrict(scored, (item_templates(scored) == primary_of_item).astype(bool))
+  return restrict(scored, (scored.template == primary_of_item).astype(bool))
 
 
 def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
@@ -136,8 +132,7 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
     index = np.flatnonzero(scored.dataset == name)
     datasets[name], sums[name] = dataset_metrics(scored, name, index, generic, options)
   gold = np.flatnonzero(scored.pair_source == records.GOLD)
-  item_ids = [row["item_id"] for row in scored.items]
-  fits = calibration.fit_half(item_ids)[scored.pair_item[gold]]
+  fits = calibration.fit_half(scored.item_id)[scored.pair_item[gold]]
   tree = {
       "n_resamples": options.n_resamples,
       "seed": options.seed,
@@ -157,5 +152,9 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
 
 def compute_metrics(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
                     options: Options) -> dict[str, Any]:
-  """metrics.json for one scores set over the items and pairs tables."""
-  return metrics_from_scored(join(items, pairs, scores, options.allow_missing), options)
+  """metrics.json for one scores set over the items and pairs tables' rows (in memory; a table
+  too large for that goes through `pairs.read_items` and `runner.evaluate_all`)."""
+  tree = metrics_from_scored(join(items, pairs, scores, options.allow_missing,
+                                  options.item_fields), options)
+  evidence.add_texts([tree], items)
+  return tree

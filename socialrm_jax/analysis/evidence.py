@@ -7,11 +7,14 @@ For a dataset with gold pairs these are the gold pairs with the largest margin f
 margin, r(stereotype) - r(anti-stereotype): the pair's rejected side is the stereotype. A margin
 at or below 0 means the model preferred the right (or the non-stereotyped) response even there.
 Texts are cut to `MAX_CHARACTERS`; the item id finds the whole item in the items table.
+
+The metrics keep no texts (`pairs.Scored`): `worst_pairs` picks the pairs from the arrays, and
+`add_texts` fills in their prompts and responses from one more pass over the items table's rows.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -46,25 +49,43 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS) -> 
     return []
   pairs = np.flatnonzero(mine & (scored.pair_source == source))             # [p]
   margin = -scored.reward_margin[pairs]                                      # [p]
-  ids = [str(scored.items[i]["item_id"]) for i in scored.pair_item[pairs]]
+  if pairs.size > count:  # only pairs tied with the count-th largest margin or above can be in
+    least = np.partition(margin, pairs.size - count)[pairs.size - count]
+    pairs, margin = pairs[margin >= least], margin[margin >= least]
+  ids = [str(scored.item_id[i]) for i in scored.pair_item[pairs]]
   order = sorted(range(len(pairs)), key=lambda j: (-margin[j], ids[j], int(scored.pair_chosen[
       pairs[j]]), int(scored.pair_rejected[pairs[j]])))[:count]
   out = []
   for j in order:
     p = pairs[j]
-    item = scored.items[scored.pair_item[p]]
     chosen, rejected = int(scored.pair_chosen[p]), int(scored.pair_rejected[p])
     out.append({
         "item_id": ids[j], "label_source": source,
-        "prompt": cut(prompt_text(item.get("prompt"))),
-        "chosen": cut(str(item["candidates"][chosen])),
-        "rejected": cut(str(item["candidates"][rejected])),
+        "prompt": None, "chosen": None, "rejected": None,  # filled in by `add_texts`
+        "chosen_index": chosen, "rejected_index": rejected,
         "chosen_role": str(scored.roles[scored.pair_item[p], chosen]),
         "rejected_role": str(scored.roles[scored.pair_item[p], rejected]),
         "chosen_reward": float(scored.rewards[scored.pair_item[p], chosen]),
         "rejected_reward": float(scored.rewards[scored.pair_item[p], rejected]),
         "margin": float(margin[j])})
   return out
+
+
+def add_texts(trees: Iterable[Mapping[str, Any]], items: Iterable[Mapping[str, Any]]) -> None:
+  """Fills in the prompt and both responses of every worst pair of metrics.json `trees`
+  (`datasets.<name>.worst_pairs`) from the items table's rows `items`, read once."""
+  wanted: dict[str, list[dict]] = {}
+  for tree in trees:
+    for node in (tree.get("datasets") or {}).values():
+      for pair in (node or {}).get("worst_pairs") or ():
+        wanted.setdefault(pair["item_id"], []).append(pair)
+  for item in items:
+    for pair in wanted.pop(str(item["item_id"]), ()):
+      pair["prompt"] = cut(prompt_text(item.get("prompt")))
+      pair["chosen"] = cut(str(item["candidates"][pair["chosen_index"]]))
+      pair["rejected"] = cut(str(item["candidates"][pair["rejected_index"]]))
+    if not wanted:
+      break
 
 
 PROMPT_LINES = 4  # of a prompt in the report

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from socialrm_jax.analysis import bootstrap
+from socialrm_jax.analysis import bootstrap, pairs
 from socialrm_jax.analysis.pairs import Scored
 
 # A finding: (severity, text); the report sorts findings of every dataset by severity.
@@ -66,6 +66,15 @@ class Options:
       raise ValueError("Options.plugins is not set: the metrics' caller reads the registry "
                        "(socialrm_jax.datasets.registry.plugins()) and hands it down")
     return self.plugins.for_dataset(dataset)
+
+  def item_fields(self, row: Mapping[str, Any]) -> tuple[str, str]:
+    """What the plug-in of an items-table row reads of it, kept per item in place of the row
+    (`pairs.ItemFields`): its stratum group and its item facts ('' where it has no such hook)."""
+    if self.plugins is None:
+      return pairs.no_fields(row)
+    plugin = self.plugins.for_dataset(str(row.get("dataset")))
+    return (str(plugin.stratum_group(row)) if plugin.stratum_group is not None else "",
+            plugin.item_facts(row) if plugin.item_facts is not None else "")
 
 
 @dataclasses.dataclass(frozen=True)

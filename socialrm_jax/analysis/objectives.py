@@ -14,14 +14,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import evaluate, report
+from socialrm_jax.analysis import evaluate, pairs, report
 from socialrm_jax.analysis.scores import Scores
 
 # The dataset-level values kept per objective, beside accuracy, when the dataset reports them.
 DATASET_RATES = ("stereotype_rate", "ss")
 
 
-def per_objective(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
+def per_objective(items: pairs.ItemTable | Sequence[dict],
+                  pair_table: pairs.PairTable | Sequence[dict], scores: Scores,
                   options: evaluate.Options) -> dict[str, Any]:
   """{"objectives": {index: headline metrics}} when the scores carry vectors, else {}."""
   if scores.rewards is None or scores.rewards.shape[1] < 2:
@@ -29,7 +30,8 @@ def per_objective(items: Sequence[dict], pairs: Sequence[dict], scores: Scores,
   out = {}
   for index in range(scores.rewards.shape[1]):
     one = dataclasses.replace(scores, reward=scores.rewards[:, index], rewards=None)
-    metrics = evaluate.compute_metrics(items, pairs, one, options)
+    metrics = evaluate.metrics_from_scored(
+        pairs.join(items, pair_table, one, options.allow_missing, options.item_fields), options)
     out[str(index)] = {
         "domains": {d: {k: node.get(k) for k in ("accuracy", "ci95")}
                     for d, node in metrics["domains"].items()},

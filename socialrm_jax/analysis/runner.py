@@ -40,21 +40,25 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   comparisons.json is written with any number of models (with one, it lists no pair), so a
   folder never keeps the comparisons of an earlier run beside new metrics."""
   folder = pathlib.Path(items_path)
-  # Read in batches and checked; the pairs kept without their texts (the items hold them).
-  items = pairs.read_rows(items_path, "items")
-  pair_rows = pairs.read_rows(folder if folder.is_dir() else folder.parent, "pairs")
+  # Read in batches, checked, and kept as columns without their texts (`pairs.ItemTable`).
+  items = pairs.read_items(items_path, options.item_fields)
+  pair_table = pairs.read_pairs(folder if folder.is_dir() else folder.parent, items)
   models = {}
   joined: dict[str, pairs.Scored] = {}  # kept for the paired comparisons
   for name, path in zip(model_names(score_paths, names), score_paths):
     start = time.perf_counter()
     score_set = scores.read_scores(path)
-    joined[name] = pairs.join(items, pair_rows, score_set, options.allow_missing)
+    joined[name] = pairs.join(items, pair_table, score_set, options.allow_missing)
     metrics = evaluate.metrics_from_scored(joined[name], options)
-    metrics.update(objectives.per_objective(items, pair_rows, score_set, options))
+    metrics.update(objectives.per_objective(items, pair_table, score_set, options))
     metrics["template_spread"] = template_spread.from_scored(joined[name], options)
     models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
-    tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", models[name])
     logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
+  del items, pair_table
+  # The worst pairs' texts, from one more pass over the items table for every model.
+  evidence.add_texts(models.values(), tables.iter_rows(items_path, "items"))
+  for name, metrics in models.items():
+    tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", metrics)
   start = time.perf_counter()
   comparisons = compare.compare_models(joined, options)
   tables.atomic_write_json(pathlib.Path(output_dir) / "comparisons.json", comparisons)

@@ -56,6 +56,12 @@ def _check_rewards(reward: np.ndarray, item_id: np.ndarray, candidate: np.ndarra
         f"({bad.size} non-finite rewards in this file); rescore that item", path, first_row + i)
 
 
+def _objects(values: list) -> np.ndarray:
+  out = np.empty(len(values), dtype=object)
+  out[:] = values
+  return out
+
+
 def _read_parquet(path: pathlib.Path) -> tuple[np.ndarray, ...]:
   table = tables.read_parquet(path)
   names = table.column_names
@@ -66,11 +72,16 @@ def _read_parquet(path: pathlib.Path) -> tuple[np.ndarray, ...]:
     if table.column(column).null_count:
       row = int(np.flatnonzero(table.column(column).is_null().to_numpy(zero_copy_only=False))[0])
       raise InputError(f"{column} is null", path, row + 1)
-  item_id = np.asarray(table.column("item_id").to_pylist(), dtype=object)
+  # Each distinct id made a Python string once (an item has a row per candidate).
+  encoded = table.column("item_id").combine_chunks().dictionary_encode()
+  item_id = _objects(encoded.dictionary.to_pylist())[
+      encoded.indices.to_numpy(zero_copy_only=False)]
   candidate = table.column("candidate").to_numpy().astype(np.int64)
   reward = table.column("reward").to_numpy().astype(np.float64)
   vectors = (_vectors(table.column(VECTOR_COLUMN).to_pylist(), path)
              if VECTOR_COLUMN in names else None)
+  del table, encoded
+  tables.release_unused_memory()
   return item_id, candidate, reward, vectors
 
 

@@ -82,19 +82,19 @@ def compute(items: Sequence[dict], pair_rows: Sequence[dict], score_set: Scores,
             options: evaluate.Options) -> dict[str, Any]:
   """`template_spread` for one scores set: {"datasets": {name: dataset_spread}} for every dataset
   whose items come from more than one template ({"datasets": {}} when none does)."""
-  return from_scored(join(items, pair_rows, score_set, options.allow_missing), options)
+  return from_scored(join(items, pair_rows, score_set, options.allow_missing,
+                          options.item_fields), options)
 
 
 def from_scored(scored: Scored, options: evaluate.Options) -> dict[str, Any]:
   """`compute` on scores already joined to their items and pairs."""
-  templates = evaluate.item_templates(scored)
   out = {}
   for name, names in evaluate.templates_by_dataset(scored).items():
     if len(names) < 2:
       continue
     nodes = {}
     for template in names:
-      subset = evaluate.restrict(scored, (scored.dataset == name) & (templates == template))
+      subset = evaluate.restrict(scored, (scored.dataset == name) & (scored.template == template))
       nodes[template] = evaluate.metrics_from_scored(subset, options)["datasets"][name]
     out[name] = dataset_spread(name, nodes, options.plugin(name))
   return {"datasets": out}

@@ -121,7 +121,7 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
 
 PLUGIN = DatasetPlugin(
     name="bbq", convert=convert, templates=TEMPLATES,
-    item_columns=bias.item_columns, summary=bias.summary,
+    item_columns=bias.item_columns, item_facts=bias.item_facts, summary=bias.summary,
     report_metrics=("accuracy", "accuracy_ambiguous", "accuracy_disambiguated",
                     "bias_score_ambiguous", "bias_score_disambiguated",
                     "unknown_rate_disambiguated", "accuracy_disambiguated_biased_gold",

@@ -52,6 +52,9 @@ class DatasetPlugin:
   item_columns: Callable[[Scored, np.ndarray], dict[str, np.ndarray]] | None = None
   # A finer stratum for the bootstrap, from an items-table row (StereoSet's target term).
   stratum_group: Callable[[Mapping[str, Any]], str] | None = None
+  # What its summary reads of an items-table row beyond the columns every dataset has, as one
+  # short string (`Scored.facts`): computed as the table is read, so that no row is kept.
+  item_facts: Callable[[Mapping[str, Any]], str] | None = None
   # Metrics merged into `datasets.<name>` beside its accuracy and distribution bias.
   summary: Callable[[DatasetView], dict[str, Any]] | None = None
 
