@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from socialrm_jax import tables
-from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.analysis.scores import Scores, object_array
 from socialrm_jax.errors import InputError
 
 
@@ -214,23 +214,17 @@ class _ItemColumns:
   def finish(self) -> ItemTable:
     self._flush()
     k = max([2, *(b.shape[1] for b in self.blocks["roles"])])
+    n_candidates = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
     padded = {}
     for name, (fill, dtype) in PADDED.items():
-      padded[name] = (np.concatenate([np.pad(b, ((0, 0), (0, k - b.shape[1])),
-                                             constant_values=fill) for b in self.blocks[name]])
-                      if self.blocks[name] else np.full((0, k), fill, dtype))
-    self.blocks = {}
-    n_candidates = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
-    return ItemTable(**{name: _objects(values)
+      padded[name] = np.full((n_candidates.size, k), fill, dtype)
+      start = 0
+      for block in self.blocks.pop(name):
+        padded[name][start:start + len(block), :block.shape[1]] = block
+        start += len(block)
+    return ItemTable(**{name: object_array(values)
                         for name, values in self.scalars.items()},
                      n_candidates=n_candidates, index=self.index, **padded)
-
-
-def _objects(values: list) -> np.ndarray:
-  """A list as a 1-d object array, whatever its values are (lists included)."""
-  out = np.empty(len(values), dtype=object)
-  out[:] = values
-  return out
 
 
 def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path,
@@ -253,7 +247,7 @@ def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path,
     j = int(np.flatnonzero(bad)[0])
     raise InputError(f"pair {rows[j].get('pair_id')!r} has a candidate index out of range",
                      path, first_number + j)
-  source = _objects([row.get("label_source") for row in rows])
+  source = object_array([row.get("label_source") for row in rows])
   return item, chosen, rejected, source
 
 

@@ -56,7 +56,8 @@ def _check_rewards(reward: np.ndarray, item_id: np.ndarray, candidate: np.ndarra
         f"({bad.size} non-finite rewards in this file); rescore that item", path, first_row + i)
 
 
-def _objects(values: list) -> np.ndarray:
+def object_array(values: list) -> np.ndarray:
+  """A list as a 1-d object array, whatever its values are (lists included)."""
   out = np.empty(len(values), dtype=object)
   out[:] = values
   return out
@@ -74,7 +75,7 @@ def _read_parquet(path: pathlib.Path) -> tuple[np.ndarray, ...]:
       raise InputError(f"{column} is null", path, row + 1)
   # Each distinct id made a Python string once (an item has a row per candidate).
   encoded = table.column("item_id").combine_chunks().dictionary_encode()
-  item_id = _objects(encoded.dictionary.to_pylist())[
+  item_id = object_array(encoded.dictionary.to_pylist())[
       encoded.indices.to_numpy(zero_copy_only=False)]
   candidate = table.column("candidate").to_numpy().astype(np.int64)
   reward = table.column("reward").to_numpy().astype(np.float64)
