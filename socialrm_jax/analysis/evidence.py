@@ -79,6 +79,8 @@ def add_texts(trees: Iterable[Mapping[str, Any]], items: Iterable[Mapping[str, A
     for node in (tree.get("datasets") or {}).values():
       for pair in (node or {}).get("worst_pairs") or ():
         wanted.setdefault(pair["item_id"], []).append(pair)
+  if not wanted:
+    return
   for item in items:
     for pair in wanted.pop(str(item["item_id"]), ()):
       pair["prompt"] = cut(prompt_text(item.get("prompt")))
