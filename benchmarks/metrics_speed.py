@@ -53,9 +53,10 @@ def main(argv):
   del argv
   items, pair_rows, scores = synthetic(_ITEMS.value, _SEED.value)
   start = time.perf_counter()
-  scored = pairs.join(items, pair_rows, scores)
+  options = evaluate.Options(plugins=registry.plugins())
+  scored = pairs.join(items, pair_rows, scores, fields=options.item_fields)
   joined = time.perf_counter()
-  metrics = evaluate.metrics_from_scored(scored, evaluate.Options(plugins=registry.plugins()))
+  metrics = evaluate.metrics_from_scored(scored, options)
   done = time.perf_counter()
   print(f"{len(pair_rows):,} pairs, {len(items):,} items: join {joined - start:.1f} s, "
         f"metrics with {metrics['n_resamples']} resamples {done - joined:.1f} s, "

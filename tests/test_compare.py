@@ -15,6 +15,9 @@ from socialrm_jax.errors import InputError
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 
+FIELDS = evaluate.Options(plugins=PLUGINS).item_fields  # what the items' plug-ins read of them
+
+
 def options(n_resamples: int) -> evaluate.Options:
   return evaluate.Options(n_resamples=n_resamples, plugins=PLUGINS)
 
@@ -64,7 +67,7 @@ def length_case():
 
 
 def test_length_matched_pairs_differ_by_less_than_a_tenth_of_the_longer():
-  scored = pairs.join(*length_case())
+  scored = pairs.join(*length_case(), fields=FIELDS)
   assert confounds.length_matched(scored).tolist() == [m for _, _, m in LENGTH_CASE]
   chosen, rejected = confounds.pair_lengths(scored, np.arange(len(LENGTH_CASE)))
   assert list(zip(chosen, rejected)) == [lengths for lengths, _, _ in LENGTH_CASE]
@@ -117,9 +120,15 @@ def outcome_rewards(outcomes):
   return [{1: (1.0, 0.0), 0.5: (0.0, 0.0), 0: (0.0, 1.0)}[o] for o in outcomes]
 
 
+def test_items_given_as_rows_need_their_plug_ins_fields():
+  """Rows without the plug-ins' fields would silently lose StereoSet's strata and BBQ's facts."""
+  with pytest.raises(ValueError, match="Options.item_fields"):
+    pairs.join(*length_case())
+
+
 def two_models(outcomes_a, outcomes_b, **item_fields):
   items, pair_rows = gold_items([("good", "a much worse answer")] * len(outcomes_a), **item_fields)
-  return [pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)))
+  return [pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)), fields=FIELDS)
           for o in (outcomes_a, outcomes_b)]
 
 
@@ -220,7 +229,7 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
       keep = ~np.isin(score_set.item_id, [f"ethics/{i}" for i in range(5)])
       score_set = Scores(score_set.item_id[keep], score_set.candidate[keep],
                          score_set.reward[keep], "z")
-    scored[name] = pairs.join(items, pair_rows, score_set, allow_missing=True)
+    scored[name] = pairs.join(items, pair_rows, score_set, allow_missing=True, fields=FIELDS)
   tree = compare.compare_models(scored, options(500))
   assert [(p["a"], p["b"], p["n_items_a"], p["n_items_b"], p["n_common_items"])
           for p in tree["pairs"]] == [("x", "y", 30, 30, 30), ("x", "z", 30, 25, 25),
@@ -250,8 +259,8 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
 def test_models_joined_to_different_pairs_tables_are_refused():
   items, pair_rows = gold_items([("good", "bad", "worse")] * 3)
   score_set = scores_for(items, [(1, 0, 0)] * 3)
-  a = pairs.join(items, pair_rows, score_set)
-  b = pairs.join(items, pair_rows[::-1], score_set)
+  a = pairs.join(items, pair_rows, score_set, fields=FIELDS)
+  b = pairs.join(items, pair_rows[::-1], score_set, fields=FIELDS)
   with pytest.raises(InputError, match="joined to different items or pairs tables"):
     compare.compare_models({"a": a, "b": b}, options(10))
 
@@ -264,7 +273,7 @@ def test_only_the_primary_templates_items_are_compared_as_in_metrics_json():
   for row, template in zip(items, ["ethics.default"] * 6 + ["ethics.paraphrase"] * 6):
     row["template"] = template
   pair_rows = default[1] + [dict(row, item_id=row["item_id"] + "/p") for row in paraphrase[1]]
-  scored = {name: pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)))
+  scored = {name: pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)), fields=FIELDS)
             for name, o in (("a", [1] * 6 + [0] * 6), ("b", [0] * 12))}
   tree = compare.compare_models(scored, options(100))
   (pair,) = tree["pairs"]

@@ -51,7 +51,7 @@ def test_same_seed_same_intervals_other_seed_other_intervals():
 def test_resamples_items_not_pairs():
   # Item A: 3 gold pairs, all won. Item B: 1 gold pair, lost. Accuracy 3/4.
   items, pair_rows, scores = make_items([[5.0, 1.0, 1.0, 1.0], [0.0, 1.0]])
-  scored = pairs.join(items, pair_rows, scores)
+  scored = pairs.join(items, pair_rows, scores, fields=pairs.no_fields)  # ETHICS: no hooks
   sums = bootstrap.stratified_sums(accuracy.item_columns(scored),
                                    {"subset": np.asarray(["deontology"] * 2)}, 4000,
                                    bootstrap.generator(0, "ethics"))

@@ -181,7 +181,7 @@ def test_item_columns_are_padded_across_batches_of_different_widths(monkeypatch)
   monkeypatch.setattr(tables, "BATCH_ROWS", 2)
   rows = [{"item_id": str(i), "dataset": "d", "candidates": ["ab"] * n, "roles": ["r"] * n,
            "desirability": [1] + [-1] * (n - 1)} for i, n in enumerate((2, 3, 4, 2, 3))]
-  table = pairs_module.item_table(rows)
+  table = pairs_module.item_table(rows, pairs_module.no_fields)
   assert table.roles.tolist()[2:4] == [["r"] * 4, ["r", "r", "", ""]]
   assert table.desirability.tolist()[1] == [1, -1, -1, 0]
   assert table.candidate_length.tolist()[4] == [2, 2, 2, 0]

@@ -150,6 +150,8 @@ class PairTable:
 
 
 ITEM_TEXTS = ("dataset", "domain", "subset", "context_condition", "template")
+# The [N] columns an `ItemTable` and a `Scored` share.
+ITEM_SCALARS = ("item_id", *ITEM_TEXTS, "group", "facts")
 # The [N, K] columns: (fill past an item's candidates, dtype).
 PADDED = {"roles": ("", object), "desirability": (0, np.int8), "candidate_length": (0, np.int64)}
 
@@ -175,8 +177,7 @@ class _ItemColumns:
     self.fields = fields
     self.index: dict[Any, int] = {}
     self.strings: dict[str, str] = {}  # one object per distinct string
-    self.scalars: dict[str, list] = {name: [] for name in ("item_id", *ITEM_TEXTS, "group",
-                                                           "facts")}
+    self.scalars: dict[str, list] = {name: [] for name in ITEM_SCALARS}
     self.batch: dict[str, list] = {name: [] for name in PADDED}
     self.blocks: dict[str, list[np.ndarray]] = {name: [] for name in PADDED}
     self.lengths: list[np.ndarray] = []  # each batch's candidate counts
@@ -191,8 +192,7 @@ class _ItemColumns:
       raise InputError(f"item_id {item_id!r} appears twice in the items table", path, number)
     self.index[item_id] = len(self.index)
     self.scalars["item_id"].append(item_id)
-    self.scalars["dataset"].append(self._intern(row.get("dataset")))
-    for name in ITEM_TEXTS[1:]:
+    for name in ITEM_TEXTS:
       self.scalars[name].append(self._intern(row.get(name) or ""))
     for name, value in zip(("group", "facts"), self.fields(row)):
       self.scalars[name].append(self._intern(value))
@@ -274,7 +274,7 @@ def _batches(rows: Iterable[Mapping[str, Any]]) -> Iterable[tuple[int, list]]:
     yield first, batch
 
 
-def item_table(rows: Iterable[Mapping[str, Any]], fields: ItemFields = no_fields) -> ItemTable:
+def item_table(rows: Iterable[Mapping[str, Any]], fields: ItemFields) -> ItemTable:
   """Items-table rows (in memory) as an `ItemTable`."""
   columns = _ItemColumns(fields)
   for number, row in enumerate(rows, start=1):
@@ -287,7 +287,7 @@ def pair_table(rows: Sequence[Mapping[str, Any]], items: ItemTable) -> PairTable
   return _pair_table([_pair_block(batch, items, None, first) for first, batch in _batches(rows)])
 
 
-def read_items(path, fields: ItemFields = no_fields) -> ItemTable:
+def read_items(path, fields: ItemFields) -> ItemTable:
   """The items table at `path`, read in batches (`tables.iter_rows`), each row checked."""
   columns = _ItemColumns(fields)
   for part in tables.table_files(path, "items"):
@@ -334,10 +334,13 @@ def _reward_matrix(items: ItemTable, scores: Scores) -> np.ndarray:
 
 def join(items: ItemTable | Sequence[Mapping[str, Any]],
          pairs: PairTable | Sequence[Mapping[str, Any]], scores: Scores,
-         allow_missing: bool = False, fields: ItemFields = no_fields) -> Scored:
+         allow_missing: bool = False, fields: ItemFields | None = None) -> Scored:
   """Joins one scores set to the items and pairs tables: `ItemTable` and `PairTable`, or their
-  rows (the items' plug-in fields then from `fields`)."""
+  rows, the items' then with their plug-ins' `fields` (`hooks.Options.item_fields`)."""
   if not isinstance(items, ItemTable):
+    if fields is None:
+      raise ValueError("items given as rows need their plug-ins' fields (Options.item_fields), "
+                       "or pairs.no_fields where no plug-in reads its rows")
     items = item_table(items, fields)
   if not isinstance(pairs, PairTable):
     pairs = pair_table(pairs, items)
@@ -354,33 +357,21 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
         f"scores are missing for {coverage['items'] - coverage['scored_items']} of "
         f"{coverage['items']} items ({lacking}); score them, or pass --allow_missing to "
         "compute on the scored items only", scores.path)
-  rewards = np.where(valid, rewards, -np.inf)
-  if coverage["complete"]:  # the items' arrays as they are, not copies
-    pair_item, chosen, rejected, source = pairs.item, pairs.chosen, pairs.rejected, pairs.source
-
-    def kept(values: np.ndarray) -> np.ndarray:
-      return values
-  else:
+  pair_item, chosen, rejected, source = pairs.item, pairs.chosen, pairs.rejected, pairs.source
+  keep: slice | np.ndarray = slice(None)  # all scored: the items' arrays as views, not copies
+  if not coverage["complete"]:
     keep = np.flatnonzero(scored)
     new_index = np.full(scored.size, -1, dtype=np.int64)
     new_index[keep] = np.arange(keep.size)
-    in_scored = new_index[pairs.item] >= 0
-    pair_item = new_index[pairs.item][in_scored]
-    chosen, rejected = pairs.chosen[in_scored], pairs.rejected[in_scored]
-    source = pairs.source[in_scored]
-
-    def kept(values: np.ndarray) -> np.ndarray:
-      return values[keep]
+    in_scored = new_index[pair_item] >= 0
+    pair_item = new_index[pair_item][in_scored]
+    chosen, rejected, source = chosen[in_scored], rejected[in_scored], source[in_scored]
   coverage["pairs"] = int(pairs.item.size)
   coverage["scored_pairs"] = int(pair_item.size)
-  valid, rewards = kept(valid), kept(rewards)
+  valid, rewards = valid[keep], np.where(valid, rewards, -np.inf)[keep]
   return Scored(
-      item_id=kept(items.item_id), dataset=kept(items.dataset), domain=kept(items.domain),
-      subset=kept(items.subset), context_condition=kept(items.context_condition),
-      template=kept(items.template), group=kept(items.group), facts=kept(items.facts),
-      roles=kept(items.roles), desirability=kept(items.desirability), valid=valid,
-      rewards=rewards, selection=selection_weights(rewards, valid),
-      candidate_length=kept(items.candidate_length), pair_item=pair_item, pair_chosen=chosen,
-      pair_rejected=rejected, pair_source=source,
+      **{name: getattr(items, name)[keep] for name in (*ITEM_SCALARS, *PADDED)},
+      valid=valid, rewards=rewards, selection=selection_weights(rewards, valid),
+      pair_item=pair_item, pair_chosen=chosen, pair_rejected=rejected, pair_source=source,
       pair_outcome=pair_outcome(rewards[pair_item, chosen], rewards[pair_item, rejected]),
       coverage=coverage)

@@ -28,11 +28,11 @@ def pairs_from_table(items_path) -> dict[str, list[tuple[int, int]]] | None:
   path = pathlib.Path(items_path)
   folder = path if path.is_dir() else path.parent
   try:
-    files = tables.table_files(folder, "pairs")
+    tables.table_files(folder, "pairs")
   except InputError:
     return None
   out: dict[str, list[tuple[int, int]]] = {}
-  for row in (row for f in files for row in tables.iter_rows(f, "pairs")):
+  for row in tables.iter_rows(folder, "pairs"):
     out.setdefault(str(row["item_id"]), []).append(
         (int(row["chosen_index"]), int(row["rejected_index"])))
   return out
