@@ -46,7 +46,7 @@ def synthetic(n_items: int, seed: int) -> tuple[list[dict], list[dict], Scores]:
   item_id = np.repeat(np.asarray([it["item_id"] for it in items], dtype=object), 3)
   candidate = np.tile(np.arange(3), n_items)
   reward = rng.normal(size=3 * n_items).round(1)  # rounded, so that ties happen
-  return items, pair_rows, Scores(item_id, candidate, reward, "synthetic")
+  return items, pair_rows, Scores.of(item_id, candidate, reward, "synthetic")
 
 
 def main(argv):

@@ -12,6 +12,7 @@ holding an `items/` dataset folder (or that dataset folder itself).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import logging
@@ -20,9 +21,11 @@ import pathlib
 import secrets
 import shutil
 import tempfile
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from socialrm_jax import records
@@ -304,11 +307,27 @@ def jsonl_rows(path: pathlib.Path) -> Iterator[tuple[int, Any]]:
         raise InputError(f"not valid JSON ({e.msg})", path, number) from None
 
 
+def _glibc() -> ctypes.CDLL | None:
+  try:
+    library = ctypes.CDLL("libc.so.6")
+    library.malloc_trim  # pylint: disable=pointless-statement
+  except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+    return None
+  return library
+
+
+_GLIBC = _glibc()
+
+
 def release_unused_memory() -> None:
   """Gives pyarrow's freed buffers back to the system: its allocator keeps them for reuse, so the
   buffers of a large table read and turned into arrays would count in the process's memory for
   the rest of its life."""
   pa.default_memory_pool().release_unused()
+  if _GLIBC is not None:
+    # And glibc's: freed chunks amid live ones stay in the process, a table's worth of them
+    # after a table is read in batches, until malloc_trim returns their pages.
+    _GLIBC.malloc_trim(0)
 
 
 def read_parquet(path: pathlib.Path, columns: Sequence[str] | None = None) -> pa.Table:
@@ -316,6 +335,33 @@ def read_parquet(path: pathlib.Path, columns: Sequence[str] | None = None) -> pa
   not parquet) is an error naming it."""
   try:
     return pq.read_table(path, columns=None if columns is None else list(columns))
+  except (pa.ArrowException, OSError) as e:
+    raise InputError(f"cannot read as parquet: {e}", path) from None
+
+
+def parquet_row_groups(path: pathlib.Path, columns: Sequence[str],
+                       dictionary: Sequence[str] = ()) -> Iterator[pa.Table]:
+  """A parquet file's `columns` (`dictionary` ones dictionary-encoded), a row group at a time."""
+  try:
+    file = pq.ParquetFile(path, read_dictionary=list(dictionary) or None)
+    for group in range(file.num_row_groups):
+      yield file.read_row_group(group, columns=list(columns))
+  except (pa.ArrowException, OSError) as e:
+    raise InputError(f"cannot read as parquet: {e}", path) from None
+
+
+def parquet_rows(path: pathlib.Path) -> int:
+  """How many rows a parquet file has, read from its footer alone."""
+  try:
+    return pq.read_metadata(path).num_rows
+  except (pa.ArrowException, OSError) as e:
+    raise InputError(f"cannot read as parquet: {e}", path) from None
+
+
+def parquet_columns(path: pathlib.Path) -> list[str]:
+  """The names of a parquet file's columns, read from its footer alone."""
+  try:
+    return pq.read_schema(path).names
   except (pa.ArrowException, OSError) as e:
     raise InputError(f"cannot read as parquet: {e}", path) from None
 
@@ -331,10 +377,14 @@ def read_hf_table(folder: pathlib.Path) -> pa.Table:
   return dataset.data.table
 
 
-def iter_rows(path: str | os.PathLike, prefix: str) -> Iterator[dict]:
+def iter_rows(path: str | os.PathLike, prefix: str, columns: Sequence[str] | None = None,
+              item_ids: Collection[str] | None = None) -> Iterator[dict]:
   """Every row of table `prefix` at `path` (see `table_files`), in file order, read `BATCH_ROWS`
   at a time: a table of any size costs one batch of rows. Pairs saved as an HF dataset come back
-  with `chosen` and `rejected` as text, as in the other formats."""
+  with `chosen` and `rejected` as text, as in the other formats. `columns`: a parquet file reads
+  only those of them it has (the other formats give whole rows), so the texts a caller does not
+  need are never decoded. `item_ids`: only the rows whose item_id is one of them (picked before
+  a row of an Arrow batch becomes Python objects)."""
   for f in table_files(path, prefix):
     if f.is_dir():
       try:
@@ -343,23 +393,48 @@ def iter_rows(path: str | os.PathLike, prefix: str) -> Iterator[dict]:
         raise InputError(str(e), f) from None
       batches = table.to_batches(BATCH_ROWS)
     elif f.suffix == ".parquet":
-      batches = _parquet_batches(f)
+      batches = _parquet_batches(f, columns)
     else:
       for number, row in jsonl_rows(f):
-        yield _decode_row(row, f, number)
+        row = _decode_row(row, f, number)
+        if item_ids is None or row.get("item_id") in item_ids:
+          yield row
       continue
-    number = 0
+    first = 1
     for batch in batches:
-      for row in batch.to_pylist():
-        number += 1
-        yield _decode_row(row, f, number)
+      numbers = np.arange(first, first + batch.num_rows)
+      first += batch.num_rows
+      if item_ids is not None:
+        picked = _with_ids(batch, item_ids)
+        batch, numbers = batch.filter(pa.array(picked)), numbers[picked]
+      for number, row in zip(numbers.tolist(), batch.to_pylist()):
+        row = _decode_row(row, f, number)
+        if item_ids is None or row.get("item_id") in item_ids:
+          yield row
+    release_unused_memory()  # the file's decoded column chunks
 
 
-def _parquet_batches(path: pathlib.Path) -> Iterator[pa.RecordBatch]:
-  """A parquet file's rows, `BATCH_ROWS` at a time; one pyarrow cannot read (truncated, not
-  parquet) is an error naming it."""
+def _with_ids(batch: pa.RecordBatch, item_ids: Collection[str]) -> np.ndarray:
+  """Which rows of `batch` may have one of `item_ids` (all, where Arrow cannot tell: no such
+  column, or not text; the caller checks each row it gets). # [rows] bool"""
+  names = batch.schema.names
+  column = batch.column(names.index("item_id")) if "item_id" in names else None
+  if column is None or not (pa.types.is_string(column.type) or pa.types.is_large_string(
+      column.type)):
+    return np.ones(batch.num_rows, dtype=bool)
+  return pc.is_in(column, value_set=pa.array(list(item_ids), column.type)).to_numpy(
+      zero_copy_only=False)
+
+
+def _parquet_batches(path: pathlib.Path,
+                     columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+  """A parquet file's rows (the ones of `columns` it has, if given), `BATCH_ROWS` at a time; one
+  pyarrow cannot read (truncated, not parquet) is an error naming it."""
   try:
-    yield from pq.ParquetFile(path).iter_batches(BATCH_ROWS)
+    file = pq.ParquetFile(path)
+    if columns is not None:
+      columns = [c for c in columns if c in file.schema_arrow.names]
+    yield from file.iter_batches(BATCH_ROWS, columns=columns, use_threads=False)
   except (pa.ArrowException, OSError) as e:
     raise InputError(f"cannot read as parquet: {e}", path) from None
 

@@ -43,8 +43,8 @@ def scores_for(items, rewards_per_item):
     ids += [item["item_id"]] * len(item_rewards)
     candidates += list(range(len(item_rewards)))
     rewards += list(item_rewards)
-  return Scores(np.asarray(ids, dtype=object), np.asarray(candidates),
-                np.asarray(rewards, dtype=np.float64), "test")
+  return Scores.of(np.asarray(ids, dtype=object), np.asarray(candidates),
+                   np.asarray(rewards, dtype=np.float64), "test")
 
 
 # Lengths (chosen, rejected) and the chosen response's outcome, with whether the pair is
@@ -227,8 +227,8 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
     score_set = scores_for(items, outcome_rewards(o.tolist()))
     if name == "z":  # z left items 0-4 unscored
       keep = ~np.isin(score_set.item_id, [f"ethics/{i}" for i in range(5)])
-      score_set = Scores(score_set.item_id[keep], score_set.candidate[keep],
-                         score_set.reward[keep], "z")
+      score_set = Scores.of(score_set.item_id[keep], score_set.candidate[keep],
+                            score_set.reward[keep], "z")
     scored[name] = pairs.join(items, pair_rows, score_set, allow_missing=True, fields=FIELDS)
   tree = compare.compare_models(scored, options(500))
   assert [(p["a"], p["b"], p["n_items_a"], p["n_items_b"], p["n_common_items"])

@@ -213,9 +213,9 @@ def _score_rows(items, reward) -> Scores:
   """A scores set from a function of (item, candidate text)."""
   keys = [(it["item_id"], c, reward(it, text)) for it in items
           for c, text in enumerate(it["candidates"])]
-  return Scores(item_id=np.asarray([k[0] for k in keys], dtype=object),
-                candidate=np.asarray([k[1] for k in keys], dtype=np.int64),
-                reward=np.asarray([k[2] for k in keys], dtype=np.float64), path="<by hand>")
+  return Scores.of(item_id=np.asarray([k[0] for k in keys], dtype=object),
+                   candidate=np.asarray([k[1] for k in keys], dtype=np.int64),
+                   reward=np.asarray([k[2] for k in keys], dtype=np.float64), path="<by hand>")
 
 
 def _content_reward(item, text):

@@ -26,8 +26,8 @@ def make_items(rewards_per_item, subsets=None):
     ids += [item_id] * k
     candidates += list(range(k))
     rewards += list(item_rewards)
-  scores = Scores(np.asarray(ids, dtype=object), np.asarray(candidates), np.asarray(rewards, float),
-                  "test")
+  scores = Scores.of(np.asarray(ids, dtype=object), np.asarray(candidates),
+                     np.asarray(rewards, float), "test")
   return items, pair_rows, scores
 
 
@@ -52,7 +52,7 @@ def test_resamples_items_not_pairs():
   # Item A: 3 gold pairs, all won. Item B: 1 gold pair, lost. Accuracy 3/4.
   items, pair_rows, scores = make_items([[5.0, 1.0, 1.0, 1.0], [0.0, 1.0]])
   scored = pairs.join(items, pair_rows, scores, fields=pairs.no_fields)  # ETHICS: no hooks
-  sums = bootstrap.stratified_sums(accuracy.item_columns(scored),
+  sums = bootstrap.stratified_sums(accuracy.item_columns(scored, np.arange(2)),
                                    {"subset": np.asarray(["deontology"] * 2)}, 4000,
                                    bootstrap.generator(0, "ethics"))
   rows = sums.total("gold_wins") / sums.total("gold_pairs")

@@ -237,7 +237,8 @@ def _table(*groups: tuple[str, list[bool]]) -> tuple[list[dict], list[dict], Sco
       rewards += [1.0, 0.0] if win else [0.0, 1.0]
   pairs = [{"item_id": row["item_id"], "chosen_index": 0, "rejected_index": 1,
             "label_source": records.GOLD, "pair_id": f"{row['item_id']}:0>1"} for row in items]
-  scores = Scores(np.asarray(ids, dtype=object), np.asarray(candidates), np.asarray(rewards), "s")
+  scores = Scores.of(np.asarray(ids, dtype=object), np.asarray(candidates), np.asarray(rewards),
+                     "s")
   return items, pairs, scores
 
 

@@ -31,17 +31,18 @@ NO_MATCHED = (f"no gold pairs whose responses differ in length by less than "
               f"{confounds.LENGTH_MATCH_TOLERANCE:.0%} of the longer")
 
 
-def item_columns(scored: Scored) -> dict[str, np.ndarray]:
-  """Per-item sums over each item's pairs, by label source. Each # [N]"""
-  n = scored.item_id.size
+def item_columns(scored: Scored, index: np.ndarray) -> dict[str, np.ndarray]:
+  """Per-item sums over the pairs of items `index`, by label source. Each # [n]"""
+  pairs, places = scored.pairs_of(index)                                     # [p], [p]
+  source = scored.pair_source[pairs]                                         # [p]
 
-  def per_item(source: str, weights: np.ndarray, among: np.ndarray | bool = True) -> np.ndarray:
-    mask = (scored.pair_source == source) & among
-    return np.bincount(scored.pair_item[mask], weights=weights[mask], minlength=n)
+  def per_item(label: str, weights: np.ndarray, among: np.ndarray | bool = True) -> np.ndarray:
+    mask = (source == label) & among
+    return np.bincount(places[mask], weights=weights[mask], minlength=index.size)
 
-  outcome = scored.pair_outcome
+  outcome = scored.outcome(pairs)
   ones = np.ones_like(outcome)
-  matched = confounds.length_matched(scored)
+  matched = confounds.length_matched(scored, pairs)
   gold_pairs = per_item(records.GOLD, ones)
   gold_losses = per_item(records.GOLD, (outcome == 0).astype(np.float64))
   gold_ties = per_item(records.GOLD, (outcome == 0.5).astype(np.float64))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -43,8 +43,10 @@ def generator(seed: int, name: str) -> np.random.Generator:
   return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
-def distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """The distinct rows of `values` [n, V] and how often each occurs. -> ([U, V], [U])
+def distinct_rows(values: np.ndarray, copies: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+  """The distinct rows of `values` [n, V], in lexicographic order, and how often each occurs
+  (each row counting `copies` [n] times, once by default). -> ([U, V], [U] int64)
 
   Rows are numbered by mixed-radix codes of their per-column value codes, so the work is integer
   sorting, not row comparison."""
@@ -54,21 +56,25 @@ def distinct_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     distinct, inverse = np.unique(column, return_inverse=True)
     radix *= len(distinct)
     if radix >= 2**62:  # too many combinations to number: compare whole rows instead
-      return np.unique(values, axis=0, return_counts=True)
+      distinct_values, inverse = np.unique(values, axis=0, return_inverse=True)
+      return distinct_values, np.bincount(inverse.reshape(-1), weights=copies,
+                                          minlength=len(distinct_values)).astype(np.int64)
     code = code * len(distinct) + inverse.reshape(-1)
-  _, first, copies = np.unique(code, return_index=True, return_counts=True)
-  return values[first], copies
+  _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+  return values[first], np.bincount(inverse.reshape(-1), weights=copies,
+                                    minlength=first.size).astype(np.int64)
 
 
-def _resampled_sums(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-  """Sums of `values` [n, V] over `n_resamples` resamples of its rows. # [n_resamples, V]
+def _resampled_sums(distinct: np.ndarray, copies: np.ndarray, n_resamples: int,
+                    rng: np.random.Generator) -> np.ndarray:
+  """Sums over `n_resamples` resamples of n = sum(copies) rows, of which `distinct` [U, V] are
+  distinct, row u occurring copies[u] times. # [n_resamples, V]
 
-  Drawing n rows with replacement from n rows of which U are distinct, c_u copies of row u, is
-  drawing multinomial counts over the U distinct rows with probabilities c_u / n: the same
-  distribution, at a cost of U instead of n per resample. Per-item values here are counts and
-  outcomes in {0, 1/2, 1}, so U stays small however many items there are."""
-  distinct, copies = distinct_rows(values)                              # [U, V], [U]
-  n = values.shape[0]
+  Drawing n rows with replacement from them is drawing multinomial counts over the U distinct
+  rows with probabilities c_u / n: the same distribution, at a cost of U instead of n per
+  resample. Per-item values here are counts and outcomes in {0, 1/2, 1}, so U stays small
+  however many items there are."""
+  n = int(copies.sum())
   counts = rng.multinomial(n, copies / n, size=n_resamples)            # [n_resamples, U]
   return counts.astype(np.float64) @ distinct
 
@@ -102,25 +108,46 @@ class StratifiedSums:
     return list(dict.fromkeys(getattr(s, field) for s in self.strata))
 
 
-def stratified_sums(columns: Mapping[str, np.ndarray], strata: Mapping[str, np.ndarray],
-                    n_resamples: int, rng: np.random.Generator) -> StratifiedSums:
+Columns = Mapping[str, np.ndarray]  # a per-item value by name, each # [n]
+
+
+def stratified_sums(columns: Columns, strata: Columns, n_resamples: int,
+                    rng: np.random.Generator) -> StratifiedSums:
   """Resamples items within their stratum and sums each column per stratum and resample.
 
   `strata` gives each `Stratum` field as an array [N] of str (a field left out is '')."""
-  names = tuple(columns)
-  values = np.stack([np.asarray(columns[c], dtype=np.float64) for c in names], axis=1)  # [N, V]
-  n = values.shape[0]
-  code: dict[tuple[str, ...], int] = {}
-  fields = [strata.get(f, [""] * n) for f in Stratum._fields]
-  stratum_of_item = np.fromiter((code.setdefault(k, len(code)) for k in zip(*fields)),
-                                dtype=np.int64, count=n)                                 # [N]
-  keys = list(code)
-  order = np.argsort(stratum_of_item, kind="stable")
-  bounds = np.searchsorted(stratum_of_item[order], np.arange(len(keys) + 1))
-  table = np.empty((1 + n_resamples, len(keys), len(names)))
-  for s in range(len(keys)):
-    members = values[order[bounds[s]:bounds[s + 1]]]                                    # [n_s, V]
-    table[0, s] = members.sum(axis=0)
-    table[1:, s] = _resampled_sums(members, n_resamples, rng)
-  return StratifiedSums(strata=tuple(Stratum(*map(str, k)) for k in keys), columns=names,
-                        table=table)
+  return stratified_sums_in_chunks([(columns, strata)], n_resamples, rng)
+
+
+def stratified_sums_in_chunks(chunks: Iterable[tuple[Columns, Columns]], n_resamples: int,
+                              rng: np.random.Generator) -> StratifiedSums:
+  """`stratified_sums` of the items of all `chunks` ((columns, strata) of some items each, the
+  same columns in every chunk), made a chunk at a time: what is kept between chunks is each
+  stratum's distinct rows and their counts, so the items' columns of one chunk are all that
+  exist at once. The strata come in order of their first item, their distinct rows in
+  lexicographic order, as if all items were one chunk: the same resamples."""
+  names: tuple[str, ...] | None = None
+  found: dict[tuple[str, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
+  for columns, strata in chunks:
+    names = tuple(columns) if names is None else names
+    values = np.stack([np.asarray(columns[c], dtype=np.float64) for c in names], axis=1)  # [n, V]
+    n = values.shape[0]
+    code: dict[tuple[str, ...], int] = {}
+    fields = [strata.get(f, [""] * n) for f in Stratum._fields]
+    stratum_of_item = np.fromiter((code.setdefault(tuple(map(str, k)), len(code))
+                                   for k in zip(*fields)), dtype=np.int64, count=n)      # [n]
+    order = np.argsort(stratum_of_item, kind="stable")
+    bounds = np.searchsorted(stratum_of_item[order], np.arange(len(code) + 1))
+    for key, s in code.items():
+      rows = found.setdefault(key, [])
+      rows.append(distinct_rows(values[order[bounds[s]:bounds[s + 1]]]))                 # [n_s, V]
+      if len(rows) > 1:  # merged as they come, so a stratum keeps one set of distinct rows
+        rows[:] = [distinct_rows(np.concatenate([r[0] for r in rows]),
+                                 np.concatenate([r[1] for r in rows]))]
+  if names is None:
+    raise ValueError("stratified_sums_in_chunks needs at least one chunk")
+  table = np.empty((1 + n_resamples, len(found), len(names)))
+  for s, ((distinct, copies),) in enumerate(found.values()):
+    table[0, s] = copies.astype(np.float64) @ distinct
+    table[1:, s] = _resampled_sums(distinct, copies, n_resamples, rng)
+  return StratifiedSums(strata=tuple(Stratum(*k) for k in found), columns=names, table=table)

@@ -141,18 +141,21 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
 
   `a` and `b` hold the same items and pairs (see `common_items`)."""
   sides = {"a": a, "b": b}
-  generic = {side: accuracy.item_columns(s) for side, s in sides.items()}
   sums: dict[str, dict[str, bootstrap.StratifiedSums]] = {"a": {}, "b": {}}
   found: dict[tuple[str, str], dict[str, dict[str, np.ndarray]]] = {}
-  for name in dict.fromkeys(a.dataset):
+  for name in a.dataset.distinct():
     index = np.flatnonzero(a.dataset == name)                            # [n]
     plugin = options.plugin(name)
-    columns = {f"{side}/{k}": v for side, scored in sides.items()
-               for k, v in evaluate.dataset_columns(scored, plugin, index, generic[side]).items()}
-    # evaluate's own strata, so the intervals' strata; they depend on the items only (A's are B's).
-    strata = evaluate.strata(a, index, plugin)
-    joint = bootstrap.stratified_sums(columns, strata, options.n_resamples,
-                                      bootstrap.generator(options.seed, name))
+
+    def both(chunk: np.ndarray, plugin=plugin) -> tuple[bootstrap.Columns, bootstrap.Columns]:
+      """Both models' per-item values of items `chunk`, and evaluate's own strata, so the
+      intervals' strata (they depend on the items only: A's are B's)."""
+      return ({f"{side}/{k}": v for side, scored in sides.items()
+               for k, v in evaluate.dataset_columns(scored, plugin, chunk).items()},
+              evaluate.strata(a, chunk, plugin))
+    joint = bootstrap.stratified_sums_in_chunks(
+        map(both, evaluate.item_chunks(index)), options.n_resamples,
+        bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)
       with estimates.keeping_rows() as kept:
@@ -206,7 +209,7 @@ def compare_pair(a: Scored, b: Scored, options: evaluate.Options) -> list[dict[s
              "value_b": float(rows_b[0]), "difference": difference, "ci95": ci}
       if metric in GOLD_PAIR_ACCURACIES:
         counted = _pairs_counted(a, level, key, metric)
-        row.update(test=MCNEMAR, **mcnemar(a.pair_outcome[counted], b.pair_outcome[counted]))
+        row.update(test=MCNEMAR, **mcnemar(a.outcome(counted), b.outcome(counted)))
       else:
         row.update(test=PAIRED_BOOTSTRAP, p=bootstrap_p(rows_a - rows_b))
       out.append(row)

@@ -35,22 +35,31 @@ def pair_lengths(scored: Scored, pairs: np.ndarray) -> tuple[np.ndarray, np.ndar
           scored.candidate_length[item, scored.pair_rejected[pairs]])
 
 
-def length_matched(scored: Scored) -> np.ndarray:
-  """Whether each pair's responses differ by less than the tolerance of the longer. # [P] bool"""
-  chosen_length, rejected_length = pair_lengths(scored, np.arange(scored.pair_item.size))
+def length_matched(scored: Scored, pairs: np.ndarray | None = None) -> np.ndarray:
+  """Whether each of `pairs` (all by default) has responses that differ by less than the
+  tolerance of the longer. # [P'] bool"""
+  chosen_length, rejected_length = pair_lengths(
+      scored, np.arange(scored.pair_item.size) if pairs is None else pairs)
   longer = np.maximum(chosen_length, rejected_length)
   return np.abs(chosen_length - rejected_length) < LENGTH_MATCH_TOLERANCE * longer
 
 
-def length_rates(scored: Scored, pairs: np.ndarray) -> dict[str, Any]:
-  """The length confound over the pairs `pairs` (indices of gold pairs)."""
-  chosen_length, rejected_length = pair_lengths(scored, pairs)
-  differ = chosen_length != rejected_length
-  chosen_longer = (chosen_length > rejected_length)[differ]
-  outcome = scored.pair_outcome[pairs][differ]
-  longer_won = np.where(chosen_longer, outcome, 1.0 - outcome)
-  if not longer_won.size:
+def length_rates(scored: Scored, pairs: np.ndarray, chunk: int = 1 << 16) -> dict[str, Any]:
+  """The length confound over the pairs `pairs` (indices of gold pairs), summed `chunk` pairs
+  at a time."""
+  longer_won = chosen_longer = 0.0
+  n = 0
+  for start in range(0, pairs.size, chunk):
+    part = pairs[start:start + chunk]
+    chosen_length, rejected_length = pair_lengths(scored, part)
+    differ = chosen_length != rejected_length
+    longer = (chosen_length > rejected_length)[differ]
+    outcome = scored.outcome(part)[differ]
+    longer_won += float(np.where(longer, outcome, 1.0 - outcome).sum())
+    chosen_longer += float(longer.sum())
+    n += int(differ.sum())
+  if not n:
     return {"longer_preferred_rate": Missing(NO_PAIRS), "chosen_longer_share": Missing(NO_PAIRS),
             "n_pairs": 0}
-  return {"longer_preferred_rate": float(longer_won.mean()),
-          "chosen_longer_share": float(chosen_longer.mean()), "n_pairs": int(longer_won.size)}
+  return {"longer_preferred_rate": longer_won / n, "chosen_longer_share": chosen_longer / n,
+          "n_pairs": n}

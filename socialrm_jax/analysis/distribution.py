@@ -54,19 +54,27 @@ def reference(roles: np.ndarray, desirability: np.ndarray) -> tuple[np.ndarray, 
   return q, is_directional | one_good
 
 
-def dataset_summary(scored: Scored, index: np.ndarray) -> dict[str, Any]:
-  """`js_distance`, `js_items` and `selection_shares` for one dataset's items `index`."""
+def dataset_summary(scored: Scored, index: np.ndarray, chunk_items: int = 65536) -> dict[str, Any]:
+  """`js_distance`, `js_items` and `selection_shares` for one dataset's items `index`, summed
+  `chunk_items` items at a time (the [n, K] arrays of one chunk are all that exist at once)."""
   node: dict[str, Any] = {}
-  q, has_reference = reference(scored.roles[index], scored.desirability[index])
-  p = softmax(scored.rewards[index], scored.valid[index])
-  distances = js_distance(p[has_reference], q[has_reference])
-  node["js_distance"] = (float(distances.mean()) if distances.size else
+  distance_sum, js_items = 0.0, 0
+  shares: dict[str, float] = {}
+  for start in range(0, index.size, chunk_items):
+    chunk = index[start:start + chunk_items]
+    roles = scored.roles[chunk]                                              # [c, K]
+    q, has_reference = reference(roles, scored.desirability[chunk])
+    p = softmax(scored.rewards[chunk], scored.valid[chunk])
+    distances = js_distance(p[has_reference], q[has_reference])
+    distance_sum += float(distances.sum())
+    js_items += int(distances.size)
+    selection = scored.selection(chunk)
+    for r in roles.distinct():
+      if r:
+        shares[r] = shares.get(r, 0.0) + float((selection * (roles == r)).sum())
+  node["js_distance"] = (distance_sum / js_items if js_items else
                          Missing("no item has a reference distribution (one +1 candidate, or "
                                  "stereotype and anti_stereotype candidates)"))
-  node["js_items"] = int(distances.size)
-  roles = scored.roles[index]
-  selection = scored.selection[index]
-  names = sorted({r for r in roles.ravel() if r})
-  node["selection_shares"] = {r: float((selection * (roles == r)).sum() / len(index))
-                              for r in names}
+  node["js_items"] = js_items
+  node["selection_shares"] = {r: shares[r] / len(index) for r in sorted(shares)}
   return node

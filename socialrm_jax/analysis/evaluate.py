@@ -25,9 +25,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax import records, templates
+from socialrm_jax import records, tables, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
                                    estimates, evidence)
+from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetView, Options
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
@@ -45,22 +46,40 @@ def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 def strata(scored: Scored, index: np.ndarray, plugin) -> dict[str, np.ndarray]:
   """The bootstrap strata of items `index`: domain, subset and context condition, and the
-  plug-in's group (`Scored.group`) when it has a `stratum_group`. Each # [n]"""
+  plug-in's group (`Scored.group`) when it has a `stratum_group`. Each # [n] strings"""
   fields = {"domain": scored.domain[index], "subset": scored.subset[index],
             "context_condition": scored.context_condition[index]}
   if plugin.stratum_group is not None:
-    fields["group"] = scored.group[index].astype(str)
-  return fields
+    fields["group"] = scored.group[index]
+  return {name: column.strings() for name, column in fields.items()}
 
 
-def dataset_columns(scored: Scored, plugin, index: np.ndarray,
-                    generic: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """A dataset's per-item values: the generic ones (`accuracy.item_columns`) and its plug-in's
-  own. Each # [n]"""
-  columns = {k: v[index] for k, v in generic.items()}
+def dataset_columns(scored: Scored, plugin, index: np.ndarray) -> dict[str, np.ndarray]:
+  """The per-item values of items `index`: the generic ones (`accuracy.item_columns`) and their
+  plug-in's own. Each # [n]"""
+  columns = accuracy.item_columns(scored, index)
   if plugin.item_columns is not None:
     columns.update(plugin.item_columns(scored, index))
   return columns
+
+
+# Items whose per-item values exist at once: the bootstrap sums a dataset a chunk at a time, so
+# that its memory does not grow with the dataset (see `bootstrap.stratified_sums_in_chunks`).
+CHUNK_ITEMS = 65536
+
+
+def item_chunks(index: np.ndarray) -> list[np.ndarray]:
+  """`index` [n] in runs of `CHUNK_ITEMS` items (one, empty, when there are none)."""
+  return [index[start:start + CHUNK_ITEMS] for start in range(0, max(index.size, 1), CHUNK_ITEMS)]
+
+
+def resampled_sums(scored: Scored, plugin, index: np.ndarray, options: Options,
+                   name: str) -> bootstrap.StratifiedSums:
+  """The resampled sums of the per-item values of a dataset's items `index`."""
+  return bootstrap.stratified_sums_in_chunks(
+      ((dataset_columns(scored, plugin, chunk), strata(scored, chunk, plugin))
+       for chunk in item_chunks(index)),
+      options.n_resamples, bootstrap.generator(options.seed, name))
 
 
 def summaries(scored: Scored, plugin, index: np.ndarray, sums: bootstrap.StratifiedSums,
@@ -71,27 +90,28 @@ def summaries(scored: Scored, plugin, index: np.ndarray, sums: bootstrap.Stratif
   return accuracy.dataset_summary(sums), own
 
 
-def dataset_metrics(scored: Scored, name: str, index: np.ndarray, generic: dict[str, np.ndarray],
+def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
                     options: Options) -> tuple[dict[str, Any], bootstrap.StratifiedSums]:
   """`datasets.<name>` and the resampled sums behind it (the domains reuse them)."""
   plugin = options.plugin(name)
-  sums = bootstrap.stratified_sums(dataset_columns(scored, plugin, index, generic),
-                                   strata(scored, index, plugin),
-                                   options.n_resamples, bootstrap.generator(options.seed, name))
+  sums = resampled_sums(scored, plugin, index, options, name)
   node, own = summaries(scored, plugin, index, sums, options)
   merge(node, own)
   merge(node, distribution.dataset_summary(scored, index))
-  gold = np.flatnonzero((scored.pair_source == records.GOLD) & np.isin(scored.pair_item, index))
+  mine = np.zeros(scored.item_id.size, dtype=bool)
+  mine[index] = True
+  gold = np.flatnonzero((scored.pair_source == records.GOLD) & mine[scored.pair_item])
   node["length_confound"] = confounds.length_rates(scored, gold)
   node["n_items"] = int(index.size)
   node["worst_pairs"] = evidence.worst_pairs(scored, index)
+  tables.release_unused_memory()  # a dataset's temporaries: its size, freed, not reused by all
   return node, sums
 
 
 def restrict(scored: Scored, keep: np.ndarray) -> Scored:
   """The scored items where `keep` [N] bool is set, with their pairs. (`Scored`'s `pair_*` arrays
   are per pair, its other arrays per item.)"""
-  new_index = np.full(keep.size, -1, dtype=np.int64)
+  new_index = np.full(keep.size, -1, dtype=np.int32)
   new_index[keep] = np.arange(int(keep.sum()))
   kept_pairs = keep[scored.pair_item]                                  # [P] bool
   fields = {}
@@ -99,7 +119,7 @@ def restrict(scored: Scored, keep: np.ndarray) -> Scored:
     value = getattr(scored, field.name)
     if field.name == "pair_item":
       fields[field.name] = new_index[value[kept_pairs]]
-    elif isinstance(value, np.ndarray):
+    elif isinstance(value, (np.ndarray, Categorical)):
       fields[field.name] = value[kept_pairs if field.name.startswith("pair_") else keep]
   return dataclasses.replace(scored, **fields)
 
@@ -116,8 +136,10 @@ def primary_template_items(scored: Scored) -> Scored:
   by_dataset = templates_by_dataset(scored)
   if all(len(names) == 1 for names in by_dataset.values()):
     return scored
-  primary_of_item = np.asarray([by_dataset[name][0] for name in scored.dataset], dtype=object)
-  return restrict(scored, (scored.template == primary_of_item).astype(bool))
+  keep = np.zeros(scored.item_id.size, dtype=bool)
+  for name, names in by_dataset.items():
+    keep |= (scored.dataset == name) & (scored.template == names[0])
+  return restrict(scored, keep)
 
 
 def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
@@ -125,20 +147,19 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
   primary = {name: names[0] for name, names in by_dataset.items()}
   several = any(len(names) > 1 for names in by_dataset.values())
   scored = primary_template_items(scored)
-  generic = accuracy.item_columns(scored)
   datasets: dict[str, Any] = {}
   sums: dict[str, bootstrap.StratifiedSums] = {}
-  for name in dict.fromkeys(scored.dataset):
+  for name in scored.dataset.distinct():
     index = np.flatnonzero(scored.dataset == name)
-    datasets[name], sums[name] = dataset_metrics(scored, name, index, generic, options)
-  gold = np.flatnonzero(scored.pair_source == records.GOLD)
+    datasets[name], sums[name] = dataset_metrics(scored, name, index, options)
+  gold = np.flatnonzero(scored.pair_source == records.GOLD).astype(np.int32)
   fits = calibration.fit_half(scored.item_id)[scored.pair_item[gold]]
   tree = {
       "n_resamples": options.n_resamples,
       "seed": options.seed,
       "domains": accuracy.domain_summary(sums),
       "datasets": datasets,
-      "calibration": calibration.summary(scored.reward_margin[gold], fits),
+      "calibration": calibration.summary(scored.reward_margin(gold), fits),
       "length_confound": confounds.length_rates(scored, gold),
       "coverage": scored.coverage,
   }
@@ -156,5 +177,5 @@ def compute_metrics(items: Sequence[dict], pairs: Sequence[dict], scores: Scores
   too large for that goes through `pairs.read_items` and `runner.evaluate_all`)."""
   tree = metrics_from_scored(join(items, pairs, scores, options.allow_missing,
                                   options.item_fields), options)
-  evidence.add_texts([tree], items)
+  evidence.add_texts([tree], lambda ids: (item for item in items if item["item_id"] in ids))
   return tree

@@ -14,7 +14,7 @@ The metrics keep no texts (`pairs.Scored`): `worst_pairs` picks the pairs from t
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from socialrm_jax import records
 from socialrm_jax.analysis.pairs import Scored
 
 WORST_PAIRS = 5
+# The items table's columns `add_texts` reads.
+ITEM_COLUMNS = ("item_id", "prompt", "candidates")
 MAX_CHARACTERS = 600  # of each text in metrics.json; the report cuts the prompt further
 ELLIPSIS = " [...]"
 
@@ -42,13 +44,15 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS) -> 
   """The `count` pairs of items `index` [n] whose rejected response beats the chosen one by the
   most: gold pairs when the items have any, else directional ones ([] when neither). Ties in the
   margin go by item id, then the pair's candidates, so the list does not depend on item order."""
-  mine = np.isin(scored.pair_item, index)
+  mine = np.zeros(scored.item_id.size, dtype=bool)
+  mine[index] = True
+  mine = mine[scored.pair_item]                                               # [P]
   source = next((s for s in (records.GOLD, records.DIRECTIONAL)
                  if np.any(mine & (scored.pair_source == s))), None)
   if source is None:
     return []
   pairs = np.flatnonzero(mine & (scored.pair_source == source))             # [p]
-  margin = -scored.reward_margin[pairs]                                      # [p]
+  margin = -scored.reward_margin(pairs)                                      # [p]
   if pairs.size > count:  # only pairs tied with the count-th largest margin or above can be in
     least = np.partition(margin, pairs.size - count)[pairs.size - count]
     pairs, margin = pairs[margin >= least], margin[margin >= least]
@@ -71,9 +75,11 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS) -> 
   return out
 
 
-def add_texts(trees: Iterable[Mapping[str, Any]], items: Iterable[Mapping[str, Any]]) -> None:
+def add_texts(trees: Iterable[Mapping[str, Any]],
+              rows_of: Callable[[Collection[str]], Iterable[Mapping[str, Any]]]) -> None:
   """Fills in the prompt and both responses of every worst pair of metrics.json `trees`
-  (`datasets.<name>.worst_pairs`) from the items table's rows `items`, read once."""
+  (`datasets.<name>.worst_pairs`) from the items table: `rows_of(ids)` gives the rows of items
+  `ids` (at least; `tables.iter_rows(..., item_ids=ids)`), read once."""
   wanted: dict[str, list[dict]] = {}
   for tree in trees:
     for node in (tree.get("datasets") or {}).values():
@@ -81,7 +87,7 @@ def add_texts(trees: Iterable[Mapping[str, Any]], items: Iterable[Mapping[str, A
         wanted.setdefault(pair["item_id"], []).append(pair)
   if not wanted:
     return
-  for item in items:
+  for item in rows_of(set(wanted)):
     for pair in wanted.pop(str(item["item_id"]), ()):
       pair["prompt"] = cut(prompt_text(item.get("prompt")))
       pair["chosen"] = cut(str(item["candidates"][pair["chosen_index"]]))

@@ -12,7 +12,7 @@ shows them as one table per model, a column per objective.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from socialrm_jax.analysis import evaluate, pairs, report
 from socialrm_jax.analysis.scores import Scores
@@ -22,14 +22,23 @@ DATASET_RATES = ("stereotype_rate", "ss")
 
 
 def per_objective(items: pairs.ItemTable | Sequence[dict],
-                  pair_table: pairs.PairTable | Sequence[dict], scores: Scores,
+                  pair_table: pairs.PairTable | Sequence[dict],
+                  parts: Callable[[], Iterable[Scores]],
                   options: evaluate.Options) -> dict[str, Any]:
-  """{"objectives": {index: headline metrics}} when the scores carry vectors, else {}."""
-  if scores.rewards is None or scores.rewards.shape[1] < 2:
+  """{"objectives": {index: headline metrics}} when every row of the scores carries a vector, of
+  one length L >= 2, else {}. `parts()` reads the scores set (`scores.score_parts`) once more:
+  once to see the vectors, then once per objective, so one part is in memory at a time."""
+  lengths = set()
+  for part in parts():
+    if part.rewards is None:
+      return {}
+    lengths.add(part.rewards.shape[1])
+  if len(lengths) != 1 or min(lengths) < 2:
     return {}
   out = {}
-  for index in range(scores.rewards.shape[1]):
-    one = dataclasses.replace(scores, reward=scores.rewards[:, index], rewards=None)
+  for index in range(min(lengths)):
+    one = (dataclasses.replace(part, reward=part.rewards[:, index], rewards=None)
+           for part in parts())
     metrics = evaluate.metrics_from_scored(
         pairs.join(items, pair_table, one, options.allow_missing, options.item_fields), options)
     out[str(index)] = {

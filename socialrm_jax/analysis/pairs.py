@@ -16,45 +16,77 @@ Choices SPEC leaves open, written down here:
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from socialrm_jax import tables
-from socialrm_jax.analysis.scores import Scores, object_array
+from socialrm_jax.analysis import item_ids
+from socialrm_jax.analysis.categorical import Categorical, Coder
+from socialrm_jax.analysis.scores import Scores
 from socialrm_jax.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
 class Scored:
-  """Scored items and their pairs as arrays; N items, K the most candidates of any item, P pairs.
-  No texts: `evidence` reads the few it shows from the items table again."""
-  item_id: np.ndarray              # [N] object
-  dataset: np.ndarray              # [N] object
-  domain: np.ndarray               # [N] object
-  subset: np.ndarray               # [N] object
-  context_condition: np.ndarray    # [N] object ('' when null)
-  template: np.ndarray             # [N] object ('' when null)
-  group: np.ndarray                # [N] object: the plug-in's stratum group ('' when none)
-  facts: np.ndarray                # [N] object: the plug-in's item facts ('' when none)
-  roles: np.ndarray                # [N, K] object ('' past an item's candidates)
+  """Scored items and their pairs as arrays; N items, K the most candidates of any item, P pairs,
+  in item order (an item's in their order in the pairs table). No texts: `evidence` reads the
+  few it shows from the items table again. Columns of a few distinct strings are `Categorical`s
+  (a code an item)."""
+  item_id: np.ndarray              # [N] StringDType
+  dataset: Categorical             # [N]
+  domain: Categorical              # [N]
+  subset: Categorical              # [N]
+  context_condition: Categorical   # [N] ('' when null)
+  template: Categorical            # [N] ('' when null)
+  group: Categorical               # [N] the plug-in's stratum group ('' when none)
+  facts: Categorical               # [N] the plug-in's item facts ('' when none)
+  roles: Categorical               # [N, K] ('' past an item's candidates)
   desirability: np.ndarray         # [N, K] int8 (0 past an item's candidates)
   valid: np.ndarray                # [N, K] bool: the item has this candidate
   rewards: np.ndarray              # [N, K] float64 (-inf past an item's candidates)
-  selection: np.ndarray            # [N, K] float64, rows sum to 1 (tied maxima share)
-  candidate_length: np.ndarray     # [N, K] int64 characters
-  pair_item: np.ndarray            # [P] int64 index into items
-  pair_chosen: np.ndarray          # [P] int64 candidate index
-  pair_rejected: np.ndarray        # [P] int64 candidate index
-  pair_source: np.ndarray          # [P] object: gold | directional | control
-  pair_outcome: np.ndarray         # [P] float64 in {0, 1/2, 1}
+  candidate_length: np.ndarray     # [N, K] int32 characters
+  pair_item: np.ndarray            # [P] int32 index into items
+  pair_chosen: np.ndarray          # [P] int32 candidate index
+  pair_rejected: np.ndarray        # [P] int32 candidate index
+  pair_source: Categorical         # [P] gold | directional | control
   coverage: dict[str, Any]
 
-  @property
-  def reward_margin(self) -> np.ndarray:
-    """r(chosen) - r(rejected) per pair. # [P]"""
-    return (self.rewards[self.pair_item, self.pair_chosen]
-            - self.rewards[self.pair_item, self.pair_rejected])
+  def selection(self, index: np.ndarray) -> np.ndarray:
+    """The selections of items `index` (`selection_weights`), made when asked: an [N, K] float
+    array less to keep. # [n, K], rows sum to 1"""
+    return selection_weights(self.rewards[index], self.valid[index])
+
+  def _pair_rewards(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    item = self.pair_item[pairs]
+    return (self.rewards[item, self.pair_chosen[pairs]],
+            self.rewards[item, self.pair_rejected[pairs]])
+
+  def reward_margin(self, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """r(chosen) - r(rejected) of pairs `pairs` (indices), gathered `chunk` pairs at a time.
+    # [p]"""
+    out = np.empty(len(pairs))
+    for start in range(0, len(pairs), chunk):
+      chosen, rejected = self._pair_rewards(pairs[start:start + chunk])
+      out[start:start + chunk] = chosen - rejected
+    return out
+
+  def outcome(self, pairs: np.ndarray) -> np.ndarray:
+    """`pair_outcome` of pairs `pairs` (indices or a [P] mask), from the rewards: 1, 1/2, 0.
+    # [p]"""
+    return pair_outcome(*self._pair_rewards(pairs))
+
+  def pairs_of(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of items `index` [n], each item's in table order, and each pair's item as a
+    place in `index`: found by binary search, the pairs being in item order.
+    -> (pairs # [p], places # [p])"""
+    first = np.searchsorted(self.pair_item, index, side="left")                # [n]
+    counts = np.searchsorted(self.pair_item, index, side="right") - first      # [n]
+    places = np.repeat(np.arange(index.size), counts)                          # [p]
+    within = np.arange(places.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return first[places] + within, places
 
 
 def pair_outcome(chosen_reward: np.ndarray, rejected_reward: np.ndarray) -> np.ndarray:
@@ -70,14 +102,9 @@ def selection_weights(rewards: np.ndarray, valid: np.ndarray) -> np.ndarray:
   return top / top.sum(axis=1, keepdims=True)
 
 
-def lookup(index: dict[str, int], queries: Sequence[str]) -> np.ndarray:
-  """Position of each query in `index`, -1 when absent. # [Q]"""
-  return np.fromiter((index.get(q, -1) for q in queries), dtype=np.int64, count=len(queries))
-
-
-def _coverage(dataset: np.ndarray, scored: np.ndarray) -> dict[str, Any]:
+def _coverage(dataset: Categorical, scored: np.ndarray) -> dict[str, Any]:
   per_dataset: dict[str, dict[str, Any]] = {}
-  for name in dict.fromkeys(dataset):
+  for name in dataset.distinct():
     mine = dataset == name
     items, scored_items = int(mine.sum()), int((mine & scored).sum())
     per_dataset[name] = {"items": items, "scored_items": scored_items,
@@ -99,13 +126,17 @@ def checked_item(row: Mapping[str, Any], path=None, number: int | None = None) -
   (1-based) name the row in an error."""
   candidates, roles = row.get("candidates"), row.get("roles")
   if (not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates)
-      or not isinstance(roles, list) or len(roles) != len(candidates)):
-    raise InputError("candidates must be a list of texts and roles a list as long", path, number)
-  if not isinstance(row.get("desirability"), list):
-    raise InputError("desirability must be a list of integers", path, number)
+      or not isinstance(roles, list) or len(roles) != len(candidates)
+      or not all(isinstance(r, str) for r in roles)):
+    raise InputError("candidates must be a list of texts and roles a list of texts as long",
+                     path, number)
+  if not isinstance(row.get("desirability"), list) or len(row["desirability"]) != len(roles):
+    raise InputError("desirability must be a list of integers, one per candidate", path, number)
   _integers(row["desirability"], "desirability", path, number)
   if "item_id" not in row:
     raise InputError("the row has no item_id", path, number)
+  if not item_ids.is_id(row["item_id"]):
+    raise InputError(f"item_id must be a text, not {row['item_id']!r:.40}", path, number)
   return row
 
 
@@ -124,117 +155,165 @@ def no_fields(row: Mapping[str, Any]) -> tuple[str, str]:
 class ItemTable:
   """The items table as the metrics keep it: one array per column they read, no texts, so a row
   lives only as long as its batch (`tables.BATCH_ROWS`). N items, K the most candidates (>= 2).
-  Strings repeated across items (dataset, roles, ...) are one object each."""
-  item_id: np.ndarray             # [N] object
-  dataset: np.ndarray             # [N] object
-  domain: np.ndarray              # [N] object ('' when null, as the next four)
-  subset: np.ndarray              # [N] object
-  context_condition: np.ndarray   # [N] object
-  template: np.ndarray            # [N] object
-  group: np.ndarray               # [N] object
-  facts: np.ndarray               # [N] object
-  n_candidates: np.ndarray        # [N] int64
-  roles: np.ndarray               # [N, K] object ('' past an item's candidates)
+  Columns of a few distinct strings (dataset, roles, ...) are `Categorical`s; the ids are one
+  numpy string array (`item_ids`), found by `positions`."""
+  item_id: np.ndarray             # [N] StringDType
+  id_index: item_ids.IdIndex      # finds ids in item_id
+  dataset: Categorical            # [N]
+  domain: Categorical             # [N] ('' when null, as the next four)
+  subset: Categorical             # [N]
+  context_condition: Categorical  # [N]
+  template: Categorical           # [N]
+  group: Categorical              # [N]
+  facts: Categorical              # [N]
+  n_candidates: np.ndarray        # [N] int32
+  roles: Categorical              # [N, K] ('' past an item's candidates)
   desirability: np.ndarray        # [N, K] int8 (0 past an item's candidates)
-  candidate_length: np.ndarray    # [N, K] int64 characters (0 past an item's candidates)
-  index: dict[Any, int]           # item id -> position
+  candidate_length: np.ndarray    # [N, K] int32 characters (0 past an item's candidates)
+
+  def positions(self, ids: Any) -> np.ndarray:
+    """Where each id is in the table, -1 when absent. # [Q] int64"""
+    return self.id_index.positions(ids)
 
 
 @dataclasses.dataclass(frozen=True)
 class PairTable:
   """The pairs table as the join reads it: P pairs, their items as positions in an `ItemTable`."""
-  item: np.ndarray       # [P] int64
-  chosen: np.ndarray     # [P] int64 candidate index
-  rejected: np.ndarray   # [P] int64 candidate index
-  source: np.ndarray     # [P] object: gold | directional | control
+  item: np.ndarray       # [P] int32
+  chosen: np.ndarray     # [P] int32 candidate index
+  rejected: np.ndarray   # [P] int32 candidate index
+  source: Categorical    # [P] gold | directional | control
 
 
 ITEM_TEXTS = ("dataset", "domain", "subset", "context_condition", "template")
-# The [N] columns an `ItemTable` and a `Scored` share.
-ITEM_SCALARS = ("item_id", *ITEM_TEXTS, "group", "facts")
-# The [N, K] columns: (fill past an item's candidates, dtype).
-PADDED = {"roles": ("", object), "desirability": (0, np.int8), "candidate_length": (0, np.int64)}
+# The [N] `Categorical` columns an `ItemTable` and a `Scored` share.
+CATEGORICALS = (*ITEM_TEXTS, "group", "facts")
+# The [N, K] columns (0 past an item's candidates: for roles, the code of '').
+PADDED = ("roles", "desirability", "candidate_length")
+# The columns of the items table the metrics read, the plug-ins' hooks included (`ItemFields`):
+# not the prompts, which a row needs only while it is shown (`evidence`).
+ITEM_COLUMNS = ("item_id", "dataset", "domain", "subset", "context_condition", "template",
+                "candidates", "roles", "desirability", "attributes")
+# The columns of the pairs table the join reads.
+PAIR_COLUMNS = ("pair_id", "item_id", "chosen_index", "rejected_index", "label_source")
 
 
-def _padded(rows: Sequence[Sequence], k: int, fill, dtype) -> np.ndarray:
-  """Rows of up to k values as one array [len(rows), k], `fill` past each row's end."""
-  out = np.full((len(rows), k), fill, dtype=dtype)
-  lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-  for length in np.unique(lengths):  # rows of one length convert in one call
-    same = np.flatnonzero(lengths == length)
-    if length:
-      block = np.empty((same.size, length), dtype=dtype)
-      block[:] = [rows[i] for i in same]
-      out[same, :length] = block
+def _padded(values: np.ndarray, lengths: np.ndarray, k: int, dtype) -> np.ndarray:
+  """Rows of `lengths` [n] values each, `values` one after the other, as one array [n, k], 0
+  past each row's end."""
+  out = np.zeros((lengths.size, k), dtype=dtype)
+  starts = np.cumsum(lengths) - lengths
+  row = np.repeat(np.arange(lengths.size), lengths)                      # [sum(lengths)]
+  out[row, np.arange(row.size) - starts[row]] = values
   return out
 
 
 class _ItemColumns:
-  """Builds an `ItemTable` from rows added one at a time: the [N, K] columns are made into arrays
-  a batch at a time, so that a row's lists go with its batch."""
+  """Builds an `ItemTable` from rows added one at a time, a batch of rows (`tables.BATCH_ROWS`)
+  made into arrays at a time, so that a row's lists go with its batch: ids as a string array,
+  text columns as `Categorical` codes."""
 
   def __init__(self, fields: ItemFields):
     self.fields = fields
-    self.index: dict[Any, int] = {}
-    self.strings: dict[str, str] = {}  # one object per distinct string
-    self.scalars: dict[str, list] = {name: [] for name in ITEM_SCALARS}
-    self.batch: dict[str, list] = {name: [] for name in PADDED}
-    self.blocks: dict[str, list[np.ndarray]] = {name: [] for name in PADDED}
-    self.lengths: list[np.ndarray] = []  # each batch's candidate counts
-
-  def _intern(self, value: Any) -> Any:
-    return self.strings.setdefault(value, value) if isinstance(value, str) else value
+    self.coders = {name: Coder() for name in (*CATEGORICALS, "roles")}
+    self.coders["roles"].codes([""])  # code 0, the padding past an item's candidates
+    self.batch: list[tuple] = []
+    self.blocks: dict[str, list[np.ndarray]] = {
+        name: [] for name in ("item_id", "n_candidates", *CATEGORICALS, *PADDED)}
+    self.files: list[tuple[int, Any]] = []  # (position of a file's first row, the file)
+    self.size = 0
 
   def add(self, row: Mapping[str, Any], path=None, number: int | None = None) -> None:
     checked_item(row, path, number)
-    item_id = row["item_id"]
-    if item_id in self.index:
-      raise InputError(f"item_id {item_id!r} appears twice in the items table", path, number)
-    self.index[item_id] = len(self.index)
-    self.scalars["item_id"].append(item_id)
+    if number == 1 or not self.files:
+      self.files.append((self.size, path))
+    self.size += 1
+    texts = []
     for name in ITEM_TEXTS:
-      self.scalars[name].append(self._intern(row.get(name) or ""))
-    for name, value in zip(("group", "facts"), self.fields(row)):
-      self.scalars[name].append(self._intern(value))
-    self.batch["roles"].append([self._intern(r) for r in row["roles"]])
-    self.batch["desirability"].append(row["desirability"])
-    self.batch["candidate_length"].append([len(c) for c in row["candidates"]])
-    if len(self.batch["roles"]) == tables.BATCH_ROWS:
+      value = row.get(name) or ""
+      if not isinstance(value, str):
+        raise InputError(f"{name} must be a text, not {value!r:.40}", path, number)
+      texts.append(value)
+    self.batch.append((row["item_id"], *texts, *self.fields(row), row["roles"],
+                       row["desirability"], [len(c) for c in row["candidates"]]))
+    if len(self.batch) == tables.BATCH_ROWS:
       self._flush()
 
+  def _where(self, position: int) -> tuple[Any, int]:
+    """(file, 1-based row) of the row at `position` in the table."""
+    start, path = next((s, p) for s, p in reversed(self.files) if s <= position)
+    return path, position - start + 1
+
   def _flush(self) -> None:
-    rows = self.batch["roles"]
-    if rows:
-      self.lengths.append(np.fromiter((len(r) for r in rows), np.int64, len(rows)))
-      k = int(self.lengths[-1].max())
-      for name, (fill, dtype) in PADDED.items():
-        self.blocks[name].append(_padded(self.batch[name], k, fill, dtype))
-        self.batch[name] = []
+    if not self.batch:
+      return
+    columns = list(zip(*self.batch))
+    first = self.size - len(self.batch)
+    self.batch = []
+    ids, texts = columns[0], columns[1:1 + len(CATEGORICALS)]
+    roles, desirability, lengths = columns[1 + len(CATEGORICALS):]
+    n_candidates = np.fromiter(map(len, roles), np.int32, len(roles))                 # [b]
+    k = int(n_candidates.max())
+    flat = np.fromiter(itertools.chain.from_iterable(desirability), np.int64,
+                       int(n_candidates.sum()))
+    if flat.size and (flat.min() < -128 or flat.max() > 127):
+      bad = int(np.repeat(np.arange(n_candidates.size), n_candidates)[
+          np.flatnonzero((flat < -128) | (flat > 127))[0]])
+      raise InputError(f"desirability {desirability[bad]} is out of range", *self._where(
+          first + bad))
+    self.blocks["item_id"].append(item_ids.id_array(ids))
+    self.blocks["n_candidates"].append(n_candidates)
+    for name, values in zip(CATEGORICALS, texts):
+      self.blocks[name].append(self.coders[name].codes(list(values)))
+    self.blocks["roles"].append(_padded(self.coders["roles"].codes(
+        list(itertools.chain.from_iterable(roles))), n_candidates, k, np.int32))
+    self.blocks["desirability"].append(_padded(flat, n_candidates, k, np.int8))
+    self.blocks["candidate_length"].append(_padded(np.fromiter(
+        itertools.chain.from_iterable(lengths), np.int32, flat.size), n_candidates, k, np.int32))
+
+  def _refuse_repeated_ids(self, index: item_ids.IdIndex) -> None:
+    """A repeated id is an error naming the file and row of its second occurrence (the first
+    in table order that repeats an earlier one)."""
+    position = index.first_repeat()
+    if position is not None:
+      raise InputError(f"item_id {str(index.ids[position])!r} appears twice in the items table",
+                       *self._where(position))
 
   def finish(self) -> ItemTable:
     self._flush()
-    k = max([2, *(b.shape[1] for b in self.blocks["roles"])])
-    n_candidates = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+    blocks = self.blocks
+    n_candidates = np.concatenate(blocks["n_candidates"] or [np.zeros(0, np.int32)])
+    item_id = np.concatenate(blocks.pop("item_id") or [item_ids.id_array([])])
+    id_index = item_ids.IdIndex.of(item_id)
+    self._refuse_repeated_ids(id_index)
+    k = max([2, *(b.shape[1] for b in blocks["roles"])])
     padded = {}
-    for name, (fill, dtype) in PADDED.items():
-      padded[name] = np.full((n_candidates.size, k), fill, dtype)
+    for name in PADDED:
+      dtype = blocks[name][0].dtype if blocks[name] else np.int32
+      padded[name] = np.zeros((n_candidates.size, k), dtype)
       start = 0
-      for block in self.blocks.pop(name):
+      for block in blocks.pop(name):
         padded[name][start:start + len(block), :block.shape[1]] = block
         start += len(block)
-    return ItemTable(**{name: object_array(values)
-                        for name, values in self.scalars.items()},
-                     n_candidates=n_candidates, index=self.index, **padded)
+    roles = self.coders["roles"].finish([padded.pop("roles")])
+    return ItemTable(item_id=item_id, id_index=id_index,
+                     **{name: self.coders[name].finish(blocks[name]) for name in CATEGORICALS},
+                     n_candidates=n_candidates, roles=roles,
+                     desirability=padded["desirability"].astype(np.int8),
+                     candidate_length=padded["candidate_length"])
 
 
-def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path,
-                first_number: int) -> tuple[np.ndarray, ...]:
+def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path, first_number: int,
+                coder: Coder) -> tuple[np.ndarray, ...]:
   """A batch of pairs-table rows (numbered from `first_number`) as (item, chosen, rejected,
-  source) arrays, checked: integers for indices, a known item, candidates in range."""
+  source codes of `coder`) arrays, checked: integers for indices, a known item, candidates in
+  range."""
   for number, row in enumerate(rows, start=first_number):
     _integers((row.get("chosen_index"), row.get("rejected_index")),
               "chosen_index and rejected_index", path, number)
-  item = lookup(items.index, [row.get("item_id") for row in rows])
+  ids = [row.get("item_id") for row in rows]
+  text = np.fromiter(map(item_ids.is_id, ids), bool, len(ids))
+  item = np.where(text, items.positions([i if t else "" for i, t in zip(ids, text)]), -1)
   if (item < 0).any():
     j = int(np.flatnonzero(item < 0)[0])
     raise InputError(f"pair {rows[j].get('pair_id')!r} names item {rows[j].get('item_id')!r}, "
@@ -247,18 +326,17 @@ def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path,
     j = int(np.flatnonzero(bad)[0])
     raise InputError(f"pair {rows[j].get('pair_id')!r} has a candidate index out of range",
                      path, first_number + j)
-  source = object_array([row.get("label_source") for row in rows])
-  return item, chosen, rejected, source
+  source = coder.codes([row.get("label_source") for row in rows])
+  return item.astype(np.int32), chosen.astype(np.int32), rejected.astype(np.int32), source
 
 
-def _pair_table(blocks: list[tuple[np.ndarray, ...]]) -> PairTable:
+def _pair_table(blocks: list[tuple[np.ndarray, ...]], coder: Coder) -> PairTable:
   if not blocks:
-    empty = np.zeros(0, np.int64)
-    return PairTable(empty, empty, empty, np.zeros(0, object))
+    empty = np.zeros(0, np.int32)
+    return PairTable(empty, empty, empty, coder.finish([]))
   item, chosen, rejected, source = (np.concatenate(c) for c in zip(*blocks))
-  strings: dict[str, str] = {}
-  source[:] = [strings.setdefault(s, s) if isinstance(s, str) else s for s in source]
-  return PairTable(item, chosen, rejected, source)
+  return PairTable(item, chosen, rejected, coder.finish([source]))
+
 
 
 def _batches(rows: Iterable[Mapping[str, Any]]) -> Iterable[tuple[int, list]]:
@@ -284,59 +362,82 @@ def item_table(rows: Iterable[Mapping[str, Any]], fields: ItemFields) -> ItemTab
 
 def pair_table(rows: Sequence[Mapping[str, Any]], items: ItemTable) -> PairTable:
   """Pairs-table rows (in memory; whole or only the join's columns) as a `PairTable`."""
-  return _pair_table([_pair_block(batch, items, None, first) for first, batch in _batches(rows)])
+  coder = Coder()
+  return _pair_table([_pair_block(batch, items, None, first, coder)
+                      for first, batch in _batches(rows)], coder)
 
 
 def read_items(path, fields: ItemFields) -> ItemTable:
   """The items table at `path`, read in batches (`tables.iter_rows`), each row checked."""
   columns = _ItemColumns(fields)
   for part in tables.table_files(path, "items"):
-    for number, row in enumerate(tables.iter_rows(part, "items"), start=1):
+    for number, row in enumerate(tables.iter_rows(part, "items", ITEM_COLUMNS), start=1):
       columns.add(row, part, number)
+  table = columns.finish()
   tables.release_unused_memory()
-  return columns.finish()
+  return table
 
 
 def read_pairs(path, items: ItemTable) -> PairTable:
-  """The pairs table at `path`, read in batches, checked against `items`."""
-  out = _pair_table([_pair_block(batch, items, part, first)
+  """The pairs table at `path`, read in batches (only the columns the join reads), checked
+  against `items`."""
+  coder = Coder()
+  out = _pair_table([_pair_block(batch, items, part, first, coder)
                      for part in tables.table_files(path, "pairs")
-                     for first, batch in _batches(tables.iter_rows(part, "pairs"))])
+                     for first, batch in _batches(tables.iter_rows(part, "pairs",
+                                                                   PAIR_COLUMNS))], coder)
   tables.release_unused_memory()
   return out
 
 
-def _reward_matrix(items: ItemTable, scores: Scores) -> np.ndarray:
-  """Rewards [N, K], NaN where unscored."""
-  item = lookup(items.index, scores.item_id)
+def _add_rewards(rewards: np.ndarray, items: ItemTable, scores: Scores) -> None:
+  """Puts one part of a scores set into `rewards` [N * K] (NaN where unscored so far), checked:
+  known items, candidates in range, no (item, candidate) scored twice."""
+  item = items.positions(scores.names)[scores.item]                         # [R]
   unknown = np.flatnonzero(item < 0)
   if unknown.size:
     raise InputError(
         f"{unknown.size} score rows name items that are not in the items table (first: "
-        f"{scores.item_id[unknown[0]]!r}); score the same conversion you evaluate", scores.path)
+        f"{scores.row_id(unknown[0])!r}); score the same conversion you evaluate", scores.path,
+        scores.row_number(int(unknown[0])))
   n_candidates = items.n_candidates
   out_of_range = np.flatnonzero((scores.candidate < 0) | (scores.candidate >= n_candidates[item]))
   if out_of_range.size:
     i = out_of_range[0]
     raise InputError(f"candidate {scores.candidate[i]} is out of range for item "
-                     f"{scores.item_id[i]!r} ({n_candidates[item[i]]} candidates)", scores.path)
-  n, k = items.roles.shape
-  flat = item * k + scores.candidate
-  times_scored = np.bincount(flat, minlength=n * k)
-  if flat.size and times_scored.max() > 1:
-    repeated = int(np.argmax(times_scored > 1))
-    raise InputError(f"item {items.item_id[repeated // k]!r} candidate {repeated % k} is scored "
-                     "more than once", scores.path)
-  rewards = np.full(n * k, np.nan)
+                     f"{scores.row_id(i)!r} ({n_candidates[item[i]]} candidates)", scores.path,
+                     scores.row_number(int(i)))
+  k = items.roles.shape[1]
+  flat = item * k + scores.candidate                                        # [R]
+  del item
+  ordered = np.sort(flat)
+  twice = np.flatnonzero(ordered[1:] == ordered[:-1])
+  again = ordered[twice] if twice.size else flat[~np.isnan(rewards[flat])]  # in part, or before
+  if again.size:
+    repeated = int(again[0])
+    raise InputError(f"item {str(items.item_id[repeated // k])!r} candidate {repeated % k} is "
+                     "scored more than once", scores.path)
   rewards[flat] = scores.reward
-  return rewards.reshape(n, k)
+
+
+def _reward_matrix(items: ItemTable, parts: Iterable[Scores]) -> tuple[np.ndarray, str]:
+  """Rewards [N, K], NaN where unscored, from a scores set's parts, and the set's path."""
+  n, k = items.roles.shape
+  rewards = np.full(n * k, np.nan)
+  paths = []
+  for part in parts:
+    _add_rewards(rewards, items, part)
+    paths.append(part.path)
+  path = os.path.commonpath(paths) if len(set(paths)) > 1 else (paths or [""])[0]
+  return rewards.reshape(n, k), path
 
 
 def join(items: ItemTable | Sequence[Mapping[str, Any]],
-         pairs: PairTable | Sequence[Mapping[str, Any]], scores: Scores,
+         pairs: PairTable | Sequence[Mapping[str, Any]], scores: Scores | Iterable[Scores],
          allow_missing: bool = False, fields: ItemFields | None = None) -> Scored:
   """Joins one scores set to the items and pairs tables: `ItemTable` and `PairTable`, or their
-  rows, the items' then with their plug-ins' `fields` (`hooks.Options.item_fields`)."""
+  rows, the items' then with their plug-ins' `fields` (`hooks.Options.item_fields`). The scores
+  are `Scores`, or a set's parts (`scores.score_parts`), read one at a time."""
   if not isinstance(items, ItemTable):
     if fields is None:
       raise ValueError("items given as rows need their plug-ins' fields (Options.item_fields), "
@@ -344,7 +445,7 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
     items = item_table(items, fields)
   if not isinstance(pairs, PairTable):
     pairs = pair_table(pairs, items)
-  rewards = _reward_matrix(items, scores)
+  rewards, path = _reward_matrix(items, [scores] if isinstance(scores, Scores) else scores)
   k = rewards.shape[1]
   valid = np.arange(k)[None, :] < items.n_candidates[:, None]       # [N, K]
   scored = ~np.any(np.isnan(rewards) & valid, axis=1)                # [N]
@@ -356,22 +457,25 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
     raise InputError(
         f"scores are missing for {coverage['items'] - coverage['scored_items']} of "
         f"{coverage['items']} items ({lacking}); score them, or pass --allow_missing to "
-        "compute on the scored items only", scores.path)
+        "compute on the scored items only", path)
   pair_item, chosen, rejected, source = pairs.item, pairs.chosen, pairs.rejected, pairs.source
   keep: slice | np.ndarray = slice(None)  # all scored: the items' arrays as views, not copies
   if not coverage["complete"]:
     keep = np.flatnonzero(scored)
-    new_index = np.full(scored.size, -1, dtype=np.int64)
+    new_index = np.full(scored.size, -1, dtype=np.int32)
     new_index[keep] = np.arange(keep.size)
     in_scored = new_index[pair_item] >= 0
     pair_item = new_index[pair_item][in_scored]
     chosen, rejected, source = chosen[in_scored], rejected[in_scored], source[in_scored]
+  if pair_item.size and np.any(pair_item[1:] < pair_item[:-1]):  # item order (`Scored`)
+    order = np.argsort(pair_item, kind="stable")
+    pair_item, chosen, rejected, source = (a[order] for a in (pair_item, chosen, rejected, source))
   coverage["pairs"] = int(pairs.item.size)
   coverage["scored_pairs"] = int(pair_item.size)
-  valid, rewards = valid[keep], np.where(valid, rewards, -np.inf)[keep]
+  rewards[~valid] = -np.inf
+  valid, rewards = valid[keep], rewards[keep]
   return Scored(
-      **{name: getattr(items, name)[keep] for name in (*ITEM_SCALARS, *PADDED)},
-      valid=valid, rewards=rewards, selection=selection_weights(rewards, valid),
+      **{name: getattr(items, name)[keep] for name in ("item_id", *CATEGORICALS, *PADDED)},
+      valid=valid, rewards=rewards,
       pair_item=pair_item, pair_chosen=chosen, pair_rejected=rejected, pair_source=source,
-      pair_outcome=pair_outcome(rewards[pair_item, chosen], rewards[pair_item, rejected]),
       coverage=coverage)

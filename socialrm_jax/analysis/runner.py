@@ -47,16 +47,19 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   joined: dict[str, pairs.Scored] = {}  # kept for the paired comparisons
   for name, path in zip(model_names(score_paths, names), score_paths):
     start = time.perf_counter()
-    score_set = scores.read_scores(path)
-    joined[name] = pairs.join(items, pair_table, score_set, options.allow_missing)
+    # The scores are read a part at a time (`scores.score_parts`): never whole.
+    joined[name] = pairs.join(items, pair_table, scores.score_parts(path, vectors=False),
+                              options.allow_missing)
     metrics = evaluate.metrics_from_scored(joined[name], options)
-    metrics.update(objectives.per_objective(items, pair_table, score_set, options))
+    metrics.update(objectives.per_objective(
+        items, pair_table, lambda path=path: scores.score_parts(path), options))
     metrics["template_spread"] = template_spread.from_scored(joined[name], options)
     models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
     logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
   del items, pair_table
   # The worst pairs' texts, from one more pass over the items table for every model.
-  evidence.add_texts(models.values(), tables.iter_rows(items_path, "items"))
+  evidence.add_texts(models.values(), lambda ids: tables.iter_rows(
+      items_path, "items", evidence.ITEM_COLUMNS, item_ids=ids))
   for name, metrics in models.items():
     tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", metrics)
   start = time.perf_counter()

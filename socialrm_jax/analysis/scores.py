@@ -11,10 +11,13 @@ import dataclasses
 import json
 import os
 import pathlib
+from typing import Iterator, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from socialrm_jax import tables
+from socialrm_jax.analysis import item_ids
 from socialrm_jax.errors import InputError
 
 REQUIRED_COLUMNS = ("item_id", "candidate", "reward")
@@ -25,35 +28,66 @@ VECTOR_COLUMN = "rewards"
 
 @dataclasses.dataclass(frozen=True)
 class Scores:
-  """The rows of one scores set, as columns."""
-  item_id: np.ndarray    # [R] object (str)
+  """The rows of one scores set, as columns. A row's item id is names[item]: an item has a row
+  per candidate, and its id is kept once (`item_ids`), as a parquet file stores it."""
+  names: np.ndarray      # [U] StringDType item ids
+  item: np.ndarray       # [R] int32 index into names
   candidate: np.ndarray  # [R] int64
   reward: np.ndarray     # [R] float64
   path: str
   rewards: np.ndarray | None = None  # [R, L] float64 reward vectors, when every row has one
+  first_row: int | None = None  # the number of row 0 in its file (a part of one, `score_parts`)
+
+  def row_number(self, row: int) -> int | None:
+    """The number of `row` in its file, for an error (None when the rows are not one file's)."""
+    return None if self.first_row is None else self.first_row + row
+
+  @classmethod
+  def of(cls, item_id: Sequence[str], candidate: Sequence[int], reward: Sequence[float],
+         path: str, rewards: np.ndarray | None = None) -> "Scores":
+    """Scores from one item id per row (texts)."""
+    names, item = _encoded(item_id)
+    return cls(names, item, np.asarray(candidate, dtype=np.int64),
+               np.asarray(reward, dtype=np.float64), path, rewards)
+
+  @property
+  def item_id(self) -> np.ndarray:
+    """Each row's item id (made on each call: R strings). # [R] StringDType"""
+    return self.names[self.item]
+
+  def row_id(self, row: int) -> str:
+    return str(self.names[self.item[row]])
 
 
-def _vectors(values: list, path: pathlib.Path) -> np.ndarray | None:
-  """Rows' reward vectors [R, L]; None when some row has none; unequal lengths are an error."""
+def _encoded(item_id: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+  """Ids as (the distinct ids # [U] StringDType, each id's index into them # [R] int32)."""
+  code: dict[str, int] = {}
+  item = np.fromiter((code.setdefault(i, len(code)) for i in item_id), np.int32, len(item_id))
+  return item_ids.id_array(list(code)), item
+
+
+def _vectors(values: list, path: pathlib.Path, first_row: int) -> np.ndarray | None:
+  """Rows' reward vectors [R, L], the rows numbered from `first_row`; None when some row has
+  none; unequal lengths are an error."""
   if not values or any(v is None for v in values):
     return None
   lengths = np.fromiter((len(v) for v in values), np.int64, count=len(values))
   if (lengths != lengths[0]).any():
     row = int(np.flatnonzero(lengths != lengths[0])[0])
-    raise InputError(f"{VECTOR_COLUMN} has {lengths[row]} values here but {lengths[0]} in row 1; "
-                     "every row of a scores set needs the same number of objectives", path,
-                     row + 1)
+    raise InputError(f"{VECTOR_COLUMN} has {lengths[row]} values here but {lengths[0]} in row "
+                     f"{first_row}; every row of a scores set needs the same number of "
+                     "objectives", path, first_row + row)
   return np.asarray(values, dtype=np.float64).reshape(len(values), int(lengths[0]))
 
 
-def _check_rewards(reward: np.ndarray, item_id: np.ndarray, candidate: np.ndarray,
-                   path: pathlib.Path, first_row: int) -> None:
-  bad = np.flatnonzero(~np.isfinite(reward))
+def _check_rewards(scores: Scores) -> None:
+  bad = np.flatnonzero(~np.isfinite(scores.reward))
   if bad.size:
     i = bad[0]
     raise InputError(
-        f"reward is {reward[i]} for item {item_id[i]!r} candidate {candidate[i]} "
-        f"({bad.size} non-finite rewards in this file); rescore that item", path, first_row + i)
+        f"reward is {scores.reward[i]} for item {scores.row_id(i)!r} candidate "
+        f"{scores.candidate[i]} ({bad.size} non-finite rewards here); rescore that item",
+        scores.path, scores.row_number(i))
 
 
 def object_array(values: list) -> np.ndarray:
@@ -63,30 +97,47 @@ def object_array(values: list) -> np.ndarray:
   return out
 
 
-def _read_parquet(path: pathlib.Path) -> tuple[np.ndarray, ...]:
-  table = tables.read_parquet(path)
-  names = table.column_names
-  missing = [c for c in REQUIRED_COLUMNS if c not in names]
+def _ids(column: pa.ChunkedArray, path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
+  """An item_id column as (its chunks' distinct ids # [U] StringDType, each row's index into
+  them # [R] int32): each distinct id converted once (an item has a row per candidate)."""
+  names, item = [item_ids.id_array([])], [np.zeros(0, np.int32)]
+  for chunk in column.chunks:
+    if not pa.types.is_dictionary(chunk.type):
+      chunk = chunk.dictionary_encode()
+    distinct = chunk.dictionary
+    if not (pa.types.is_string(distinct.type) or pa.types.is_large_string(distinct.type)):
+      raise InputError(f"item_id must be text, not {distinct.type}", path)
+    item.append(chunk.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+                + np.int32(sum(n.size for n in names)))
+    names += [item_ids.id_array(distinct.slice(start, item_ids.BATCH).to_pylist())
+              for start in range(0, len(distinct), item_ids.BATCH)]
+  return np.concatenate(names), np.concatenate(item)
+
+
+def _parquet_parts(path: pathlib.Path, vectors: bool) -> Iterator[Scores]:
+  """A parquet scores file a row group at a time (`Scores.first_row` numbering its rows)."""
+  columns = tables.parquet_columns(path)
+  missing = [c for c in REQUIRED_COLUMNS if c not in columns]
   if missing:
     raise InputError(f"scores table lacks column(s) {', '.join(missing)}", path)
-  for column in REQUIRED_COLUMNS:
-    if table.column(column).null_count:
-      row = int(np.flatnonzero(table.column(column).is_null().to_numpy(zero_copy_only=False))[0])
-      raise InputError(f"{column} is null", path, row + 1)
-  # Each distinct id made a Python string once (an item has a row per candidate).
-  encoded = table.column("item_id").combine_chunks().dictionary_encode()
-  item_id = object_array(encoded.dictionary.to_pylist())[
-      encoded.indices.to_numpy(zero_copy_only=False)]
-  candidate = table.column("candidate").to_numpy().astype(np.int64)
-  reward = table.column("reward").to_numpy().astype(np.float64)
-  vectors = (_vectors(table.column(VECTOR_COLUMN).to_pylist(), path)
-             if VECTOR_COLUMN in names else None)
-  del table, encoded
-  tables.release_unused_memory()
-  return item_id, candidate, reward, vectors
+  vectors = vectors and VECTOR_COLUMN in columns
+  first_row = 1
+  wanted = [*REQUIRED_COLUMNS, VECTOR_COLUMN] if vectors else list(REQUIRED_COLUMNS)
+  for table in tables.parquet_row_groups(path, wanted, dictionary=["item_id"]):
+    for column in REQUIRED_COLUMNS:
+      if table.column(column).null_count:
+        row = int(np.flatnonzero(table.column(column).is_null().to_numpy(
+            zero_copy_only=False))[0])
+        raise InputError(f"{column} is null", path, first_row + row)
+    yield Scores(*_ids(table.column("item_id"), path),
+                 table.column("candidate").to_numpy().astype(np.int64),
+                 table.column("reward").to_numpy().astype(np.float64), str(path),
+                 _vectors(table.column(VECTOR_COLUMN).to_pylist(), path, first_row)
+                 if vectors else None, first_row)
+    first_row += table.num_rows
 
 
-def _read_jsonl(path: pathlib.Path) -> tuple[np.ndarray, ...]:
+def _read_jsonl(path: pathlib.Path) -> Scores:
   item_id, candidate, reward, vectors = [], [], [], []
   for number, row in tables.jsonl_rows(path):
     if not isinstance(row, dict):
@@ -96,26 +147,42 @@ def _read_jsonl(path: pathlib.Path) -> tuple[np.ndarray, ...]:
       raise InputError(f"scores row lacks {', '.join(missing)}", path, number)
     if not isinstance(row["candidate"], int) or isinstance(row["reward"], (str, bool)):
       raise InputError("candidate must be an integer and reward a number", path, number)
+    if not item_ids.is_id(str(row["item_id"])):
+      raise InputError("item_id is not valid Unicode text", path, number)
     item_id.append(str(row["item_id"]))
     candidate.append(row["candidate"])
     reward.append(float(row["reward"]))
     vectors.append(row.get(VECTOR_COLUMN))
-  return (np.asarray(item_id, dtype=object), np.asarray(candidate, dtype=np.int64),
-          np.asarray(reward, dtype=np.float64), _vectors(vectors, path))
+  return dataclasses.replace(Scores.of(item_id, candidate, reward, str(path),
+                                       _vectors(vectors, path, 1)), first_row=1)
+
+
+def score_parts(path: str | os.PathLike, vectors: bool = True) -> Iterator[Scores]:
+  """A scores file or a folder of `scores*` shards, in parts (a parquet file's row groups, a
+  JSON-lines file whole), each checked as it comes (non-finite rewards are an error): a set of
+  any size costs one part at a time. `vectors`: read the reward vectors where there are some."""
+  for f in tables.table_files(path, "scores"):
+    for part in _parquet_parts(f, vectors) if f.suffix == ".parquet" else [_read_jsonl(f)]:
+      _check_rewards(part)
+      yield part
+  tables.release_unused_memory()
 
 
 def read_scores(path: str | os.PathLike) -> Scores:
-  """Reads a scores file or a folder of `scores*` shards; non-finite rewards are an error."""
-  parts = []
-  for f in tables.table_files(path, "scores"):
-    columns = _read_parquet(f) if f.suffix == ".parquet" else _read_jsonl(f)
-    _check_rewards(columns[2], columns[0], columns[1], f, first_row=1)
-    parts.append(columns)
-  item_id, candidate, reward = (np.concatenate([p[i] for p in parts]) for i in range(3))
-  vectors = [p[3] for p in parts]
+  """A scores file or a folder of `scores*` shards, whole (`score_parts`, concatenated)."""
+  parts = list(score_parts(path))
+  # A part's rows index its own names: past the names of the parts before it.
+  offsets = np.cumsum([0, *(p.names.size for p in parts)])
+  item = np.concatenate([p.item + np.int32(o) for p, o in zip(parts, offsets)] or
+                        [np.zeros(0, np.int32)])
+  vectors = [p.rewards for p in parts]
   same = all(v is not None and v.shape[1] == vectors[0].shape[1] for v in vectors)
-  return Scores(item_id=item_id, candidate=candidate, reward=reward, path=str(path),
-                rewards=np.concatenate(vectors) if vectors and same else None)
+
+  def joined(field: str, dtype) -> np.ndarray:
+    return np.concatenate([getattr(p, field) for p in parts] or [np.zeros(0, dtype)])
+  return Scores(joined("names", item_ids.ID_DTYPE), item, joined("candidate", np.int64),
+                joined("reward", np.float64), str(path),
+                np.concatenate(vectors) if vectors and same else None)
 
 
 def model_name(path: str | os.PathLike) -> str:
