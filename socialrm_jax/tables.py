@@ -25,7 +25,6 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from socialrm_jax import records
@@ -391,19 +390,17 @@ def iter_rows(path: str | os.PathLike, prefix: str, columns: Sequence[str] | Non
         table = records.pairs_from_trl(read_hf_table(f))
       except ValueError as e:
         raise InputError(str(e), f) from None
-      batches = table.to_batches(BATCH_ROWS)
+      batches = _numbered(table.to_batches(BATCH_ROWS))
     elif f.suffix == ".parquet":
-      batches = _parquet_batches(f, columns)
+      batches = _parquet_batches(f, columns, item_ids)
     else:
       for number, row in jsonl_rows(f):
         row = _decode_row(row, f, number)
         if item_ids is None or row.get("item_id") in item_ids:
           yield row
       continue
-    first = 1
-    for batch in batches:
+    for first, batch in batches:
       numbers = np.arange(first, first + batch.num_rows)
-      first += batch.num_rows
       if item_ids is not None:
         picked = _with_ids(batch, item_ids)
         batch, numbers = batch.filter(pa.array(picked)), numbers[picked]
@@ -414,7 +411,15 @@ def iter_rows(path: str | os.PathLike, prefix: str, columns: Sequence[str] | Non
     release_unused_memory()  # the file's decoded column chunks
 
 
-def _with_ids(batch: pa.RecordBatch, item_ids: Collection[str]) -> np.ndarray:
+def _numbered(batches: Iterable[pa.RecordBatch],
+              first: int = 1) -> Iterator[tuple[int, pa.RecordBatch]]:
+  """(number of its first row, batch) for each of `batches`, rows numbered from `first`."""
+  for batch in batches:
+    yield first, batch
+    first += batch.num_rows
+
+
+def _with_ids(batch: pa.RecordBatch | pa.Table, item_ids: Collection[str]) -> np.ndarray:
   """Which rows of `batch` may have one of `item_ids` (all, where Arrow cannot tell: no such
   column, or not text; the caller checks each row it gets). # [rows] bool"""
   names = batch.schema.names
@@ -422,19 +427,32 @@ def _with_ids(batch: pa.RecordBatch, item_ids: Collection[str]) -> np.ndarray:
   if column is None or not (pa.types.is_string(column.type) or pa.types.is_large_string(
       column.type)):
     return np.ones(batch.num_rows, dtype=bool)
-  return pc.is_in(column, value_set=pa.array(list(item_ids), column.type)).to_numpy(
-      zero_copy_only=False)
+  # As Python strings, a batch at a time: Arrow's is_in would load its compute kernels (~40 MB)
+  # for a look-up this small.
+  return np.fromiter((i in item_ids for i in column.to_pylist()), dtype=bool,
+                     count=len(column))
 
 
-def _parquet_batches(path: pathlib.Path,
-                     columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
-  """A parquet file's rows (the ones of `columns` it has, if given), `BATCH_ROWS` at a time; one
-  pyarrow cannot read (truncated, not parquet) is an error naming it."""
+def _parquet_batches(path: pathlib.Path, columns: Sequence[str] | None = None,
+                     item_ids: Collection[str] | None = None
+                     ) -> Iterator[tuple[int, pa.RecordBatch]]:
+  """A parquet file's rows (the ones of `columns` it has, if given), `BATCH_ROWS` at a time, as
+  (number of the batch's first row, batch). With `item_ids`, a row group none of whose rows has
+  one of them is skipped, found from its item_id column alone. A file pyarrow cannot read
+  (truncated, not parquet) is an error naming it."""
   try:
     file = pq.ParquetFile(path)
+    names = file.schema_arrow.names
     if columns is not None:
-      columns = [c for c in columns if c in file.schema_arrow.names]
-    yield from file.iter_batches(BATCH_ROWS, columns=columns, use_threads=False)
+      columns = [c for c in columns if c in names]
+    first = 1
+    for group in range(file.num_row_groups):
+      start, first = first, first + file.metadata.row_group(group).num_rows
+      if item_ids is not None and not _with_ids(file.read_row_group(
+          group, columns=[c for c in ("item_id",) if c in names]), item_ids).any():
+        continue
+      yield from _numbered(file.iter_batches(BATCH_ROWS, row_groups=[group], columns=columns,
+                                             use_threads=False), start)
   except (pa.ArrowException, OSError) as e:
     raise InputError(f"cannot read as parquet: {e}", path) from None
 

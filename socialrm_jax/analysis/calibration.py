@@ -57,9 +57,10 @@ def expected_calibration_error(margin: np.ndarray, temperature: float = 1.0,
 
 
 @jax.jit
-def _fit_log_temperature(margin: jax.Array, weight: jax.Array) -> jax.Array:
-  """log T for margins [P] with 0/1 weights [P] (padding has weight 0)."""
+def _fit_log_temperature(margin: jax.Array, n: jax.Array) -> jax.Array:
+  """log T for the first `n` of margins [P] (the rest is padding, of weight 0)."""
   optimizer = optax.adam(LEARNING_RATE)
+  weight = (jnp.arange(margin.size) < n).astype(margin.dtype)                      # [P]
 
   def loss(log_t):
     return jnp.sum(weight * jax.nn.softplus(-margin / jnp.exp(log_t))) / jnp.sum(weight)
@@ -82,13 +83,12 @@ def fit_temperature(margin: np.ndarray) -> float:
   size = 1 << max(int(margin.size - 1).bit_length(), 4)
   padded = np.zeros(size, np.float32)
   padded[:margin.size] = margin
-  weight = (np.arange(size) < margin.size).astype(np.float32)
-  return float(np.exp(_fit_log_temperature(jnp.asarray(padded), jnp.asarray(weight))))
+  return float(np.exp(_fit_log_temperature(jnp.asarray(padded), np.int32(margin.size))))
 
 
-def summary(margin: np.ndarray, fits: np.ndarray) -> dict[str, Any]:
-  """`ece_before`, `ece_after`, `temperature` from gold-pair margins [P] and their half [P]."""
-  fit, report = margin[fits], margin[~fits]
+def summary(fit: np.ndarray, report: np.ndarray) -> dict[str, Any]:
+  """`ece_before`, `ece_after`, `temperature` from the margins of the gold pairs of the items
+  that fit the temperature [F] and of the others [E] (`fit_half`)."""
   node: dict[str, Any] = {"n_bins": N_BINS, "n_fit_pairs": int(fit.size),
                           "n_eval_pairs": int(report.size)}
   if fit.size == 0 or report.size == 0:

@@ -114,7 +114,7 @@ def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   shared = set(a.item_id).intersection(b.item_id)
   a, b = (evaluate.restrict(s, np.fromiter((i in shared for i in s.item_id), bool, s.item_id.size))
           for s in (a, b))
-  same = (np.array_equal(a.item_id, b.item_id)
+  same = (a.item_id.equals(b.item_id)
           and all(np.array_equal(getattr(a, f), getattr(b, f))
                   for f in ("pair_item", "pair_chosen", "pair_rejected", "pair_source")))
   if not same:

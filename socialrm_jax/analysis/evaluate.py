@@ -30,6 +30,7 @@ from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, 
                                    estimates, evidence)
 from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetView, Options
+from socialrm_jax.analysis.item_ids import IdArray
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
 
@@ -104,7 +105,8 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
   node["length_confound"] = confounds.length_rates(scored, gold)
   node["n_items"] = int(index.size)
   node["worst_pairs"] = evidence.worst_pairs(scored, index)
-  tables.release_unused_memory()  # a dataset's temporaries: its size, freed, not reused by all
+  # A dataset's temporaries, freed: given back, for glibc keeps most of them otherwise.
+  tables.release_unused_memory()
   return node, sums
 
 
@@ -119,7 +121,7 @@ def restrict(scored: Scored, keep: np.ndarray) -> Scored:
     value = getattr(scored, field.name)
     if field.name == "pair_item":
       fields[field.name] = new_index[value[kept_pairs]]
-    elif isinstance(value, (np.ndarray, Categorical)):
+    elif isinstance(value, (np.ndarray, Categorical, IdArray)):
       fields[field.name] = value[kept_pairs if field.name.startswith("pair_") else keep]
   return dataclasses.replace(scored, **fields)
 
@@ -127,7 +129,11 @@ def restrict(scored: Scored, keep: np.ndarray) -> Scored:
 def templates_by_dataset(scored: Scored) -> dict[str, list[str]]:
   """Each dataset's templates, its primary one first (see the module's docstring), then in the
   order of their first items."""
-  return templates.by_dataset(zip(scored.dataset, scored.template))
+  # The first item of each (dataset, template), in table order: their strings, not every item's.
+  combined = (scored.dataset.codes.astype(np.int64) * len(scored.template.categories)
+              + scored.template.codes)                                               # [N]
+  first = np.sort(np.unique(combined, return_index=True)[1])
+  return templates.by_dataset(zip(scored.dataset[first], scored.template[first]))
 
 
 def primary_template_items(scored: Scored) -> Scored:
@@ -159,7 +165,8 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
       "seed": options.seed,
       "domains": accuracy.domain_summary(sums),
       "datasets": datasets,
-      "calibration": calibration.summary(scored.reward_margin(gold), fits),
+      "calibration": calibration.summary(scored.reward_margin(gold[fits]),
+                                         scored.reward_margin(gold[~fits])),
       "length_confound": confounds.length_rates(scored, gold),
       "coverage": scored.coverage,
   }
@@ -168,6 +175,7 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
   reasons: dict[str, str] = {}
   tree = estimates.finalize(tree, reasons=reasons)
   tree["null_reasons"] = reasons
+  tables.release_unused_memory()
   return tree
 
 

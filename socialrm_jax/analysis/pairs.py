@@ -24,7 +24,8 @@ import numpy as np
 
 from socialrm_jax import tables
 from socialrm_jax.analysis import item_ids
-from socialrm_jax.analysis.categorical import Categorical, Coder
+from socialrm_jax.analysis.item_ids import IdArray
+from socialrm_jax.analysis.categorical import Categorical, Coder, smallest_code_dtype
 from socialrm_jax.analysis.scores import Scores
 from socialrm_jax.errors import InputError
 
@@ -35,7 +36,7 @@ class Scored:
   in item order (an item's in their order in the pairs table). No texts: `evidence` reads the
   few it shows from the items table again. Columns of a few distinct strings are `Categorical`s
   (a code an item)."""
-  item_id: np.ndarray              # [N] StringDType
+  item_id: IdArray                 # [N]
   dataset: Categorical             # [N]
   domain: Categorical              # [N]
   subset: Categorical              # [N]
@@ -47,10 +48,10 @@ class Scored:
   desirability: np.ndarray         # [N, K] int8 (0 past an item's candidates)
   valid: np.ndarray                # [N, K] bool: the item has this candidate
   rewards: np.ndarray              # [N, K] float64 (-inf past an item's candidates)
-  candidate_length: np.ndarray     # [N, K] int32 characters
+  candidate_length: np.ndarray     # [N, K] characters (the narrowest integer type)
   pair_item: np.ndarray            # [P] int32 index into items
-  pair_chosen: np.ndarray          # [P] int32 candidate index
-  pair_rejected: np.ndarray        # [P] int32 candidate index
+  pair_chosen: np.ndarray          # [P] candidate index (int8 below 128 candidates)
+  pair_rejected: np.ndarray        # [P] candidate index (as pair_chosen)
   pair_source: Categorical         # [P] gold | directional | control
   coverage: dict[str, Any]
 
@@ -155,9 +156,9 @@ def no_fields(row: Mapping[str, Any]) -> tuple[str, str]:
 class ItemTable:
   """The items table as the metrics keep it: one array per column they read, no texts, so a row
   lives only as long as its batch (`tables.BATCH_ROWS`). N items, K the most candidates (>= 2).
-  Columns of a few distinct strings (dataset, roles, ...) are `Categorical`s; the ids are one
-  numpy string array (`item_ids`), found by `positions`."""
-  item_id: np.ndarray             # [N] StringDType
+  Columns of a few distinct strings (dataset, roles, ...) are `Categorical`s; the ids an
+  `IdArray`, found by `positions`."""
+  item_id: IdArray                # [N]
   id_index: item_ids.IdIndex      # finds ids in item_id
   dataset: Categorical            # [N]
   domain: Categorical             # [N] ('' when null, as the next four)
@@ -169,7 +170,7 @@ class ItemTable:
   n_candidates: np.ndarray        # [N] int32
   roles: Categorical              # [N, K] ('' past an item's candidates)
   desirability: np.ndarray        # [N, K] int8 (0 past an item's candidates)
-  candidate_length: np.ndarray    # [N, K] int32 characters (0 past an item's candidates)
+  candidate_length: np.ndarray    # [N, K] characters (0 past an item's candidates; `_narrowest`)
 
   def positions(self, ids: Any) -> np.ndarray:
     """Where each id is in the table, -1 when absent. # [Q] int64"""
@@ -180,8 +181,8 @@ class ItemTable:
 class PairTable:
   """The pairs table as the join reads it: P pairs, their items as positions in an `ItemTable`."""
   item: np.ndarray       # [P] int32
-  chosen: np.ndarray     # [P] int32 candidate index
-  rejected: np.ndarray   # [P] int32 candidate index
+  chosen: np.ndarray     # [P] candidate index (the narrowest integer type that holds them)
+  rejected: np.ndarray   # [P] candidate index (as chosen)
   source: Categorical    # [P] gold | directional | control
 
 
@@ -208,6 +209,12 @@ def _padded(values: np.ndarray, lengths: np.ndarray, k: int, dtype) -> np.ndarra
   return out
 
 
+def _narrowest(lengths: np.ndarray) -> np.ndarray:
+  """Lengths (>= 0) in the narrowest integer type that holds them: the differences of two fit
+  it too, which is all `confounds` computes with them."""
+  return lengths.astype(smallest_code_dtype(int(lengths.max(initial=0)) + 1))
+
+
 class _ItemColumns:
   """Builds an `ItemTable` from rows added one at a time, a batch of rows (`tables.BATCH_ROWS`)
   made into arrays at a time, so that a row's lists go with its batch: ids as a string array,
@@ -218,7 +225,7 @@ class _ItemColumns:
     self.coders = {name: Coder() for name in (*CATEGORICALS, "roles")}
     self.coders["roles"].codes([""])  # code 0, the padding past an item's candidates
     self.batch: list[tuple] = []
-    self.blocks: dict[str, list[np.ndarray]] = {
+    self.blocks: dict[str, list] = {
         name: [] for name in ("item_id", "n_candidates", *CATEGORICALS, *PADDED)}
     self.files: list[tuple[int, Any]] = []  # (position of a file's first row, the file)
     self.size = 0
@@ -261,7 +268,7 @@ class _ItemColumns:
           np.flatnonzero((flat < -128) | (flat > 127))[0]])
       raise InputError(f"desirability {desirability[bad]} is out of range", *self._where(
           first + bad))
-    self.blocks["item_id"].append(item_ids.id_array(ids))
+    self.blocks["item_id"].append(IdArray.of(ids))
     self.blocks["n_candidates"].append(n_candidates)
     for name, values in zip(CATEGORICALS, texts):
       self.blocks[name].append(self.coders[name].codes(list(values)))
@@ -283,7 +290,7 @@ class _ItemColumns:
     self._flush()
     blocks = self.blocks
     n_candidates = np.concatenate(blocks["n_candidates"] or [np.zeros(0, np.int32)])
-    item_id = np.concatenate(blocks.pop("item_id") or [item_ids.id_array([])])
+    item_id = IdArray.concatenate(blocks.pop("item_id"))
     id_index = item_ids.IdIndex.of(item_id)
     self._refuse_repeated_ids(id_index)
     k = max([2, *(b.shape[1] for b in blocks["roles"])])
@@ -300,7 +307,7 @@ class _ItemColumns:
                      **{name: self.coders[name].finish(blocks[name]) for name in CATEGORICALS},
                      n_candidates=n_candidates, roles=roles,
                      desirability=padded["desirability"].astype(np.int8),
-                     candidate_length=padded["candidate_length"])
+                     candidate_length=_narrowest(padded["candidate_length"]))
 
 
 def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path, first_number: int,
@@ -335,7 +342,8 @@ def _pair_table(blocks: list[tuple[np.ndarray, ...]], coder: Coder) -> PairTable
     empty = np.zeros(0, np.int32)
     return PairTable(empty, empty, empty, coder.finish([]))
   item, chosen, rejected, source = (np.concatenate(c) for c in zip(*blocks))
-  return PairTable(item, chosen, rejected, coder.finish([source]))
+  index = smallest_code_dtype(int(max(chosen.max(), rejected.max())) + 1)  # few candidates
+  return PairTable(item, chosen.astype(index), rejected.astype(index), coder.finish([source]))
 
 
 

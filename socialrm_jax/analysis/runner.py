@@ -43,23 +43,32 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   # Read in batches, checked, and kept as columns without their texts (`pairs.ItemTable`).
   items = pairs.read_items(items_path, options.item_fields)
   pair_table = pairs.read_pairs(folder if folder.is_dir() else folder.parent, items)
-  models = {}
+  paths = dict(zip(model_names(score_paths, names), score_paths))
   joined: dict[str, pairs.Scored] = {}  # kept for the paired comparisons
-  for name, path in zip(model_names(score_paths, names), score_paths):
+  per_objective = {}
+  for name, path in paths.items():
     start = time.perf_counter()
     # The scores are read a part at a time (`scores.score_parts`): never whole.
     joined[name] = pairs.join(items, pair_table, scores.score_parts(path, vectors=False),
                               options.allow_missing)
+    per_objective[name] = objectives.per_objective(
+        items, pair_table, lambda path=path: scores.score_parts(path), options)
+    logging.info("%s: joined in %.1f s", name, time.perf_counter() - start)
+  # Every set joined: the scored items keep what the metrics read, not the tables' id index.
+  del items, pair_table
+  tables.release_unused_memory()
+  models = {}
+  for name, path in paths.items():
+    start = time.perf_counter()
     metrics = evaluate.metrics_from_scored(joined[name], options)
-    metrics.update(objectives.per_objective(
-        items, pair_table, lambda path=path: scores.score_parts(path), options))
+    metrics.update(per_objective.pop(name))
     metrics["template_spread"] = template_spread.from_scored(joined[name], options)
     models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
     logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
-  del items, pair_table
   # The worst pairs' texts, from one more pass over the items table for every model.
   evidence.add_texts(models.values(), lambda ids: tables.iter_rows(
       items_path, "items", evidence.ITEM_COLUMNS, item_ids=ids))
+  tables.release_unused_memory()
   for name, metrics in models.items():
     tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", metrics)
   start = time.perf_counter()
