@@ -80,3 +80,28 @@ def test_strata_keep_their_size_and_resampled_sums_have_bootstrap_moments():
   assert resampled.mean() == pytest.approx(200 * b.mean(), rel=0.01)
   assert resampled.var() == pytest.approx(200 * b.var(), rel=0.1)
   assert sums.total("v")[0] == pytest.approx(values.sum())
+
+
+def test_sums_made_a_chunk_at_a_time_are_the_sums_of_all_items():
+  rng = np.random.default_rng(5)
+  n = 500
+  columns = {"v": rng.integers(0, 3, size=n) / 2.0, "w": rng.integers(0, 2, size=n) * 1.0}
+  strata = {"subset": rng.choice(["a", "b", "c"], size=n), "group": rng.choice(["x", "y"], n)}
+  whole = bootstrap.stratified_sums(columns, strata, 200, np.random.default_rng(9))
+  cuts = [0, 1, 120, 121, 377, n]
+  chunked = bootstrap.stratified_sums_in_chunks(
+      [({k: v[a:b] for k, v in columns.items()}, {k: v[a:b] for k, v in strata.items()})
+       for a, b in zip(cuts, cuts[1:])], 200, np.random.default_rng(9))
+  # The same strata in the same order, the same multinomial draws: the same table.
+  assert chunked.strata == whole.strata and chunked.columns == whole.columns
+  np.testing.assert_allclose(chunked.table, whole.table, rtol=0, atol=1e-9)
+
+
+def test_metrics_do_not_depend_on_the_chunk_size(monkeypatch):
+  rng = np.random.default_rng(2)
+  items, pair_rows, scores = make_items(rng.normal(size=(90, 3)).round(1),
+                                        subsets=["deontology", "justice", "virtue"] * 30)
+  options = evaluate.Options(plugins=PLUGINS)
+  whole = evaluate.compute_metrics(items, pair_rows, scores, options)
+  monkeypatch.setattr(evaluate, "CHUNK_ITEMS", 7)
+  assert evaluate.compute_metrics(items, pair_rows, scores, options) == whole

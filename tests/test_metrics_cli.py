@@ -208,3 +208,45 @@ def test_display_names_from_flag_run_json_or_stem(tmp_path):
   assert runner.model_names(["a", "b"], ["same", "same"]) == ["same", "same-2"]
   with pytest.raises(InputError, match="--names has 1 names for 2 scores sets"):
     runner.model_names(["a", "b"], ["only"])
+
+
+def _parquet_in_groups(path, rows, group_rows):
+  import pyarrow as pa  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  path.parent.mkdir(parents=True, exist_ok=True)
+  pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=group_rows)
+
+
+def test_scores_are_read_a_row_group_at_a_time_with_rows_numbered_in_their_file(tmp_path,
+                                                                                converted):
+  folder, items = converted
+  rows = score_rows(items, lambda i, k: float(i % 5 - k))
+  _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
+  parts = list(scores_module.score_parts(tmp_path / "s"))
+  assert [p.first_row for p in parts] == list(range(1, len(rows) + 1, 7))
+  table = pairs_module.read_items(folder, evaluate.Options(plugins=PLUGINS).item_fields)
+  pair_table = pairs_module.read_pairs(folder, table)
+  by_parts = pairs_module.join(table, pair_table, iter(parts))
+  whole = pairs_module.join(table, pair_table, scores_module.read_scores(tmp_path / "s"))
+  assert np.array_equal(by_parts.rewards, whole.rewards)
+  rows[19]["reward"] = float("inf")
+  _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
+  with pytest.raises(InputError, match=r"scores.parquet, row 20: reward is inf"):
+    list(scores_module.score_parts(tmp_path / "s"))
+  rows[19]["reward"] = 0.0
+  rows[30] = dict(rows[2])  # item 0's candidate 2 again, two row groups later
+  _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
+  with pytest.raises(InputError, match=r"item 'bbq/Age/0' candidate 2 is scored more than once"):
+    pairs_module.join(table, pair_table, scores_module.score_parts(tmp_path / "s"),
+                      allow_missing=True)
+
+
+def test_rows_are_picked_by_id_from_the_row_groups_that_hold_them(tmp_path, converted):
+  _, items = converted
+  _parquet_in_groups(tmp_path / "t" / "items.parquet",
+                     [{**it, "attributes": json.dumps(it["attributes"])} for it in items], 8)
+  wanted = {"bbq/Age/3", "moral_stories/19", "elsewhere/1"}
+  found = list(tables.iter_rows(tmp_path / "t", "items", ("item_id", "candidates"),
+                                item_ids=wanted))
+  assert [r["item_id"] for r in found] == ["bbq/Age/3", "moral_stories/19"]
+  assert set(found[0]) == {"item_id", "candidates"} and found[1]["candidates"][1] == "immoral 19"
