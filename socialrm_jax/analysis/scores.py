@@ -90,13 +90,6 @@ def _check_rewards(scores: Scores) -> None:
         scores.path, scores.row_number(i))
 
 
-def object_array(values: list) -> np.ndarray:
-  """A list as a 1-d object array, whatever its values are (lists included)."""
-  out = np.empty(len(values), dtype=object)
-  out[:] = values
-  return out
-
-
 def _ids(column: pa.ChunkedArray, path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
   """An item_id column as (its chunks' distinct ids # [U] StringDType, each row's index into
   them # [R] int32): each distinct id converted once (an item has a row per candidate)."""
