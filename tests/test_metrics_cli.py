@@ -250,3 +250,12 @@ def test_rows_are_picked_by_id_from_the_row_groups_that_hold_them(tmp_path, conv
                                 item_ids=wanted))
   assert [r["item_id"] for r in found] == ["bbq/Age/3", "moral_stories/19"]
   assert set(found[0]) == {"item_id", "candidates"} and found[1]["candidates"][1] == "immoral 19"
+
+
+def test_reward_vectors_of_another_length_in_a_later_row_group_are_an_error(tmp_path, converted):
+  _, items = converted
+  rows = [{**row, "rewards": [0.0, 1.0] if j < 7 else [0.0, 1.0, 2.0]}
+          for j, row in enumerate(score_rows(items, lambda i, k: 0.0))]
+  _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
+  with pytest.raises(InputError, match=r"row 8: rewards has 3 values here but 2 in an earlier"):
+    list(scores_module.score_parts(tmp_path / "s"))

@@ -114,7 +114,7 @@ def _parquet_parts(path: pathlib.Path, vectors: bool) -> Iterator[Scores]:
   if missing:
     raise InputError(f"scores table lacks column(s) {', '.join(missing)}", path)
   vectors = vectors and VECTOR_COLUMN in columns
-  first_row = 1
+  first_row, length = 1, None
   wanted = [*REQUIRED_COLUMNS, VECTOR_COLUMN] if vectors else list(REQUIRED_COLUMNS)
   for table in tables.parquet_row_groups(path, wanted, dictionary=["item_id"]):
     for column in REQUIRED_COLUMNS:
@@ -122,11 +122,18 @@ def _parquet_parts(path: pathlib.Path, vectors: bool) -> Iterator[Scores]:
         row = int(np.flatnonzero(table.column(column).is_null().to_numpy(
             zero_copy_only=False))[0])
         raise InputError(f"{column} is null", path, first_row + row)
+    group_vectors = (_vectors(table.column(VECTOR_COLUMN).to_pylist(), path, first_row)
+                     if vectors else None)
+    if group_vectors is not None:  # one length in the whole file, as within a group
+      length = length or group_vectors.shape[1]
+      if group_vectors.shape[1] != length:
+        raise InputError(f"{VECTOR_COLUMN} has {group_vectors.shape[1]} values here but {length} "
+                         "in an earlier row; every row of a scores set needs the same number of "
+                         "objectives", path, first_row)
     yield Scores(*_ids(table.column("item_id"), path),
                  table.column("candidate").to_numpy().astype(np.int64),
-                 table.column("reward").to_numpy().astype(np.float64), str(path),
-                 _vectors(table.column(VECTOR_COLUMN).to_pylist(), path, first_row)
-                 if vectors else None, first_row)
+                 table.column("reward").to_numpy().astype(np.float64), str(path), group_vectors,
+                 first_row)
     first_row += table.num_rows
 
 
