@@ -349,14 +349,6 @@ def parquet_row_groups(path: pathlib.Path, columns: Sequence[str],
     raise InputError(f"cannot read as parquet: {e}", path) from None
 
 
-def parquet_rows(path: pathlib.Path) -> int:
-  """How many rows a parquet file has, read from its footer alone."""
-  try:
-    return pq.read_metadata(path).num_rows
-  except (pa.ArrowException, OSError) as e:
-    raise InputError(f"cannot read as parquet: {e}", path) from None
-
-
 def parquet_columns(path: pathlib.Path) -> list[str]:
   """The names of a parquet file's columns, read from its footer alone."""
   try:
@@ -396,7 +388,7 @@ def iter_rows(path: str | os.PathLike, prefix: str, columns: Sequence[str] | Non
     else:
       for number, row in jsonl_rows(f):
         row = _decode_row(row, f, number)
-        if item_ids is None or row.get("item_id") in item_ids:
+        if item_ids is None or _has_id(row, item_ids):
           yield row
       continue
     for first, batch in batches:
@@ -406,9 +398,13 @@ def iter_rows(path: str | os.PathLike, prefix: str, columns: Sequence[str] | Non
         batch, numbers = batch.filter(pa.array(picked)), numbers[picked]
       for number, row in zip(numbers.tolist(), batch.to_pylist()):
         row = _decode_row(row, f, number)
-        if item_ids is None or row.get("item_id") in item_ids:
+        if item_ids is None or _has_id(row, item_ids):
           yield row
     release_unused_memory()  # the file's decoded column chunks
+
+
+def _has_id(row: dict, item_ids: Collection[str]) -> bool:
+  return isinstance(row.get("item_id"), str) and row["item_id"] in item_ids
 
 
 def _numbered(batches: Iterable[pa.RecordBatch],
