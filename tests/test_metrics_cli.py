@@ -259,3 +259,14 @@ def test_reward_vectors_of_another_length_in_a_later_row_group_are_an_error(tmp_
   _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
   with pytest.raises(InputError, match=r"row 8: rewards has 3 values here but 2 in an earlier"):
     list(scores_module.score_parts(tmp_path / "s"))
+
+
+def test_a_label_source_that_is_not_text_is_named_with_its_row(converted):
+  folder, items = converted
+  rows = pair_rows(items)
+  rows[3]["label_source"] = ["gold"]
+  tables.write_rows(folder / "pairs.jsonl", rows)
+  (folder / "pairs.parquet").unlink()
+  table = pairs_module.item_table(items, pairs_module.no_fields)
+  with pytest.raises(InputError, match=r"row 4: label_source must be a text, not \['gold'\]"):
+    pairs_module.read_pairs(folder, table)

@@ -217,7 +217,7 @@ def _narrowest(lengths: np.ndarray) -> np.ndarray:
 
 class _ItemColumns:
   """Builds an `ItemTable` from rows added one at a time, a batch of rows (`tables.BATCH_ROWS`)
-  made into arrays at a time, so that a row's lists go with its batch: ids as a string array,
+  made into arrays at a time, so that a row's lists go with its batch: ids as an `IdArray`,
   text columns as `Categorical` codes."""
 
   def __init__(self, fields: ItemFields):
@@ -333,7 +333,12 @@ def _pair_block(rows: Sequence[Mapping[str, Any]], items: ItemTable, path, first
     j = int(np.flatnonzero(bad)[0])
     raise InputError(f"pair {rows[j].get('pair_id')!r} has a candidate index out of range",
                      path, first_number + j)
-  source = coder.codes([row.get("label_source") for row in rows])
+  sources = [row.get("label_source") for row in rows]
+  bad = [j for j, label in enumerate(sources) if label is not None and not isinstance(label, str)]
+  if bad:
+    raise InputError(f"label_source must be a text, not {sources[bad[0]]!r:.40}", path,
+                     first_number + bad[0])
+  source = coder.codes(sources)
   return item.astype(np.int32), chosen.astype(np.int32), rejected.astype(np.int32), source
 
 
