@@ -65,7 +65,7 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
     metrics["template_spread"] = template_spread.from_scored(joined[name], options)
     models[name] = {"model": name, "scores": str(path), "items": str(items_path), **metrics}
     logging.info("%s: metrics in %.1f s", name, time.perf_counter() - start)
-  # The worst pairs' texts, from one more pass over the items table for every model.
+  # The worst pairs' texts, every model's at once, from the items table's rows with their ids.
   evidence.add_texts(models.values(), lambda ids: tables.iter_rows(
       items_path, "items", evidence.ITEM_COLUMNS, item_ids=ids))
   tables.release_unused_memory()
