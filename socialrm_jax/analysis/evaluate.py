@@ -102,6 +102,7 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
   mine = np.zeros(scored.item_id.size, dtype=bool)
   mine[index] = True
   gold = np.flatnonzero((scored.pair_source == records.GOLD) & mine[scored.pair_item])
+  gold = gold.astype(np.int32)
   node["length_confound"] = confounds.length_rates(scored, gold)
   node["n_items"] = int(index.size)
   node["worst_pairs"] = evidence.worst_pairs(scored, index)
@@ -158,16 +159,18 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
   for name in scored.dataset.distinct():
     index = np.flatnonzero(scored.dataset == name)
     datasets[name], sums[name] = dataset_metrics(scored, name, index, options)
-  gold = np.flatnonzero(scored.pair_source == records.GOLD).astype(np.int32)
-  fits = calibration.fit_half(scored.item_id)[scored.pair_item[gold]]
+  gold = scored.pair_source == records.GOLD                                   # [P]
+  fits = calibration.fit_half(scored.item_id)[scored.pair_item]              # [P]
   tree = {
       "n_resamples": options.n_resamples,
       "seed": options.seed,
       "domains": accuracy.domain_summary(sums),
       "datasets": datasets,
-      "calibration": calibration.summary(scored.reward_margin(gold[fits]),
-                                         scored.reward_margin(gold[~fits])),
-      "length_confound": confounds.length_rates(scored, gold),
+      "calibration": calibration.summary(  # the fit is in float32: so its margins
+          scored.reward_margin(np.flatnonzero(gold & fits).astype(np.int32), np.float32),
+          scored.reward_margin(np.flatnonzero(gold & ~fits).astype(np.int32))),
+      "length_confound": confounds.length_rates(
+          scored, np.flatnonzero(gold).astype(np.int32)),
       "coverage": scored.coverage,
   }
   if several:

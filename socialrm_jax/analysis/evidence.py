@@ -40,7 +40,8 @@ def prompt_text(messages: Any) -> str:
   return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages)
 
 
-def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS) -> list[dict]:
+def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS,
+                chunk_items: int = 1 << 16) -> list[dict]:
   """The `count` pairs of items `index` [n] whose rejected response beats the chosen one by the
   most: gold pairs when the items have any, else directional ones ([] when neither). Ties in the
   margin go by item id, then the pair's candidates, so the list does not depend on item order."""
@@ -51,11 +52,17 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS) -> 
                  if np.any(mine & (scored.pair_source == s))), None)
   if source is None:
     return []
-  pairs = np.flatnonzero(mine & (scored.pair_source == source))             # [p]
-  margin = -scored.reward_margin(pairs)                                      # [p]
-  if pairs.size > count:  # only pairs tied with the count-th largest margin or above can be in
-    least = np.partition(margin, pairs.size - count)[pairs.size - count]
-    pairs, margin = pairs[margin >= least], margin[margin >= least]
+  # Only pairs tied with the count-th largest margin or above can be in: kept a chunk of items
+  # at a time, those of the pairs so far (the threshold only rises, so none dropped comes back).
+  pairs, margin = np.zeros(0, np.int64), np.zeros(0)                         # [p], [p]
+  for start in range(0, index.size, chunk_items):
+    more = scored.pairs_of(index[start:start + chunk_items])[0]
+    more = more[scored.pair_source[more] == source]
+    pairs, margin = np.concatenate([pairs, more]), np.concatenate([margin,
+                                                                   -scored.reward_margin(more)])
+    if pairs.size > count:
+      least = np.partition(margin, pairs.size - count)[pairs.size - count]
+      pairs, margin = pairs[margin >= least], margin[margin >= least]
   ids = [str(scored.item_id[i]) for i in scored.pair_item[pairs]]
   order = sorted(range(len(pairs)), key=lambda j: (-margin[j], ids[j], int(scored.pair_chosen[
       pairs[j]]), int(scored.pair_rejected[pairs[j]])))[:count]

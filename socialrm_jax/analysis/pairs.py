@@ -65,10 +65,11 @@ class Scored:
     return (self.rewards[item, self.pair_chosen[pairs]],
             self.rewards[item, self.pair_rejected[pairs]])
 
-  def reward_margin(self, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
-    """r(chosen) - r(rejected) of pairs `pairs` (indices), gathered `chunk` pairs at a time.
-    # [p]"""
-    out = np.empty(len(pairs))
+  def reward_margin(self, pairs: np.ndarray, dtype=np.float64,
+                    chunk: int = 1 << 16) -> np.ndarray:
+    """r(chosen) - r(rejected) of pairs `pairs` (indices), gathered `chunk` pairs at a time,
+    kept as `dtype`. # [p]"""
+    out = np.empty(len(pairs), dtype)
     for start in range(0, len(pairs), chunk):
       chosen, rejected = self._pair_rewards(pairs[start:start + chunk])
       out[start:start + chunk] = chosen - rejected
