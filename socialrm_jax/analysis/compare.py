@@ -111,10 +111,9 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 
 def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   """Both models' scored items restricted to the items both scored, in the items table's order."""
-  shared = set(a.item_id).intersection(b.item_id)
-  a, b = (evaluate.restrict(s, np.fromiter((i in shared for i in s.item_id), bool, s.item_id.size))
-          for s in (a, b))
-  same = (a.item_id.equals(b.item_id)
+  shared = np.intersect1d(a.item, b.item)  # positions in the items table both were joined to
+  a, b = (evaluate.restrict(s, np.isin(s.item, shared)) for s in (a, b))
+  same = (np.array_equal(a.item, b.item)
           and all(np.array_equal(getattr(a, f), getattr(b, f))
                   for f in ("pair_item", "pair_chosen", "pair_rejected", "pair_source")))
   if not same:
@@ -222,8 +221,8 @@ def compare_models(scored: Mapping[str, Scored], options: evaluate.Options) -> d
   pairs = []
   for (name_a, a), (name_b, b) in itertools.combinations(counted.items(), 2):
     common_a, common_b = common_items(a, b)
-    pairs.append({"a": name_a, "b": name_b, "n_items_a": len(a.item_id),
-                  "n_items_b": len(b.item_id), "n_common_items": len(common_a.item_id),
+    pairs.append({"a": name_a, "b": name_b, "n_items_a": a.n_items,
+                  "n_items_b": b.n_items, "n_common_items": common_a.n_items,
                   "comparisons": compare_pair(common_a, common_b, options)})
   tested = [row for pair in pairs for row in pair["comparisons"]
             if not isinstance(row["p"], Missing)]

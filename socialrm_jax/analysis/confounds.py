@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.pairs import Scored, pair_chunks
 
 NO_PAIRS = "no gold pairs of different lengths"
 LENGTH_MATCH_TOLERANCE = 0.1
@@ -44,13 +44,12 @@ def length_matched(scored: Scored, pairs: np.ndarray | None = None) -> np.ndarra
   return np.abs(chosen_length - rejected_length) < LENGTH_MATCH_TOLERANCE * longer
 
 
-def length_rates(scored: Scored, pairs: np.ndarray, chunk: int = 1 << 16) -> dict[str, Any]:
-  """The length confound over the pairs `pairs` (indices of gold pairs), summed `chunk` pairs
-  at a time."""
+def length_rates(scored: Scored, pairs: np.ndarray) -> dict[str, Any]:
+  """The length confound over gold pairs `pairs` (indices, or a [P] mask), summed a chunk of
+  pairs at a time (`pairs.pair_chunks`)."""
   longer_won = chosen_longer = 0.0
   n = 0
-  for start in range(0, pairs.size, chunk):
-    part = pairs[start:start + chunk]
+  for part in pair_chunks(pairs):
     chosen_length, rejected_length = pair_lengths(scored, part)
     differ = chosen_length != rejected_length
     longer = (chosen_length > rejected_length)[differ]

@@ -30,7 +30,6 @@ from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, 
                                    estimates, evidence)
 from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetView, Options
-from socialrm_jax.analysis.item_ids import IdArray
 from socialrm_jax.analysis.pairs import Scored, join
 from socialrm_jax.analysis.scores import Scores
 
@@ -99,10 +98,9 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
   node, own = summaries(scored, plugin, index, sums, options)
   merge(node, own)
   merge(node, distribution.dataset_summary(scored, index))
-  mine = np.zeros(scored.item_id.size, dtype=bool)
+  mine = np.zeros(scored.n_items, dtype=bool)
   mine[index] = True
-  gold = np.flatnonzero((scored.pair_source == records.GOLD) & mine[scored.pair_item])
-  gold = gold.astype(np.int32)
+  gold = (scored.pair_source == records.GOLD) & mine[scored.pair_item]           # [P]
   node["length_confound"] = confounds.length_rates(scored, gold)
   node["n_items"] = int(index.size)
   node["worst_pairs"] = evidence.worst_pairs(scored, index)
@@ -122,7 +120,7 @@ def restrict(scored: Scored, keep: np.ndarray) -> Scored:
     value = getattr(scored, field.name)
     if field.name == "pair_item":
       fields[field.name] = new_index[value[kept_pairs]]
-    elif isinstance(value, (np.ndarray, Categorical, IdArray)):
+    elif isinstance(value, (np.ndarray, Categorical)):
       fields[field.name] = value[kept_pairs if field.name.startswith("pair_") else keep]
   return dataclasses.replace(scored, **fields)
 
@@ -143,7 +141,7 @@ def primary_template_items(scored: Scored) -> Scored:
   by_dataset = templates_by_dataset(scored)
   if all(len(names) == 1 for names in by_dataset.values()):
     return scored
-  keep = np.zeros(scored.item_id.size, dtype=bool)
+  keep = np.zeros(scored.n_items, dtype=bool)
   for name, names in by_dataset.items():
     keep |= (scored.dataset == name) & (scored.template == names[0])
   return restrict(scored, keep)
@@ -160,17 +158,15 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
     index = np.flatnonzero(scored.dataset == name)
     datasets[name], sums[name] = dataset_metrics(scored, name, index, options)
   gold = scored.pair_source == records.GOLD                                   # [P]
-  fits = calibration.fit_half(scored.item_id)[scored.pair_item]              # [P]
+  fits = scored.fit_half[scored.pair_item]                                   # [P]
   tree = {
       "n_resamples": options.n_resamples,
       "seed": options.seed,
       "domains": accuracy.domain_summary(sums),
       "datasets": datasets,
       "calibration": calibration.summary(  # the fit is in float32: so its margins
-          scored.reward_margin(np.flatnonzero(gold & fits).astype(np.int32), np.float32),
-          scored.reward_margin(np.flatnonzero(gold & ~fits).astype(np.int32))),
-      "length_confound": confounds.length_rates(
-          scored, np.flatnonzero(gold).astype(np.int32)),
+          scored.reward_margin(gold & fits, np.float32), scored.reward_margin(gold & ~fits)),
+      "length_confound": confounds.length_rates(scored, gold),
       "coverage": scored.coverage,
   }
   if several:

@@ -45,7 +45,7 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS,
   """The `count` pairs of items `index` [n] whose rejected response beats the chosen one by the
   most: gold pairs when the items have any, else directional ones ([] when neither). Ties in the
   margin go by item id, then the pair's candidates, so the list does not depend on item order."""
-  mine = np.zeros(scored.item_id.size, dtype=bool)
+  mine = np.zeros(scored.n_items, dtype=bool)
   mine[index] = True
   mine = mine[scored.pair_item]                                               # [P]
   source = next((s for s in (records.GOLD, records.DIRECTIONAL)
@@ -63,7 +63,7 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS,
     if pairs.size > count:
       least = np.partition(margin, pairs.size - count)[pairs.size - count]
       pairs, margin = pairs[margin >= least], margin[margin >= least]
-  ids = [str(scored.item_id[i]) for i in scored.pair_item[pairs]]
+  ids = scored.ids_of(scored.pair_item[pairs])
   order = sorted(range(len(pairs)), key=lambda j: (-margin[j], ids[j], int(scored.pair_chosen[
       pairs[j]]), int(scored.pair_rejected[pairs[j]])))[:count]
   out = []

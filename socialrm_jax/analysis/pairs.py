@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from socialrm_jax import tables
-from socialrm_jax.analysis import item_ids
+from socialrm_jax.analysis import calibration, item_ids
 from socialrm_jax.analysis.item_ids import IdArray
 from socialrm_jax.analysis.categorical import Categorical, Coder, smallest_code_dtype
 from socialrm_jax.analysis.scores import Scores
@@ -36,7 +36,9 @@ class Scored:
   in item order (an item's in their order in the pairs table). No texts: `evidence` reads the
   few it shows from the items table again. Columns of a few distinct strings are `Categorical`s
   (a code an item)."""
-  item_id: IdArray                 # [N]
+  item: np.ndarray                 # [N] int32 position in the items table
+  fit_half: np.ndarray             # [N] bool: the item's gold pairs fit the temperature
+  ids: IdsAt                       # the ids of items by their positions in the items table
   dataset: Categorical             # [N]
   domain: Categorical              # [N]
   subset: Categorical              # [N]
@@ -55,6 +57,14 @@ class Scored:
   pair_source: Categorical         # [P] gold | directional | control
   coverage: dict[str, Any]
 
+  @property
+  def n_items(self) -> int:
+    return self.item.size
+
+  def ids_of(self, index: np.ndarray) -> list[str]:
+    """The ids of items `index` [n] (read when asked: no id is kept here)."""
+    return self.ids(self.item[index])
+
   def selection(self, index: np.ndarray) -> np.ndarray:
     """The selections of items `index` (`selection_weights`), made when asked: an [N, K] float
     array less to keep. # [n, K], rows sum to 1"""
@@ -65,14 +75,15 @@ class Scored:
     return (self.rewards[item, self.pair_chosen[pairs]],
             self.rewards[item, self.pair_rejected[pairs]])
 
-  def reward_margin(self, pairs: np.ndarray, dtype=np.float64,
-                    chunk: int = 1 << 16) -> np.ndarray:
-    """r(chosen) - r(rejected) of pairs `pairs` (indices), gathered `chunk` pairs at a time,
-    kept as `dtype`. # [p]"""
-    out = np.empty(len(pairs), dtype)
-    for start in range(0, len(pairs), chunk):
-      chosen, rejected = self._pair_rewards(pairs[start:start + chunk])
-      out[start:start + chunk] = chosen - rejected
+  def reward_margin(self, pairs: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """r(chosen) - r(rejected) of pairs `pairs` (indices, or a [P] mask; `pair_chunks`), kept
+    as `dtype`. # [p]"""
+    out = np.empty(int(pairs.sum()) if pairs.dtype == bool else len(pairs), dtype)
+    start = 0
+    for part in pair_chunks(pairs):
+      chosen, rejected = self._pair_rewards(part)
+      out[start:start + part.size] = chosen - rejected
+      start += part.size
     return out
 
   def outcome(self, pairs: np.ndarray) -> np.ndarray:
@@ -89,6 +100,14 @@ class Scored:
     places = np.repeat(np.arange(index.size), counts)                          # [p]
     within = np.arange(places.size) - np.repeat(np.cumsum(counts) - counts, counts)
     return first[places] + within, places
+
+
+def pair_chunks(pairs: np.ndarray, chunk: int = 1 << 16) -> Iterator[np.ndarray]:
+  """Pairs given as indices or as a [P] bool mask, as index arrays of at most `chunk` pairs, in
+  order: what is gathered per pair is then a chunk's size, never P's."""
+  for start in range(0, pairs.size, chunk):
+    part = pairs[start:start + chunk]
+    yield start + np.flatnonzero(part) if pairs.dtype == bool else part
 
 
 def pair_outcome(chosen_reward: np.ndarray, rejected_reward: np.ndarray) -> np.ndarray:
@@ -142,6 +161,28 @@ def checked_item(row: Mapping[str, Any], path=None, number: int | None = None) -
   return row
 
 
+# The ids of items by their positions in the items table: `ItemTable.ids_at`, or `ids_reader`,
+# which reads them from the table's file when asked, so that no id need stay in memory.
+IdsAt = Callable[[np.ndarray], list[str]]
+
+
+def ids_reader(path) -> IdsAt:
+  """`IdsAt` for the items table at `path`: one pass over its item_id column a call."""
+  def ids_at(positions: np.ndarray) -> list[str]:
+    positions = np.asarray(positions, dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+    out: list[str] = [""] * positions.size
+    k = 0
+    for position, row in enumerate(tables.iter_rows(path, "items", ("item_id",))):
+      while k < positions.size and positions[order[k]] == position:
+        out[order[k]] = row["item_id"]
+        k += 1
+      if k == positions.size:
+        break
+    return out
+  return ids_at
+
+
 # What a dataset's plug-in reads of an items-table row, kept per item instead of the row: (its
 # stratum group, its item facts); `hooks.Options.item_fields` asks each item's plug-in.
 ItemFields = Callable[[Mapping[str, Any]], tuple[str, str]]
@@ -161,6 +202,7 @@ class ItemTable:
   `IdArray`, found by `positions`."""
   item_id: IdArray                # [N]
   id_index: item_ids.IdIndex      # finds ids in item_id
+  fit_half: np.ndarray            # [N] bool (`calibration.fit_half`)
   dataset: Categorical            # [N]
   domain: Categorical             # [N] ('' when null, as the next four)
   subset: Categorical             # [N]
@@ -176,6 +218,10 @@ class ItemTable:
   def positions(self, ids: Any) -> np.ndarray:
     """Where each id is in the table, -1 when absent. # [Q] int64"""
     return self.id_index.positions(ids)
+
+  def ids_at(self, positions: np.ndarray) -> list[str]:
+    """The ids of the items at `positions` (`IdsAt`)."""
+    return self.item_id[np.asarray(positions, dtype=np.int64)].tolist()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,7 +350,7 @@ class _ItemColumns:
         padded[name][start:start + len(block), :block.shape[1]] = block
         start += len(block)
     roles = self.coders["roles"].finish([padded.pop("roles")])
-    return ItemTable(item_id=item_id, id_index=id_index,
+    return ItemTable(item_id=item_id, id_index=id_index, fit_half=calibration.fit_half(item_id),
                      **{name: self.coders[name].finish(blocks[name]) for name in CATEGORICALS},
                      n_candidates=n_candidates, roles=roles,
                      desirability=padded["desirability"].astype(np.int8),
@@ -448,10 +494,12 @@ def _reward_matrix(items: ItemTable, parts: Iterable[Scores]) -> tuple[np.ndarra
 
 def join(items: ItemTable | Sequence[Mapping[str, Any]],
          pairs: PairTable | Sequence[Mapping[str, Any]], scores: Scores | Iterable[Scores],
-         allow_missing: bool = False, fields: ItemFields | None = None) -> Scored:
+         allow_missing: bool = False, fields: ItemFields | None = None,
+         ids: IdsAt | None = None) -> Scored:
   """Joins one scores set to the items and pairs tables: `ItemTable` and `PairTable`, or their
   rows, the items' then with their plug-ins' `fields` (`hooks.Options.item_fields`). The scores
-  are `Scores`, or a set's parts (`scores.score_parts`), read one at a time."""
+  are `Scores`, or a set's parts (`scores.score_parts`), read one at a time. `ids`: where the
+  scored items find their ids later (`IdsAt`; the items table's own by default)."""
   if not isinstance(items, ItemTable):
     if fields is None:
       raise ValueError("items given as rows need their plug-ins' fields (Options.item_fields), "
@@ -489,7 +537,9 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
   rewards[~valid] = -np.inf
   valid, rewards = valid[keep], rewards[keep]
   return Scored(
-      **{name: getattr(items, name)[keep] for name in ("item_id", *CATEGORICALS, *PADDED)},
+      item=np.arange(scored.size, dtype=np.int32)[keep], fit_half=items.fit_half[keep],
+      ids=items.ids_at if ids is None else ids,
+      **{name: getattr(items, name)[keep] for name in (*CATEGORICALS, *PADDED)},
       valid=valid, rewards=rewards,
       pair_item=pair_item, pair_chosen=chosen, pair_rejected=rejected, pair_source=source,
       coverage=coverage)

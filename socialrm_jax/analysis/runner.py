@@ -50,11 +50,12 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
     start = time.perf_counter()
     # The scores are read a part at a time (`scores.score_parts`): never whole.
     joined[name] = pairs.join(items, pair_table, scores.score_parts(path, vectors=False),
-                              options.allow_missing)
+                              options.allow_missing, ids=pairs.ids_reader(items_path))
     per_objective[name] = objectives.per_objective(
         items, pair_table, lambda path=path: scores.score_parts(path), options)
     logging.info("%s: joined in %.1f s", name, time.perf_counter() - start)
-  # Every set joined: the scored items keep what the metrics read, not the tables' id index.
+  # Every set joined: the scored items keep what the metrics read, not the tables' ids (the few
+  # the evidence shows are read again).
   del items, pair_table
   tables.release_unused_memory()
   models = {}
