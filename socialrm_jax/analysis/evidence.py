@@ -8,8 +8,9 @@ margin, r(stereotype) - r(anti-stereotype): the pair's rejected side is the ster
 at or below 0 means the model preferred the right (or the non-stereotyped) response even there.
 Texts are cut to `MAX_CHARACTERS`; the item id finds the whole item in the items table.
 
-The metrics keep no texts (`pairs.Scored`): `worst_pairs` picks the pairs from the arrays, and
-`add_texts` fills in their prompts and responses from one more pass over the items table's rows.
+The metrics keep no texts and no ids (`pairs.Scored`): `worst_pairs` picks the pairs from the
+arrays and reads the ids of the few it weighs from the items table (`Scored.ids_of`), and
+`add_texts` fills in their prompts and responses from the table's rows with those ids.
 """
 
 from __future__ import annotations
