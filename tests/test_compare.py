@@ -226,7 +226,7 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
   for name, o in outcomes.items():
     score_set = scores_for(items, outcome_rewards(o.tolist()))
     if name == "z":  # z left items 0-4 unscored
-      keep = ~np.isin(score_set.item_id, [f"ethics/{i}" for i in range(5)])
+      keep = ~np.isin(score_set.item_id.tolist(), [f"ethics/{i}" for i in range(5)])
       score_set = Scores.of(score_set.item_id[keep], score_set.candidate[keep],
                             score_set.reward[keep], "z")
     scored[name] = pairs.join(items, pair_rows, score_set, allow_missing=True, fields=FIELDS)

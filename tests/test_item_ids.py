@@ -13,11 +13,11 @@ IDS = ["bbq/Religion/1", "", "é/ü ٱلعربية", "x" * 40, "b"]
 def test_an_id_array_reads_like_an_array_of_strings():
   ids = IdArray.of(IDS)
   assert (ids.size, len(ids), list(ids), ids[2], ids[-1]) == (5, 5, IDS, IDS[2], "b")
-  assert ids[1:3].tolist() == IDS[1:3] and ids[1:3].equals(IdArray.of(IDS[1:3]))
+  assert ids[1:3].tolist() == IDS[1:3] and ids[1:3][1] == IDS[2]
   assert ids[np.array([4, 0])].tolist() == ["b", IDS[0]]
   assert ids[np.array([True, False, True, False, False])].tolist() == [IDS[0], IDS[2]]
   both = IdArray.concatenate([ids, ids[3:]])
-  assert both.tolist() == IDS + IDS[3:] and not both.equals(ids)
+  assert both.tolist() == IDS + IDS[3:]
   assert ids.matches(np.array([0, 1, 3, 3]), [IDS[0], "", "x" * 39 + "y", "x" * 40]).tolist() == [
       True, True, False, True]
   assert IdArray.of([]).tolist() == [] and IdArray.concatenate([]).size == 0

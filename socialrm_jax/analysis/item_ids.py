@@ -1,12 +1,11 @@
 """Item ids in compact arrays, and finding ids in them.
 
 The metrics hold an id per item (the items table) and per scored candidate (the scores table). As
-Python strings in object arrays, with a dict to find them, a million ids cost ~150 MB. Here the
-items' ids are an `IdArray`, their UTF-8 bytes one after the other and where each starts, as
-Arrow stores a string column (an id of 20 bytes costs 24); a scores table's, read a part at a
-time, a numpy `StringDType` array. `IdIndex` finds ids through their sorted hashes (8 bytes an
-id) and one string comparison. (numpy 2.4's `searchsorted` on `StringDType` misorders ids over 15
-bytes, so the strings themselves are never binary-searched.)
+Python strings in object arrays, with a dict to find them, a million ids cost ~150 MB. Here ids
+are an `IdArray`, their UTF-8 bytes one after the other and where each starts, as Arrow stores a
+string column (an id of 20 bytes costs 24), and `IdIndex` finds ids through their sorted hashes
+(8 bytes an id) and one comparison of bytes. (numpy 2.4's `StringDType` would cost 40 bytes for
+such an id, and its `searchsorted` misorders strings over 15 bytes.)
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-ID_DTYPE = np.dtypes.StringDType()
 # Ids converted or looked up at a time: the Python strings of one batch are all that exist at once.
 BATCH = 8192
 
@@ -31,11 +29,6 @@ def is_id(value: Any) -> bool:
   except UnicodeEncodeError:
     return False
   return True
-
-
-def id_array(ids: Sequence[str]) -> np.ndarray:
-  """Ids (texts, `is_id`) as one numpy string array. # [n] StringDType"""
-  return np.asarray(ids, dtype=ID_DTYPE) if len(ids) else np.zeros(0, ID_DTYPE)
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
@@ -67,8 +60,8 @@ class IdArray:
   def concatenate(cls, parts: Sequence["IdArray"]) -> "IdArray":
     lengths = np.concatenate([np.diff(p.offsets).astype(np.int64) for p in parts] or
                              [np.zeros(0, np.int64)])
-    return cls(np.concatenate([p.used() for p in parts] or [np.zeros(0, np.uint8)]),
-               _offsets(lengths))
+    return cls(np.concatenate([p.data[int(p.offsets[0]):int(p.offsets[-1])] for p in parts] or
+                              [np.zeros(0, np.uint8)]), _offsets(lengths))
 
   @property
   def size(self) -> int:
@@ -138,15 +131,6 @@ class IdArray:
     text = self.data[first:int(self.offsets[stop])].tobytes()
     ends = (self.offsets[start + 1:stop + 1] - first).tolist()
     return [text[b:e].decode("utf-8") for b, e in zip([0, *ends[:-1]], ends)]
-
-  def used(self) -> np.ndarray:
-    """The bytes of these ids (a slice's view shares its array's). # [bytes] uint8"""
-    return self.data[int(self.offsets[0]):int(self.offsets[-1])]
-
-  def equals(self, other: "IdArray") -> bool:
-    """Whether both hold the same ids in the same order."""
-    return (np.array_equal(np.diff(self.offsets), np.diff(other.offsets))
-            and np.array_equal(self.used(), other.used()))
 
   def __repr__(self) -> str:
     return f"IdArray({self.tolist(0, 5)}{', ...' if self.size > 5 else ''}, n={self.size})"

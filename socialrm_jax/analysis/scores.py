@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from socialrm_jax import tables
 from socialrm_jax.analysis import item_ids
+from socialrm_jax.analysis.item_ids import IdArray
 from socialrm_jax.errors import InputError
 
 REQUIRED_COLUMNS = ("item_id", "candidate", "reward")
@@ -29,8 +30,8 @@ VECTOR_COLUMN = "rewards"
 @dataclasses.dataclass(frozen=True)
 class Scores:
   """The rows of one scores set, as columns. A row's item id is names[item]: an item has a row
-  per candidate, and its id is kept once (`item_ids`), as a parquet file stores it."""
-  names: np.ndarray      # [U] StringDType item ids
+  per candidate, and its id is kept once, as a parquet file stores it."""
+  names: IdArray         # [U] item ids
   item: np.ndarray       # [R] int32 index into names
   candidate: np.ndarray  # [R] int64
   reward: np.ndarray     # [R] float64
@@ -44,26 +45,20 @@ class Scores:
 
   @classmethod
   def of(cls, item_id: Sequence[str], candidate: Sequence[int], reward: Sequence[float],
-         path: str, rewards: np.ndarray | None = None) -> "Scores":
-    """Scores from one item id per row (texts)."""
-    names, item = _encoded(item_id)
-    return cls(names, item, np.asarray(candidate, dtype=np.int64),
-               np.asarray(reward, dtype=np.float64), path, rewards)
+         path: str, rewards: np.ndarray | None = None, first_row: int | None = None) -> "Scores":
+    """Scores from one item id per row (texts), each distinct one kept once."""
+    code: dict[str, int] = {}
+    item = np.fromiter((code.setdefault(i, len(code)) for i in item_id), np.int32, len(item_id))
+    return cls(IdArray.of(list(code)), item, np.asarray(candidate, dtype=np.int64),
+               np.asarray(reward, dtype=np.float64), path, rewards, first_row)
 
   @property
-  def item_id(self) -> np.ndarray:
-    """Each row's item id (made on each call: R strings). # [R] StringDType"""
+  def item_id(self) -> IdArray:
+    """Each row's item id (made on each call). # [R]"""
     return self.names[self.item]
 
   def row_id(self, row: int) -> str:
-    return str(self.names[self.item[row]])
-
-
-def _encoded(item_id: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-  """Ids as (the distinct ids # [U] StringDType, each id's index into them # [R] int32)."""
-  code: dict[str, int] = {}
-  item = np.fromiter((code.setdefault(i, len(code)) for i in item_id), np.int32, len(item_id))
-  return item_ids.id_array(list(code)), item
+    return self.names[int(self.item[row])]
 
 
 def _vectors(values: list, path: pathlib.Path, first_row: int) -> np.ndarray | None:
@@ -90,10 +85,10 @@ def _check_rewards(scores: Scores) -> None:
         scores.path, scores.row_number(i))
 
 
-def _ids(column: pa.ChunkedArray, path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
-  """An item_id column as (its chunks' distinct ids # [U] StringDType, each row's index into
-  them # [R] int32): each distinct id converted once (an item has a row per candidate)."""
-  names, item = [item_ids.id_array([])], [np.zeros(0, np.int32)]
+def _ids(column: pa.ChunkedArray, path: pathlib.Path) -> tuple[IdArray, np.ndarray]:
+  """An item_id column as (its chunks' distinct ids # [U], each row's index into them # [R]
+  int32): each distinct id converted once (an item has a row per candidate)."""
+  names, item = [], [np.zeros(0, np.int32)]
   for chunk in column.chunks:
     if not pa.types.is_dictionary(chunk.type):
       chunk = chunk.dictionary_encode()
@@ -102,9 +97,9 @@ def _ids(column: pa.ChunkedArray, path: pathlib.Path) -> tuple[np.ndarray, np.nd
       raise InputError(f"item_id must be text, not {distinct.type}", path)
     item.append(chunk.indices.to_numpy(zero_copy_only=False).astype(np.int32)
                 + np.int32(sum(n.size for n in names)))
-    names += [item_ids.id_array(distinct.slice(start, item_ids.BATCH).to_pylist())
+    names += [IdArray.of(distinct.slice(start, item_ids.BATCH).to_pylist())
               for start in range(0, len(distinct), item_ids.BATCH)]
-  return np.concatenate(names), np.concatenate(item)
+  return IdArray.concatenate(names), np.concatenate(item)
 
 
 def _parquet_parts(path: pathlib.Path, vectors: bool) -> Iterator[Scores]:
@@ -153,8 +148,7 @@ def _read_jsonl(path: pathlib.Path) -> Scores:
     candidate.append(row["candidate"])
     reward.append(float(row["reward"]))
     vectors.append(row.get(VECTOR_COLUMN))
-  return dataclasses.replace(Scores.of(item_id, candidate, reward, str(path),
-                                       _vectors(vectors, path, 1)), first_row=1)
+  return Scores.of(item_id, candidate, reward, str(path), _vectors(vectors, path, 1), first_row=1)
 
 
 def score_parts(path: str | os.PathLike, vectors: bool = True) -> Iterator[Scores]:
@@ -180,7 +174,7 @@ def read_scores(path: str | os.PathLike) -> Scores:
 
   def joined(field: str, dtype) -> np.ndarray:
     return np.concatenate([getattr(p, field) for p in parts] or [np.zeros(0, dtype)])
-  return Scores(joined("names", item_ids.ID_DTYPE), item, joined("candidate", np.int64),
+  return Scores(IdArray.concatenate([p.names for p in parts]), item, joined("candidate", np.int64),
                 joined("reward", np.float64), str(path),
                 np.concatenate(vectors) if vectors and same else None)
 
