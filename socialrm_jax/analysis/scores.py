@@ -61,18 +61,21 @@ class Scores:
     return self.names[int(self.item[row])]
 
 
-def _vectors(values: list, path: pathlib.Path, first_row: int) -> np.ndarray | None:
+def _vectors(values: list, path: pathlib.Path, first_row: int,
+             length: int | None = None) -> np.ndarray | None:
   """Rows' reward vectors [R, L], the rows numbered from `first_row`; None when some row has
-  none; unequal lengths are an error."""
+  none. Every vector is as long as `length` (earlier rows' vectors), else as the first: another
+  length is an error."""
   if not values or any(v is None for v in values):
     return None
   lengths = np.fromiter((len(v) for v in values), np.int64, count=len(values))
-  if (lengths != lengths[0]).any():
-    row = int(np.flatnonzero(lengths != lengths[0])[0])
-    raise InputError(f"{VECTOR_COLUMN} has {lengths[row]} values here but {lengths[0]} in row "
-                     f"{first_row}; every row of a scores set needs the same number of "
-                     "objectives", path, first_row + row)
-  return np.asarray(values, dtype=np.float64).reshape(len(values), int(lengths[0]))
+  length = int(lengths[0]) if length is None else length
+  if (lengths != length).any():
+    row = int(np.flatnonzero(lengths != length)[0])
+    raise InputError(f"{VECTOR_COLUMN} has {lengths[row]} values here but {length} in an earlier "
+                     "row; every row of a scores set needs the same number of objectives", path,
+                     first_row + row)
+  return np.asarray(values, dtype=np.float64).reshape(len(values), length)
 
 
 def _check_rewards(scores: Scores) -> None:
@@ -117,14 +120,10 @@ def _parquet_parts(path: pathlib.Path, vectors: bool) -> Iterator[Scores]:
         row = int(np.flatnonzero(table.column(column).is_null().to_numpy(
             zero_copy_only=False))[0])
         raise InputError(f"{column} is null", path, first_row + row)
-    group_vectors = (_vectors(table.column(VECTOR_COLUMN).to_pylist(), path, first_row)
+    group_vectors = (_vectors(table.column(VECTOR_COLUMN).to_pylist(), path, first_row, length)
                      if vectors else None)
     if group_vectors is not None:  # one length in the whole file, as within a group
-      length = length or group_vectors.shape[1]
-      if group_vectors.shape[1] != length:
-        raise InputError(f"{VECTOR_COLUMN} has {group_vectors.shape[1]} values here but {length} "
-                         "in an earlier row; every row of a scores set needs the same number of "
-                         "objectives", path, first_row)
+      length = group_vectors.shape[1]
     yield Scores(*_ids(table.column("item_id"), path),
                  table.column("candidate").to_numpy().astype(np.int64),
                  table.column("reward").to_numpy().astype(np.float64), str(path), group_vectors,
