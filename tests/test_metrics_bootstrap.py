@@ -105,3 +105,14 @@ def test_metrics_do_not_depend_on_the_chunk_size(monkeypatch):
   whole = evaluate.compute_metrics(items, pair_rows, scores, options)
   monkeypatch.setattr(evaluate, "CHUNK_ITEMS", 7)
   assert evaluate.compute_metrics(items, pair_rows, scores, options) == whole
+
+
+def test_metrics_do_not_depend_on_the_pairs_tables_order():
+  # Pairs are found per item by binary search: a table not in item order is put in it once.
+  rng = np.random.default_rng(3)
+  items, pair_rows, scores = make_items(rng.normal(size=(40, 4)).round(1),
+                                        subsets=["deontology", "justice"] * 20)
+  options = evaluate.Options(plugins=PLUGINS)
+  shuffled = [pair_rows[i] for i in rng.permutation(len(pair_rows))]
+  assert evaluate.compute_metrics(items, shuffled, scores, options) == evaluate.compute_metrics(
+      items, pair_rows, scores, options)

@@ -226,7 +226,8 @@ class ItemTable:
 
 @dataclasses.dataclass(frozen=True)
 class PairTable:
-  """The pairs table as the join reads it: P pairs, their items as positions in an `ItemTable`."""
+  """The pairs table as the join reads it: P pairs, their items as positions in an `ItemTable`,
+  in item order (an item's in their order in the table), as `Scored` keeps them."""
   item: np.ndarray       # [P] int32
   chosen: np.ndarray     # [P] candidate index (the narrowest integer type that holds them)
   rejected: np.ndarray   # [P] candidate index (as chosen)
@@ -394,9 +395,11 @@ def _pair_table(blocks: list[tuple[np.ndarray, ...]], coder: Coder) -> PairTable
     empty = np.zeros(0, np.int32)
     return PairTable(empty, empty, empty, coder.finish([]))
   item, chosen, rejected, source = (np.concatenate(c) for c in zip(*blocks))
+  if np.any(item[1:] < item[:-1]):  # put in item order once, for every join
+    order = np.argsort(item, kind="stable")
+    item, chosen, rejected, source = item[order], chosen[order], rejected[order], source[order]
   index = smallest_code_dtype(int(max(chosen.max(), rejected.max())) + 1)  # few candidates
   return PairTable(item, chosen.astype(index), rejected.astype(index), coder.finish([source]))
-
 
 
 def _batches(rows: Iterable[Mapping[str, Any]]) -> Iterable[tuple[int, list]]:
@@ -522,16 +525,13 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
         "compute on the scored items only", path)
   pair_item, chosen, rejected, source = pairs.item, pairs.chosen, pairs.rejected, pairs.source
   keep: slice | np.ndarray = slice(None)  # all scored: the items' arrays as views, not copies
-  if not coverage["complete"]:
+  if not coverage["complete"]:  # (renumbering the kept items keeps the pairs in item order)
     keep = np.flatnonzero(scored)
     new_index = np.full(scored.size, -1, dtype=np.int32)
     new_index[keep] = np.arange(keep.size)
     in_scored = new_index[pair_item] >= 0
     pair_item = new_index[pair_item][in_scored]
     chosen, rejected, source = chosen[in_scored], rejected[in_scored], source[in_scored]
-  if pair_item.size and np.any(pair_item[1:] < pair_item[:-1]):  # item order (`Scored`)
-    order = np.argsort(pair_item, kind="stable")
-    pair_item, chosen, rejected, source = (a[order] for a in (pair_item, chosen, rejected, source))
   coverage["pairs"] = int(pairs.item.size)
   coverage["scored_pairs"] = int(pair_item.size)
   rewards[~valid] = -np.inf
