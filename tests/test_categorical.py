@@ -7,7 +7,8 @@ from socialrm_jax.analysis.categorical import Categorical, Coder
 
 
 def test_a_categorical_reads_like_an_array_of_strings():
-  column = Categorical.of(["b", "a", "b", "c"])
+  coder = Coder()
+  column = coder.finish([coder.codes(["b", "a", "b", "c"])])
   assert column.codes.dtype == np.int8 and column.categories.tolist() == ["b", "a", "c"]
   assert (column == "b").tolist() == [True, False, True, False]
   assert (column != "zz").all() and column[3] == "c" and list(column[[0, 1]]) == ["b", "a"]

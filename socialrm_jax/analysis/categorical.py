@@ -10,7 +10,7 @@ strings where the metrics use one: `column == "gold"` is a bool array, `column[i
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -33,24 +33,9 @@ class Categorical:
     self.codes = codes
     self.categories = categories
 
-  @classmethod
-  def of(cls, values: Iterable[Any]) -> "Categorical":
-    """A Categorical of `values` (strings, or anything hashable), categories in first-seen order."""
-    coder = Coder()
-    codes = coder.codes(list(values))
-    return coder.finish([codes])
-
   @property
   def shape(self) -> tuple[int, ...]:
     return self.codes.shape
-
-  @property
-  def size(self) -> int:
-    return self.codes.size
-
-  @property
-  def ndim(self) -> int:
-    return self.codes.ndim
 
   def __len__(self) -> int:
     return len(self.codes)
@@ -77,11 +62,6 @@ class Categorical:
   def strings(self) -> np.ndarray:
     """The column as an object array of its strings. # [same shape]"""
     return self.categories[self.codes]
-
-  def __array__(self, dtype=None, copy=None) -> np.ndarray:
-    del copy
-    out = self.strings()
-    return out if dtype is None else out.astype(dtype)
 
   def __iter__(self) -> Iterator[Any]:
     return iter(self.strings().tolist())

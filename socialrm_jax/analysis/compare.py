@@ -113,9 +113,9 @@ def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   """Both models' scored items restricted to the items both scored, in the items table's order."""
   shared = np.intersect1d(a.item, b.item)  # positions in the items table both were joined to
   a, b = (evaluate.restrict(s, np.isin(s.item, shared)) for s in (a, b))
-  same = (np.array_equal(a.item, b.item)
-          and all(np.array_equal(getattr(a, f), getattr(b, f))
-                  for f in ("pair_item", "pair_chosen", "pair_rejected", "pair_source")))
+  same = (all(np.array_equal(getattr(a, f), getattr(b, f))
+              for f in ("item", "pair_item", "pair_chosen", "pair_rejected"))
+          and np.array_equal(a.pair_source.strings(), b.pair_source.strings()))
   if not same:
     raise InputError("the two scores sets were joined to different items or pairs tables; "
                      "compare models scored on one conversion")
