@@ -400,7 +400,6 @@ def iter_rows(path: str | os.PathLike, prefix: str, columns: Sequence[str] | Non
         row = _decode_row(row, f, number)
         if item_ids is None or _has_id(row, item_ids):
           yield row
-    release_unused_memory()  # the file's decoded column chunks
 
 
 def _has_id(row: dict, item_ids: Collection[str]) -> bool:
@@ -447,8 +446,8 @@ def _parquet_batches(path: pathlib.Path, columns: Sequence[str] | None = None,
       if item_ids is not None and not _with_ids(file.read_row_group(
           group, columns=[c for c in ("item_id",) if c in names]), item_ids).any():
         continue
-      yield from _numbered(file.iter_batches(BATCH_ROWS, row_groups=[group], columns=columns,
-                                             use_threads=False), start)
+      yield from _numbered(file.iter_batches(BATCH_ROWS, row_groups=[group], columns=columns),
+                           start)
   except (pa.ArrowException, OSError) as e:
     raise InputError(f"cannot read as parquet: {e}", path) from None
 
