@@ -103,7 +103,7 @@ def test_metrics_do_not_depend_on_the_chunk_size(monkeypatch):
                                         subsets=["deontology", "justice", "virtue"] * 30)
   options = evaluate.Options(plugins=PLUGINS)
   whole = evaluate.compute_metrics(items, pair_rows, scores, options)
-  monkeypatch.setattr(evaluate, "CHUNK_ITEMS", 7)
+  monkeypatch.setattr(pairs, "CHUNK", 7)
   assert evaluate.compute_metrics(items, pair_rows, scores, options) == whole
 
 

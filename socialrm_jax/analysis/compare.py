@@ -52,7 +52,7 @@ import numpy as np
 from socialrm_jax import records
 from socialrm_jax.analysis import accuracy, bootstrap, confounds, estimates, evaluate, report
 from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.pairs import Scored, item_chunks
 from socialrm_jax.errors import InputError
 
 ALPHA = 0.05
@@ -153,7 +153,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
                for k, v in evaluate.dataset_columns(scored, plugin, chunk).items()},
               evaluate.strata(a, chunk, plugin))
     joint = bootstrap.stratified_sums_in_chunks(
-        map(both, evaluate.item_chunks(index)), options.n_resamples,
+        map(both, item_chunks(index)), options.n_resamples,
         bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)

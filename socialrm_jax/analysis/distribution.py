@@ -20,7 +20,7 @@ import numpy as np
 
 from socialrm_jax import records
 from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.pairs import Scored, item_chunks
 
 
 
@@ -54,14 +54,13 @@ def reference(roles: np.ndarray, desirability: np.ndarray) -> tuple[np.ndarray, 
   return q, is_directional | one_good
 
 
-def dataset_summary(scored: Scored, index: np.ndarray, chunk_items: int = 65536) -> dict[str, Any]:
-  """`js_distance`, `js_items` and `selection_shares` for one dataset's items `index`, summed
-  `chunk_items` items at a time (the [n, K] arrays of one chunk are all that exist at once)."""
+def dataset_summary(scored: Scored, index: np.ndarray) -> dict[str, Any]:
+  """`js_distance`, `js_items` and `selection_shares` for one dataset's items `index`, summed a
+  chunk of items at a time (`item_chunks`)."""
   node: dict[str, Any] = {}
   distance_sum, js_items = 0.0, 0
   shares: dict[str, float] = {}
-  for start in range(0, index.size, chunk_items):
-    chunk = index[start:start + chunk_items]
+  for chunk in item_chunks(index):
     roles = scored.roles[chunk]                                              # [c, K]
     q, has_reference = reference(roles, scored.desirability[chunk])
     p = softmax(scored.rewards[chunk], scored.valid[chunk])

@@ -30,7 +30,7 @@ from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, 
                                    estimates, evidence)
 from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetView, Options
-from socialrm_jax.analysis.pairs import Scored, join
+from socialrm_jax.analysis.pairs import Scored, item_chunks, join
 from socialrm_jax.analysis.scores import Scores
 
 
@@ -63,19 +63,10 @@ def dataset_columns(scored: Scored, plugin, index: np.ndarray) -> dict[str, np.n
   return columns
 
 
-# Items whose per-item values exist at once: the bootstrap sums a dataset a chunk at a time, so
-# that its memory does not grow with the dataset (see `bootstrap.stratified_sums_in_chunks`).
-CHUNK_ITEMS = 65536
-
-
-def item_chunks(index: np.ndarray) -> list[np.ndarray]:
-  """`index` [n] in runs of `CHUNK_ITEMS` items (one, empty, when there are none)."""
-  return [index[start:start + CHUNK_ITEMS] for start in range(0, max(index.size, 1), CHUNK_ITEMS)]
-
-
 def resampled_sums(scored: Scored, plugin, index: np.ndarray, options: Options,
                    name: str) -> bootstrap.StratifiedSums:
-  """The resampled sums of the per-item values of a dataset's items `index`."""
+  """The resampled sums of the per-item values of a dataset's items `index`, made a chunk of
+  items at a time (`pairs.item_chunks`, `bootstrap.stratified_sums_in_chunks`)."""
   return bootstrap.stratified_sums_in_chunks(
       ((dataset_columns(scored, plugin, chunk), strata(scored, chunk, plugin))
        for chunk in item_chunks(index)),

@@ -20,7 +20,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping
 import numpy as np
 
 from socialrm_jax import records
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.pairs import Scored, item_chunks
 
 WORST_PAIRS = 5
 # The items table's columns `add_texts` reads.
@@ -41,8 +41,7 @@ def prompt_text(messages: Any) -> str:
   return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages)
 
 
-def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS,
-                chunk_items: int = 1 << 16) -> list[dict]:
+def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS) -> list[dict]:
   """The `count` pairs of items `index` [n] whose rejected response beats the chosen one by the
   most: gold pairs when the items have any, else directional ones ([] when neither). Ties in the
   margin go by item id, then the pair's candidates, so the list does not depend on item order."""
@@ -56,8 +55,8 @@ def worst_pairs(scored: Scored, index: np.ndarray, count: int = WORST_PAIRS,
   # Only pairs tied with the count-th largest margin or above can be in: kept a chunk of items
   # at a time, those of the pairs so far (the threshold only rises, so none dropped comes back).
   pairs, margin = np.zeros(0, np.int64), np.zeros(0)                         # [p], [p]
-  for start in range(0, index.size, chunk_items):
-    more = scored.pairs_of(index[start:start + chunk_items])[0]
+  for chunk in item_chunks(index):
+    more = scored.pairs_of(chunk)[0]
     more = more[scored.pair_source[more] == source]
     pairs, margin = np.concatenate([pairs, more]), np.concatenate([margin,
                                                                    -scored.reward_margin(more)])

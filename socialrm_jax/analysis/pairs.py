@@ -102,11 +102,22 @@ class Scored:
     return first[places] + within, places
 
 
-def pair_chunks(pairs: np.ndarray, chunk: int = 1 << 16) -> Iterator[np.ndarray]:
-  """Pairs given as indices or as a [P] bool mask, as index arrays of at most `chunk` pairs, in
-  order: what is gathered per pair is then a chunk's size, never P's."""
-  for start in range(0, pairs.size, chunk):
-    part = pairs[start:start + chunk]
+# Items or pairs a step takes at a time where its temporaries grow with them (per-item values,
+# softmaxes, gathered rewards): so the metrics' memory does not grow with a dataset.
+CHUNK = 1 << 16
+
+
+def item_chunks(index: np.ndarray) -> Iterator[np.ndarray]:
+  """Items `index` [n] in runs of `CHUNK` (one, empty, when there are none)."""
+  for start in range(0, max(index.size, 1), CHUNK):
+    yield index[start:start + CHUNK]
+
+
+def pair_chunks(pairs: np.ndarray) -> Iterator[np.ndarray]:
+  """Pairs given as indices or as a [P] bool mask, as index arrays of at most `CHUNK` pairs, in
+  order."""
+  for start in range(0, pairs.size, CHUNK):
+    part = pairs[start:start + CHUNK]
     yield start + np.flatnonzero(part) if pairs.dtype == bool else part
 
 
