@@ -34,6 +34,9 @@ TINY_CONFIGS: dict[str, dict] = {
     "qwen3": _DECODER,
     "gemma": _DECODER,
     "gemma2": _DECODER,
+    "gemma3_text": _DECODER,
+    "olmo2": _DECODER,
+    "phi3": _DECODER,
     "gpt2": dict(vocab_size=VOCAB_SIZE, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                  pad_token_id=PAD_TOKEN_ID, bos_token_id=1, eos_token_id=2),
     "bert": dict(vocab_size=VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -42,6 +45,8 @@ TINY_CONFIGS: dict[str, dict] = {
 }
 
 WEIGHT_STD = 0.2
+# Families whose norms multiply by (1 + w): their weights are drawn around 0, the others' around 1.
+UNIT_OFFSET_NORMS = ("gemma", "gemma2", "gemma3_text")
 
 
 def save_tiny_hf_model(tmp_path: str | os.PathLike, architecture: str, *, seed: int = 0,
@@ -68,7 +73,7 @@ def save_tiny_hf_model(tmp_path: str | os.PathLike, architecture: str, *, seed: 
     for name, param in model.named_parameters():
       # A norm weight around 1 (or 0 for Gemma's 1 + w) keeps activations in range.
       param.normal_(0.0, WEIGHT_STD)
-      if param.ndim == 1 and "norm" in name.lower() and config_class.model_type not in ("gemma", "gemma2"):
+      if param.ndim == 1 and "norm" in name.lower() and config_class.model_type not in UNIT_OFFSET_NORMS:
         param.add_(1.0)
   model = model.to(torch_dtype)
   folder = pathlib.Path(tmp_path) / (subdir or architecture)

@@ -26,6 +26,8 @@ SEQ_LEN = 12
 
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 4}
+GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}
 FAMILY_SETTINGS = {
     "Llama": dict(rope_parameters=LLAMA3_ROPE),
     "Mistral": dict(sliding_window=3),
@@ -34,6 +36,13 @@ FAMILY_SETTINGS = {
     "Gemma": dict(),
     "Gemma2": dict(sliding_window=3, attn_logit_softcapping=0.5, final_logit_softcapping=2.0,
                    query_pre_attn_scalar=16),
+    # One local and one global layer, each with its own RoPE (the global one scaled), q/k norms.
+    "Gemma3": dict(sliding_window=3, layer_types=["sliding_attention", "full_attention"],
+                   rope_parameters=GEMMA3_ROPE, query_pre_attn_scalar=16),
+    "Olmo2": dict(),
+    # A quarter of each head's dims rotate; every layer slides.
+    "Phi3": dict(sliding_window=3, rope_parameters={"rope_type": "default", "rope_theta": 100.0,
+                                                    "partial_rotary_factor": 0.5}),
 }
 # Extra cases: other RoPE scaling and the optional biases.
 EXTRA_CASES = {
@@ -45,10 +54,16 @@ EXTRA_CASES = {
     "qwen3_three_labels": ("Qwen3ForSequenceClassification", dict(num_labels=3, head_dim=16)),
 }
 
+# transformers 5 calls the text-only Gemma 3 classifier Gemma3TextForSequenceClassification.
+_CLASSIFIER = {"Gemma3": "Gemma3TextForSequenceClassification"}
+
 CASES = {}
 for _family, _settings in FAMILY_SETTINGS.items():
   for _head in ("ForSequenceClassification", "ForCausalLM"):
-    CASES[_family + _head] = (_family + _head, _settings)
+    _architecture = _family + _head
+    if _head == "ForSequenceClassification":
+      _architecture = _CLASSIFIER.get(_family, _architecture)
+    CASES[_family + _head] = (_architecture, _settings)
 CASES.update(EXTRA_CASES)
 
 

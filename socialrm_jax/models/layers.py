@@ -42,25 +42,34 @@ def activation(name: str) -> Callable[[jnp.ndarray], jnp.ndarray]:
 
 
 class RMSNorm(nnx.Module):
-  """RMS norm over the last axis, computed in float32.
+  """RMS norm over the last axis (or the last two, for a `dim` of two axes), computed in float32.
 
   `unit_offset=False` (Llama, Mistral, Qwen): cast back to the input dtype, then multiply by `scale`.
   `unit_offset=True` (Gemma): multiply by `1 + scale` in float32, then cast (HF PR 29402).
+  `scale_in_float32=True` (OLMo 2): multiply by `scale` in float32, then cast.
+  A `dim` of (N, H) normalises each token's N heads together (OLMo 2's q/k norms span the whole
+  projection), with a scale per head and width.
   """
 
-  def __init__(self, dim: int, eps: float, *, unit_offset: bool, dtype, param_dtype):
+  def __init__(self, dim: int | tuple[int, ...], eps: float, *, unit_offset: bool, dtype,
+               param_dtype, scale_in_float32: bool = False):
     init = jnp.zeros if unit_offset else jnp.ones
-    self.scale = nnx.Param(init((dim,), dtype=param_dtype))
+    shape = (dim,) if isinstance(dim, int) else tuple(dim)
+    self.scale = nnx.Param(init(shape, dtype=param_dtype))
+    self.axes = -1 if len(shape) == 1 else tuple(range(-len(shape), 0))
     self.eps = eps
     self.unit_offset = unit_offset
+    self.scale_in_float32 = scale_in_float32
     self.dtype = dtype
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=self.axes, keepdims=True) + self.eps)
     scale = self.scale[...]
     if self.unit_offset:
       return (normed * (1.0 + scale.astype(jnp.float32))).astype(x.dtype)
+    if self.scale_in_float32:
+      return (scale.astype(jnp.float32) * normed).astype(x.dtype)
     return scale.astype(self.dtype) * normed.astype(x.dtype)
 
 
@@ -124,8 +133,16 @@ def rope_inverse_frequencies(head_dim: int, theta: float, rope_type: str, factor
   raise ValueError(f"unsupported rope type {rope_type!r}; supported: default, linear, llama3")
 
 
-def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: np.ndarray) -> jnp.ndarray:
-  """Rotates x [B, T, N, H] by its positions [B, T] (HF's rotate-half layout, not interleaved)."""
+def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: np.ndarray | jax.Array) -> jnp.ndarray:
+  """Rotates x [B, T, N, H] by its positions [B, T] (HF's rotate-half layout, not interleaved).
+
+  `inv_freq` [R/2]: with R < H (partial rotary, Phi-3), only the first R dims rotate and the rest
+  pass through, as HF's `apply_rotary_pos_emb` does.
+  """
+  rotary = 2 * inv_freq.shape[-1]
+  if rotary < x.shape[-1]:
+    return jnp.concatenate([apply_rope(x[..., :rotary], positions, inv_freq), x[..., rotary:]],
+                           axis=-1)
   angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, H/2]
   angles = jnp.concatenate([angles, angles], axis=-1)  # [B, T, H]
   cos = jnp.cos(angles).astype(x.dtype)[:, :, None, :]  # [B, T, 1, H]

@@ -49,11 +49,16 @@ class WeightSource:
     (HF index = ours * (HF size / our size)). Set, a device's shard reads only its rows (axis 0)
     or columns (axis 1) of the tensor, and `transform` sees that slice, so it must not depend on
     the size of the split axis (`reshape(d, -1, h)`). None: the whole tensor is read, then cut.
+    When a shard's first or last HF row is no whole row (our axis is not an even split of the
+    HF one, as fused grouped projections are), the whole tensor is read, then cut.
+  `hf_span`: (start, stop) rows of `hf_axis` that this parameter reads, for a part of a fused
+    tensor (Phi-3's `qkv_proj`: q, then k, then v); None = the whole axis.
   """
   hf_name: str | tuple[str, ...]
   transform: Callable[[np.ndarray], np.ndarray] = identity
   model_axis: int | None = None
   hf_axis: int | None = None
+  hf_span: tuple[int, int] | None = None
 
   @property
   def stacked(self) -> bool:
@@ -232,15 +237,27 @@ def check_names(sources: Mapping[str, WeightSource], tensors: TensorSource,
                      _location(tensors))
 
 
+def _hf_rows(source: WeightSource, start: int, stop: int) -> Index:
+  """The HF index reading rows [start, stop) of `source.hf_axis`."""
+  return (slice(None),) * source.hf_axis + (slice(start, stop),)
+
+
 def _read_layer(name: str, source: WeightSource, layer_shape: tuple[int, ...], index: Index,
                 tensors: TensorSource) -> np.ndarray:
   """`index` (a bounded slice per axis of `layer_shape`) of HF tensor `name`, in our layout."""
   axis = None if source.model_axis is None else source.model_axis - source.stacked
+  span_start, span_stop = source.hf_span or (0, None)
+  if span_stop is None and source.hf_axis is not None:
+    span_stop = tensors.shape(name)[source.hf_axis]
+  whole = () if source.hf_span is None else _hf_rows(source, span_start, span_stop)
   if source.hf_axis is None or axis is None or index[axis] == slice(0, layer_shape[axis]):
-    return np.asarray(source.transform(tensors.get(name)))[index]
-  per_index = tensors.shape(name)[source.hf_axis] // layer_shape[axis]  # HF rows per our index
-  hf_index = (slice(None),) * source.hf_axis + (
-      slice(index[axis].start * per_index, index[axis].stop * per_index),)
+    return np.asarray(source.transform(tensors.get(name, whole)))[index]
+  # Our index i covers HF rows [i * hf / ours, (i + 1) * hf / ours) of the span.
+  hf_size, ours = span_stop - span_start, layer_shape[axis]
+  start, stop = index[axis].start * hf_size, index[axis].stop * hf_size
+  if start % ours or stop % ours:  # the shard cuts an HF row group: read it all, then cut
+    return np.asarray(source.transform(tensors.get(name, whole)))[index]
+  hf_index = _hf_rows(source, span_start + start // ours, span_start + stop // ours)
   part = np.asarray(source.transform(tensors.get(name, hf_index)))
   return part[index[:axis] + (slice(None),) + index[axis + 1:]]
 
