@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+import internlm2_reference
 import model_fixtures
 from socialrm_jax.models import load_reward_model
 
@@ -89,7 +90,29 @@ def test_matches_transformers_with_left_and_right_padding(tmp_path, case):
   architecture, settings = CASES[case]
   folder = model_fixtures.save_tiny_hf_model(tmp_path, architecture, **settings)
   reference = model_fixtures.hf_reference(folder, architecture)
-  model = load_reward_model(folder)
+  assert_matches_reference(load_reward_model(folder), reference, architecture)
+
+
+# InternLM2 against its published code restated in PyTorch (tests/internlm2_reference.py): the
+# reward model with attention biases and dynamic RoPE (plain up to max_position_embeddings), the
+# causal LM with linear RoPE scaling; both with two query heads per key/value head.
+INTERNLM2_CASES = {
+    "reward_biases_dynamic_rope": ("InternLM2ForRewardModel", dict(
+        bias=True, rope_scaling={"type": "dynamic", "factor": 2.0})),
+    "causal_lm_linear_rope": ("InternLM2ForCausalLM", dict(
+        rope_scaling={"type": "linear", "factor": 3.0})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INTERNLM2_CASES))
+def test_internlm2_matches_its_published_code_with_left_and_right_padding(tmp_path, case):
+  architecture, settings = INTERNLM2_CASES[case]
+  reference = internlm2_reference.save_tiny_internlm2(tmp_path, architecture, **settings)
+  assert_matches_reference(load_reward_model(tmp_path), reference, architecture)
+
+
+def assert_matches_reference(model, reference, architecture: str) -> None:
+  """Rewards (or per-token log-probs) of a left- and a right-padded batch within TOLERANCE."""
   for padding_side in ("left", "right"):
     ids, mask = model_fixtures.random_batch(LENGTHS, SEQ_LEN, padding_side=padding_side)
     if architecture.endswith("ForCausalLM"):

@@ -58,6 +58,12 @@ _VARIANTS.update({
 
 ARCHITECTURES: dict[str, str] = {name: head for name, (_, head) in _VARIANTS.items()}
 
+# Architectures of these families that are refused, and why (`families.family_for` says so).
+REFUSED_ARCHITECTURES: dict[str, str] = {
+    name: ("multimodal Gemma 3 (a vision tower and a `text_config`) is not implemented; "
+           "the text-only Gemma3TextForSequenceClassification and Gemma3ForCausalLM are")
+    for name in ("Gemma3ForSequenceClassification", "Gemma3ForConditionalGeneration")}
+
 
 def _variant_of(architecture: str) -> str:
   if architecture not in _VARIANTS:
@@ -130,8 +136,12 @@ def _rope_settings(hf: dict, variant: str, default_theta: float = 10000.0) -> di
     out["rope_max_positions"] = int(hf["max_position_embeddings"])
     rope_type = "default"
   if rope_type not in ("default", "linear", "llama3"):
-    raise ValueError(f"unsupported rope type {rope_type!r} (supported: default, linear, llama3"
-                     + (", dynamic" if variant == "internlm2" else "") + ")")
+    why = ""
+    if rope_type in ("longrope", "su"):
+      why = (": Phi-3's long-context RoPE switches its frequencies with the length of the whole "
+             "batch, which packed scoring cannot match")
+    raise ValueError(f"unsupported rope type {rope_type!r}{why} (supported: default, linear, "
+                     "llama3" + (", dynamic" if variant == "internlm2" else "") + ")")
   partial = params.get("partial_rotary_factor", 1.0)
   if variant == "phi3":  # older Phi-3 configs keep it beside the RoPE settings
     partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))

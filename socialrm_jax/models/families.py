@@ -27,10 +27,15 @@ def supported_architectures() -> dict[str, str]:
 
 
 def family_for(architecture: str) -> types.ModuleType:
-  """The family module implementing `architecture`, or a ValueError listing the supported ones."""
+  """The family module implementing `architecture`, or a ValueError listing the supported ones
+  (or saying why a family refuses it: its `REFUSED_ARCHITECTURES`)."""
   for module in family_modules():
     if architecture in module.ARCHITECTURES:
       return module
+  for module in family_modules():
+    reason = getattr(module, "REFUSED_ARCHITECTURES", {}).get(architecture)
+    if reason:
+      raise ValueError(f"unsupported architecture {architecture!r}: {reason}")
   raise ValueError(
       f"unsupported architecture {architecture!r}; supported: "
       + ", ".join(supported_architectures()))
