@@ -95,7 +95,7 @@ def test_internlm2_dynamic_rope_refuses_rows_past_max_position_embeddings(tmp_pa
   model = load_reward_model(tmp_path)
   assert model.config.rope_max_positions == 8 and model.config.num_labels == 1
   model(*model_fixtures.random_batch([8, 5], 8, padding_side="right"))  # up to 8: the plain RoPE
-  with pytest.raises(ValueError, match="rows of 9 tokens: this model's dynamic RoPE"):
+  with pytest.raises(InputError, match="rows of 9 tokens: InternLM2ForRewardModel's dynamic RoPE"):
     model(*model_fixtures.random_batch([9, 5], 9, padding_side="right"))
 
 
@@ -158,3 +158,6 @@ def test_a_device_reads_only_its_rows_of_a_fused_tensor(tmp_path, architecture):
     start, stop = spec.hf_span or (0, tensors.shape(tensors.reads[0][0])[0])
     for name, hf_index in tensors.reads:  # one per layer: the second half of its rows
       assert tensor in name and hf_index[0] == slice((start + stop) // 2, stop), (part, hf_index)
+    # A shard that cuts an InternLM2 group of query heads reads the whole tensor, then cuts.
+    odd = full_index[:2] + (slice(1, shape[2]),) + full_index[3:]
+    np.testing.assert_array_equal(weights._read_shard(spec, shape, odd, tensors), full[:, :, 1:])

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from socialrm_jax.errors import InputError
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
@@ -422,10 +423,11 @@ class Model(nnx.Module):
     """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D]."""
     del token_type_ids  # decoders have no segment embeddings
     if self.config.rope_max_positions and input_ids.shape[1] > self.config.rope_max_positions:
-      raise ValueError(
-          f"rows of {input_ids.shape[1]} tokens: this model's dynamic RoPE matches its reference "
-          f"only up to {self.config.rope_max_positions} tokens (max_position_embeddings); "
-          "score with a smaller max_length")
+      # Decided when the program is traced (shapes are static), so it costs nothing per step.
+      raise InputError(
+          f"rows of {input_ids.shape[1]} tokens: {self.config.architecture}'s dynamic RoPE "
+          f"matches its reference only up to {self.config.rope_max_positions} tokens "
+          "(max_position_embeddings); score with --max_length at most that")
     x = self.embedder(input_ids)  # [B, T, D]
     if self.config.scale_embeddings:
       # Gemma multiplies by sqrt(D) rounded to the compute dtype (55.4256 -> 55.5 in bf16), as HF.
@@ -492,7 +494,7 @@ def _grouped_qkv(part: str, groups: int, h: int, d: int | None = None):
   its key, then its value -> our q kernel [D, N, H] or k/v kernel [D, K, H] (the bias: [N or K, H]).
 
   Works on any run of whole groups, so a device holding whole groups of query heads reads only
-  its rows (a shard that cuts a group reads the tensor whole; `weights._read_layer`).
+  its rows (a shard that cuts a group reads the tensor whole: `WeightSource.hf_block`).
   """
   picks = {"q": slice(0, groups), "k": slice(groups, groups + 1), "v": slice(groups + 1, groups + 2)}
 
@@ -522,11 +524,14 @@ def _internlm2_trunk(config: Config, block) -> dict[str, WeightSource]:
           "feed_forward.w2.weight", _linear_to_einsum(-1, d), model_axis=1, hf_axis=1),
   }
   for part in ("q", "k", "v"):
+    per_block = groups if part == "q" else 1  # one block of rows: a key/value head's group
     out[f"layers/attn/{part}_proj/kernel"] = block(  # [L, D, N or K, H]
-        "attention.wqkv.weight", _grouped_qkv(part, groups, h, d), model_axis=2, hf_axis=0)
+        "attention.wqkv.weight", _grouped_qkv(part, groups, h, d), model_axis=2, hf_axis=0,
+        hf_block=per_block)
     if config.qkv_bias:
       out[f"layers/attn/{part}_proj/bias"] = block(  # [L, N or K, H]
-          "attention.wqkv.bias", _grouped_qkv(part, groups, h), model_axis=1, hf_axis=0)
+          "attention.wqkv.bias", _grouped_qkv(part, groups, h), model_axis=1, hf_axis=0,
+          hf_block=per_block)
   if config.out_bias:
     out["layers/attn/o_proj/bias"] = block("attention.wo.bias")
   return out
@@ -553,8 +558,9 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
     return tuple(f"model.layers.{i}.{name}" for i in range(config.num_layers))
 
   def block(name: str, transform=identity, model_axis: int | None = None,
-            hf_axis: int | None = None, hf_span: tuple[int, int] | None = None) -> WeightSource:
-    return WeightSource(per_layer(name), transform, model_axis, hf_axis, hf_span)
+            hf_axis: int | None = None, hf_span: tuple[int, int] | None = None,
+            hf_block: int = 1) -> WeightSource:
+    return WeightSource(per_layer(name), transform, model_axis, hf_axis, hf_span, hf_block)
 
   if config.variant == "internlm2":
     out = _internlm2_trunk(config, block)

@@ -49,16 +49,18 @@ class WeightSource:
     (HF index = ours * (HF size / our size)). Set, a device's shard reads only its rows (axis 0)
     or columns (axis 1) of the tensor, and `transform` sees that slice, so it must not depend on
     the size of the split axis (`reshape(d, -1, h)`). None: the whole tensor is read, then cut.
-    When a shard's first or last HF row is no whole row (our axis is not an even split of the
-    HF one, as fused grouped projections are), the whole tensor is read, then cut.
   `hf_span`: (start, stop) rows of `hf_axis` that this parameter reads, for a part of a fused
     tensor (Phi-3's `qkv_proj`: q, then k, then v); None = the whole axis.
+  `hf_block`: how many of our indices share one block of HF rows that only `transform` takes
+    apart (InternLM2's `wqkv` holds each key/value head's G query heads, key and value as one
+    block: G for q, 1 for k and v). A shard that cuts a block reads the whole tensor, then cuts.
   """
   hf_name: str | tuple[str, ...]
   transform: Callable[[np.ndarray], np.ndarray] = identity
   model_axis: int | None = None
   hf_axis: int | None = None
   hf_span: tuple[int, int] | None = None
+  hf_block: int = 1
 
   @property
   def stacked(self) -> bool:
@@ -246,16 +248,15 @@ def _read_layer(name: str, source: WeightSource, layer_shape: tuple[int, ...], i
                 tensors: TensorSource) -> np.ndarray:
   """`index` (a bounded slice per axis of `layer_shape`) of HF tensor `name`, in our layout."""
   axis = None if source.model_axis is None else source.model_axis - source.stacked
-  span_start, span_stop = source.hf_span or (0, None)
-  if span_stop is None and source.hf_axis is not None:
-    span_stop = tensors.shape(name)[source.hf_axis]
-  whole = () if source.hf_span is None else _hf_rows(source, span_start, span_stop)
+  whole = () if source.hf_span is None else _hf_rows(source, *source.hf_span)
   if source.hf_axis is None or axis is None or index[axis] == slice(0, layer_shape[axis]):
     return np.asarray(source.transform(tensors.get(name, whole)))[index]
+  span_start, span_stop = source.hf_span or (0, tensors.shape(name)[source.hf_axis])
   # Our index i covers HF rows [i * hf / ours, (i + 1) * hf / ours) of the span.
   hf_size, ours = span_stop - span_start, layer_shape[axis]
   start, stop = index[axis].start * hf_size, index[axis].stop * hf_size
-  if start % ours or stop % ours:  # the shard cuts an HF row group: read it all, then cut
+  if index[axis].start % source.hf_block or index[axis].stop % source.hf_block or (
+      start % ours or stop % ours):  # the shard cuts a block of HF rows: read all, then cut
     return np.asarray(source.transform(tensors.get(name, whole)))[index]
   hf_index = _hf_rows(source, span_start + start // ours, span_start + stop // ours)
   part = np.asarray(source.transform(tensors.get(name, hf_index)))
