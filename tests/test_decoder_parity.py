@@ -64,7 +64,7 @@ for _family, _settings in FAMILY_SETTINGS.items():
     _architecture = _family + _head
     if _head == "ForSequenceClassification":
       _architecture = _CLASSIFIER.get(_family, _architecture)
-    CASES[_family + _head] = (_architecture, _settings)
+    CASES[_architecture] = (_architecture, _settings)
 CASES.update(EXTRA_CASES)
 
 
