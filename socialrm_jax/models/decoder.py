@@ -122,6 +122,11 @@ class Config(hf_config_lib.JsonConfig):
   def attention_scale(self) -> float:
     return self.query_scale or self.head_dim ** -0.5
 
+  @property
+  def norm_scale_in_float32(self) -> bool:
+    """OLMo 2's RMSNorm multiplies by its weight in float32, then casts (Llama's casts first)."""
+    return self.variant == "olmo2"
+
 
 def _rope_settings(hf: dict, variant: str, default_theta: float = 10000.0) -> dict[str, Any]:
   """RoPE theta and scaling from `rope_parameters` (transformers >= 5) or `rope_scaling` (older)."""
@@ -309,7 +314,7 @@ class Attention(nnx.Module):
     self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,) if config.out_bias else None, **kw)
     if config.qk_norm:
       norm_kw = dict(unit_offset=config.unit_offset_norm, dtype=dtype, param_dtype=param_dtype,
-                     scale_in_float32=config.post_norms_only)
+                     scale_in_float32=config.norm_scale_in_float32)
       over_heads = config.qk_norm_over_heads
       self.q_norm = layers.RMSNorm((n, h) if over_heads else h, config.rms_norm_eps, **norm_kw)
       self.k_norm = layers.RMSNorm((k, h) if over_heads else h, config.rms_norm_eps, **norm_kw)
@@ -362,7 +367,7 @@ class Block(nnx.Module):
     def norm():
       return layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
                             unit_offset=config.unit_offset_norm, dtype=dtype, param_dtype=param_dtype,
-                            scale_in_float32=config.post_norms_only)
+                            scale_in_float32=config.norm_scale_in_float32)
     self.pre_norms = not config.post_norms_only
     self.post_norms = config.sandwich_norms or config.post_norms_only
     if self.pre_norms:
@@ -412,7 +417,8 @@ class Model(nnx.Module):
     self.layers = stacked_blocks(rngs)
     self.final_norm = layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
                                      unit_offset=config.unit_offset_norm, dtype=dtype,
-                                     param_dtype=param_dtype)
+                                     param_dtype=param_dtype,
+                                     scale_in_float32=config.norm_scale_in_float32)
     if config.head == "score":
       self.score = layers.Projection("...D,DL->...L", (config.hidden_size, config.num_labels), None, **kw)
     elif config.head == "lm" and not config.tie_word_embeddings:
