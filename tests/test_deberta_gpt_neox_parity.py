@@ -370,6 +370,12 @@ def test_deberta_v3_tokenizer_json_loads_as_transformers_encodes(tmp_path):
   assert ours.token_to_id("\u2581[UNK]") is None and tok.unk_token_id == 1
 
 
+def test_deberta_folder_with_only_its_sentencepiece_model_is_refused_saying_so(tmp_path):
+  (tmp_path / "spm.model").write_bytes(b"not read")
+  with pytest.raises(InputError, match="no tokenizer.json.*it holds spm.model"):
+    tokenizer.check_tokenizer_files(tmp_path)
+
+
 def test_deberta_scores_converted_items_as_the_pytorch_class(tmp_path):
   tok = _deberta_v3_tokenizer(tmp_path / "rm")
   model = _build("DebertaV2ForSequenceClassification", _DEBERTA_V3, seed=11, vocab_size=len(tok),
