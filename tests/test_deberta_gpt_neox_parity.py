@@ -26,6 +26,7 @@ from flax import nnx  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
 import scoring_fixtures as fx  # noqa: E402
+from scoring_fixtures import one_torch_thread  # noqa: E402,F401  (autouse: one torch thread)
 from socialrm_jax import tables  # noqa: E402
 from socialrm_jax.errors import InputError  # noqa: E402
 from socialrm_jax.models import attention, deberta, families, gpt_neox, tokenizer  # noqa: E402
