@@ -285,6 +285,18 @@ def test_old_style_gpt_neox_config_fields_are_read():
   assert deberta.is_saved_buffer("deberta.embeddings.position_ids")
 
 
+def test_native_checkpoint_gives_identical_deberta_rewards(tiny_models, load, tmp_path):
+  """HF folder -> `convert_checkpoint` -> orbax folder: the config (its tuple field included)
+  and the rewards survive."""
+  from socialrm_jax import convert_checkpoint  # defines absl flags; only this test needs it
+  case = "DebertaV2ForSequenceClassification-v2"
+  convert_checkpoint.convert(str(tiny_models[case][1]), str(tmp_path / "native"))
+  native = load_reward_model(tmp_path / "native")
+  assert native.config == load(case).config and native.attention == "xla"
+  ids, mask = _pad(_sequences(seed=5), "left")
+  np.testing.assert_array_equal(np.asarray(native(ids, mask)), np.asarray(load(case)(ids, mask)))
+
+
 def _resave_config(tiny_models, case: str, tmp_path, **changes) -> pathlib.Path:
   """A copy of `case`'s folder whose config.json has `changes`."""
   source = tiny_models[case][1]

@@ -163,8 +163,9 @@ class Attention(nnx.Module):
 
   def __call__(self, x: jax.Array, positions: jax.Array, layout: attention_lib.Layout) -> jax.Array:
     config = self.config
-    inv_freq = layers.rope_inverse_frequencies(config.rotary_dims, config.rope_theta, "default",
-                                               1.0, 1.0, 1.0, 0)  # [R/2]
+    inv_freq = layers.rope_inverse_frequencies(  # [R/2]; "default" RoPE has no scaling terms
+        config.rotary_dims, config.rope_theta, "default", factor=1.0, low_freq_factor=1.0,
+        high_freq_factor=1.0, original_max_positions=0)
     q = apply_partial_rope(self.q_proj(x), positions, config.rotary_dims, inv_freq)  # [B, T, N, H]
     k = apply_partial_rope(self.k_proj(x), positions, config.rotary_dims, inv_freq)  # [B, T, N, H]
     v = self.v_proj(x)  # [B, T, N, H]
