@@ -74,6 +74,8 @@ CASES = {
         dict(_NEOX, rotary_pct=1.0, use_parallel_residual=False, attention_bias=False,
              num_labels=2)),
     "GPTNeoXForCausalLM": ("GPTNeoXForCausalLM", dict(_NEOX, rotary_pct=0.25)),
+    "GPTNeoXForCausalLM-tied": ("GPTNeoXForCausalLM",
+                                dict(_NEOX, rotary_pct=0.25, tie_word_embeddings=True)),
     "DebertaV2ForSequenceClassification": (
         "DebertaV2ForSequenceClassification", dict(_DEBERTA_V3, num_labels=1)),
     # DeBERTa-v2 style: its own position projections, unbucketed relative positions clipped at a
@@ -166,13 +168,14 @@ def test_rewards_match_the_pytorch_class(tiny_models, load, case, padding_side):
   assert np.std(expected) > 0.05  # not vacuous: the rows' rewards differ
 
 
-@pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_gpt_neox_token_logprobs_match_the_pytorch_class(tiny_models, load, padding_side):
-  hf_model, _ = tiny_models["GPTNeoXForCausalLM"]
+@pytest.mark.parametrize("case, padding_side", [
+    ("GPTNeoXForCausalLM", "left"), ("GPTNeoXForCausalLM", "right"),
+    ("GPTNeoXForCausalLM-tied", "left")])
+def test_gpt_neox_token_logprobs_match_the_pytorch_class(tiny_models, load, case, padding_side):
+  hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=2)
   ids, mask = _pad(sequences, padding_side)
-  logprobs = np.asarray(load("GPTNeoXForCausalLM").token_logprobs(jnp.asarray(ids),
-                                                                  jnp.asarray(mask)))
+  logprobs = np.asarray(load(case).token_logprobs(jnp.asarray(ids), jnp.asarray(mask)))
   expected = np.zeros(ids.shape, np.float32)
   for row, seq in enumerate(sequences):
     log_softmax = torch.log_softmax(_hf_alone(hf_model, seq).logits[0], dim=-1).numpy()
