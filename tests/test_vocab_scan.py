@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import scoring_fixtures as fx
+from scoring_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread)
 from socialrm_jax import default_model, vocabulary_scan
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, item_source, templating, vocab_rows
@@ -20,15 +21,6 @@ PROMPTS = list(zip(vocabulary_scan.DEFAULT_PROMPTS.ids, vocabulary_scan.DEFAULT_
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=48)
 # Llama 3.1's template, shortened, with its default system block (the scan benchmark's).
 LLAMA3_TEMPLATE = (fx.REPO_ROOT / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-  """Tiny models' forward passes: one thread is ~50x faster than two on a busy 2-core machine."""
-  threads = torch.get_num_threads()
-  torch.set_num_threads(1)
-  yield
-  torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -109,10 +109,11 @@ def matmul_precision(dtype) -> jax.lax.Precision | None:
 
 
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, scale: float,
-                  logit_cap: float | None) -> jax.Array:
+                  logit_cap: float | None, bias: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H], mask [B, T, S] -> [B, T, N, H].
 
   Query head n uses key/value head n // G, as HF's `repeat_kv` does. The softmax runs in float32.
+  `bias` [B, N, T, S] is added to the scaled logits (DeBERTa's relative-position scores).
   """
   batch, q_len, num_heads, head_dim = q.shape
   num_kv_heads = k.shape[2]
@@ -120,6 +121,8 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim)  # [B, T, K, G, H]
   precision = matmul_precision(q.dtype)
   logits = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, precision=precision) * scale
+  if bias is not None:
+    logits = logits + bias.reshape(batch, num_kv_heads, groups, *bias.shape[2:])
   logits = soft_cap(logits, logit_cap)
   logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), MASKED_LOGIT)
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
@@ -299,8 +302,11 @@ def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: jax.Array, *,
            scale: float, logit_cap: float | None = None, window: jax.Array | int | None = None,
-           implementation: str = "xla") -> jax.Array:
+           implementation: str = "xla", bias: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H] under `layout` -> [B, T, N, H].
+
+  `bias` [B, N, T, S]: added to the scaled logits, "xla" only (`resolve` gives models with a
+  position bias nothing else); no other family passes one, so their programs are unchanged.
 
   `implementation` must be a concrete one (see `resolve`); "auto" is resolved at load time.
   "splash" on rows that are not a multiple of 128 long runs "xla" instead (shapes are static, so
@@ -308,8 +314,12 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
   """
   if implementation == "splash" and splash_block(q.shape[1]) is None:
     implementation = "xla"
+  if bias is not None and implementation != "xla":
+    raise ValueError(f"{implementation} attention takes no additive bias; use xla")
   if implementation == "xla":
     mask = dense_mask(layout, positions, window)
+    if bias is not None:  # encoders only (DeBERTa): no blocked causal path needed
+      return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=bias)
     if layout.is_causal and q.shape[1] == k.shape[1] > CAUSAL_QUERY_BLOCK:
       return causal_blocked_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
     return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
@@ -327,13 +337,14 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
 
 
 def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None,
-            has_windows: bool, is_causal: bool) -> str:
+            has_windows: bool, is_causal: bool, has_position_bias: bool = False) -> str:
   """The concrete implementation for a model: `implementation`, or for "auto" the fastest that
   supports it on `backend` ("cpu", "gpu", "tpu").
 
   "auto": cuDNN on GPU in bfloat16/float16 without soft-capping; splash on TPU without sliding
-  windows (causal models and encoders alike); else xla. An explicit choice that cannot run the
-  model is a ValueError saying why.
+  windows (causal models and encoders alike); else xla. A model with an additive position bias
+  (`has_position_bias`: DeBERTa) runs xla only. An explicit choice that cannot run the model is a
+  ValueError saying why.
   """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"unknown attention implementation {implementation!r}; "
@@ -341,6 +352,10 @@ def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None
   del is_causal  # both kernels handle causal models and encoders
   cudnn_refusal = _cudnn_refusal(backend, dtype, logit_cap)
   splash_refusal = _splash_refusal(backend, has_windows)
+  if has_position_bias:
+    cudnn_refusal = splash_refusal = (
+        "this model adds a relative-position bias to its attention logits (DeBERTa), which only "
+        "xla attention takes; use xla")
   if implementation == "auto":
     if backend == "gpu" and cudnn_refusal is None:
       return "cudnn"

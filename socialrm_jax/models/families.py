@@ -1,6 +1,6 @@
 """Which module implements which HuggingFace architecture.
 
-Each family module (`decoder`, `gpt2`, `bert`) exports `ARCHITECTURES`, a dict from a HF
+Each family module (`decoder`, `gpt2`, `gpt_neox`, `bert`, `deberta`) exports `ARCHITECTURES`, a dict from a HF
 architecture name (as in `config.json`'s `architectures`) to the head it carries: `"score"`
 (sequence classification), `"lm"` (causal language model) or `"none"` (bare encoder). Family
 modules are imported lazily, so importing this module costs nothing.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import types
 
-FAMILY_MODULES = ("decoder", "gpt2", "bert")
+FAMILY_MODULES = ("decoder", "gpt2", "gpt_neox", "bert", "deberta")
 
 
 def family_modules() -> list[types.ModuleType]:

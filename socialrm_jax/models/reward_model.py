@@ -86,7 +86,8 @@ def resolve_attention(attention: str, family: types.ModuleType, config, dtype, m
     return attention_lib.resolve(
         attention, backend=backend, dtype=dtype,
         logit_cap=getattr(config, "attn_logit_softcap", None),
-        has_windows=any(window is not None for window in windows), is_causal=family.IS_CAUSAL)
+        has_windows=any(window is not None for window in windows), is_causal=family.IS_CAUSAL,
+        has_position_bias=getattr(family, "HAS_POSITION_BIAS", False))
   except ValueError as e:  # an unknown name, or one that cannot run this model here
     raise InputError(f"attention={attention!r}: {e}") from None
 

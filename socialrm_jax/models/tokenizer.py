@@ -56,9 +56,10 @@ NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad
                         "cls_token", "mask_token")
 DEFAULT_TEMPLATE_NAME = "default"
 # Tokenizer files of transformers' slow (Python) tokenizers: SentencePiece models, BPE and
-# WordPiece vocabularies. They are not read here (`tokenizer.json` holds the same, compiled).
-SLOW_TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
-                        "merges.txt", "vocab.txt")
+# WordPiece vocabularies (DeBERTa-v3's SentencePiece model is `spm.model`). They are not read here
+# (`tokenizer.json` holds the same, compiled).
+SLOW_TOKENIZER_FILES = ("tokenizer.model", "spiece.model", "spm.model", "sentencepiece.bpe.model",
+                        "vocab.json", "merges.txt", "vocab.txt")
 
 
 def _token_text(value: Any) -> str | None:
