@@ -23,6 +23,7 @@ import numpy as np
 from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
+from socialrm_jax.models import heads as heads_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
 from socialrm_jax.models.weights import WeightSource, identity
@@ -84,10 +85,24 @@ class Config(hf_config_lib.JsonConfig):
   final_logit_softcap: float | None = None
   layer_windows: tuple[int | None, ...] = ()  # per layer: sliding window or None (full)
   tie_word_embeddings: bool = False
+  # A custom reward head (ArmoRM, GRM, ...: `heads.describe`) in place of `score`; None: `score`.
+  reward_head: heads_lib.HeadSpec | None = None
 
   @property
   def attention_scale(self) -> float:
     return self.query_scale or self.head_dim ** -0.5
+
+  def to_dict(self) -> dict[str, Any]:
+    out = super().to_dict()
+    out["reward_head"] = None if self.reward_head is None else self.reward_head.to_dict()
+    return out
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> "Config":
+    head = d.get("reward_head")
+    config = super().from_dict({k: v for k, v in d.items() if k != "reward_head"})
+    return dataclasses.replace(
+        config, reward_head=None if head is None else heads_lib.HeadSpec.from_dict(head))
 
 
 def _rope_settings(hf: dict) -> dict[str, Any]:
@@ -287,7 +302,10 @@ class Model(nnx.Module):
     self.final_norm = layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
                                      unit_offset=config.unit_offset_norm, dtype=dtype,
                                      param_dtype=param_dtype)
-    if config.head == "score":
+    if config.head == "score" and config.reward_head is not None:
+      self.reward_head = heads_lib.RewardHead(config.reward_head, config.hidden_size,
+                                              param_dtype=param_dtype)
+    elif config.head == "score":
       self.score = layers.Projection("...D,DL->...L", (config.hidden_size, config.num_labels), None, **kw)
     elif config.head == "lm" and not config.tie_word_embeddings:
       self.lm_head = layers.Projection("...D,DV->...V", (config.hidden_size, config.vocab_size), None, **kw)
@@ -310,9 +328,12 @@ class Model(nnx.Module):
     x, _ = jax.lax.scan(layer, x, (stacked, windows))
     return self.final_norm(x)  # [B, T, D]
 
-  def head(self, hidden: jnp.ndarray) -> jnp.ndarray:
+  def head(self, hidden: jnp.ndarray, gate_hidden: jnp.ndarray | None = None) -> jnp.ndarray:
     """[..., D] -> [..., num_labels] (score head) or [..., V] (LM head); unchanged when the
-    model was loaded trunk-only (`head="none"`)."""
+    model was loaded trunk-only (`head="none"`). `gate_hidden` [..., D]: where a gated reward
+    head reads its gate (ArmoRM, QRM: a prompt position)."""
+    if self.config.head == "score" and self.config.reward_head is not None:
+      return self.reward_head(hidden, gate_hidden)
     if self.config.head == "score":
       return self.score(hidden)
     if self.config.head == "lm":
@@ -406,7 +427,9 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
       "mlp.down_proj.weight", _linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
   if config.mlp_bias:
     out["layers/mlp/down_proj/bias"] = block("mlp.down_proj.bias")
-  if config.head == "score":
+  if config.head == "score" and config.reward_head is not None:
+    out.update(heads_lib.weight_sources(config.reward_head))
+  elif config.head == "score":
     out["score/kernel"] = WeightSource("score.weight", _linear_to_einsum(d, config.num_labels))
   elif config.head == "lm" and not config.tie_word_embeddings:
     out["lm_head/kernel"] = WeightSource(  # [D, V]
