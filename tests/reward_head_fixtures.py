@@ -210,6 +210,8 @@ def _randomize(model: nn.Module, seed: int) -> nn.Module:
       draw = torch.randn(tensor.shape, generator=generator) * WEIGHT_STD
       if name.endswith(("running_var", ".var")):
         draw = 0.5 + torch.rand(tensor.shape, generator=generator)
+      elif name.endswith(("norm.weight", "logit_scale", "reward_transform_matrix")):
+        draw += torch.eye(*tensor.shape) if tensor.ndim == 2 else 1.0  # scales near one
       tensor.copy_(draw.to(tensor.dtype))
   return model.float().eval()
 

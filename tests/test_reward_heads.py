@@ -1,0 +1,115 @@
+"""Custom reward heads (models/heads.py) against their own PyTorch classes: for each head a tiny
+random checkpoint saved by its class is scored through the scoring engine (templating, prefix
+sharing, packing, the compiled step: what socialrm-score runs) on converted items, and every
+output equals the class scoring each sequence alone, output 0 being the score its pipeline ranks
+by. ArmoRM also goes through the `socialrm_jax.score` command, with its objectives named in
+run.json and picked by --objective."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import reward_head_fixtures as rh
+import scoring_fixtures as fx
+from socialrm_jax import tables
+from socialrm_jax.errors import InputError
+from socialrm_jax.models import heads
+from socialrm_jax.models.reward_model import load_reward_model
+from socialrm_jax.scoring import engine, step as step_lib
+
+TOLERANCE = 1e-4
+# Long enough for every fixture item under the byte-level Llama 3 tokenizer: nothing truncated,
+# so each packed sequence is the one the class scores alone.
+OPTIONS = engine.ScoringOptions(max_length=512, tokens_per_batch=2048, chunk_size=8,
+                                smallest_bucket=128)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+  """Tiny models' forward passes: one thread is far faster than two on a busy 2-core machine."""
+  threads = torch.get_num_threads()
+  torch.set_num_threads(1)
+  yield
+  torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def armorm(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("armorm")
+  reference, tokenizer = rh.make_armorm(folder)
+  return folder, reference, tokenizer
+
+
+def expected_outputs(reference, tokenizer, items) -> dict[tuple[str, int], np.ndarray]:
+  out = {}
+  for item in items:
+    for c, ids in enumerate(fx.reference_sequences(tokenizer, item)[0]):
+      out[(item["item_id"], c)] = reference(ids)
+  return out
+
+
+def check_scores(rows, expected: dict, num_outputs: int, objective: int = 0) -> None:
+  """Every output within TOLERANCE; `reward` is output `objective` (0: the pipeline's score)."""
+  got = fx.scores_by_key(rows)
+  assert set(got) == set(expected)
+  for key, vector in expected.items():
+    assert len(vector) == num_outputs
+    outputs = got[key]["rewards"] if num_outputs > 1 else [got[key]["reward"]]
+    np.testing.assert_allclose(outputs, vector, atol=TOLERANCE, rtol=0, err_msg=str(key))
+    assert got[key]["reward"] == pytest.approx(vector[objective], abs=TOLERANCE)
+  scores = np.array([v[0] for v in expected.values()])
+  assert np.ptp(scores) > 100 * TOLERANCE  # the check could fail: the scores differ
+
+
+@pytest.mark.parametrize("name", [n for n in rh.HEADS if n != "armorm"])
+def test_head_matches_its_class_through_the_scoring_engine(name, tmp_path):
+  folder = tmp_path / "rm"
+  folder.mkdir()
+  reference, tokenizer = rh.HEADS[name](folder)
+  model = load_reward_model(folder)
+  spec = model.config.reward_head
+  assert spec is not None and model.config.num_labels == spec.num_outputs
+  items = fx.all_items()
+  run = engine.score_items(model, items, tmp_path / "out", options=OPTIONS)
+  check_scores(tables.read_rows(tmp_path / "out", "scores"),
+               expected_outputs(reference, tokenizer, items), spec.num_outputs)
+  assert run["reward_head"]["outputs"] == list(spec.output_names)
+  assert run["compilations"] <= 4
+
+
+def test_armorm_through_socialrm_score_gated_score_first_objectives_named(armorm, tmp_path):
+  """The command on converted items: output 0 the gated score, the 19 objectives after it under
+  ArmoRM's names in run.json; --objective=3 makes output 3 (helpsteer-coherence) the reward."""
+  folder, reference, tokenizer = armorm
+  items = fx.all_items()
+  tables.write_rows(tmp_path / "items" / "items.jsonl", items)
+  out = tmp_path / "out"
+  subprocess.run(fx.score_command(folder, tmp_path / "items", out, "--max_length=512",
+                                  "--objective=3"),
+                 env=fx.subprocess_env(), check=True, timeout=300)
+  check_scores(tables.read_rows(out, "scores"), expected_outputs(reference, tokenizer, items), 20,
+               objective=3)
+  run = json.loads((out / "run.json").read_text())
+  assert run["reward_head"] == {"class": "LlamaForRewardModelWithGating", "kind": "gated",
+                                "outputs": ["score", *heads.ARMORM_OBJECTIVES]}
+  assert run["reward_head"]["outputs"][3] == "helpsteer-coherence" and run["objective"] == 3
+
+
+def test_armorm_gate_is_read_in_the_shared_prompt(armorm):
+  """The gate position is the prompt's end of turn, before the answer: in the prefix every
+  candidate shares, so packing reads it there; the step of a standard head sends no gate."""
+  folder, _, tokenizer = armorm
+  model = load_reward_model(folder)
+  item = fx.all_items()[0]
+  sequences, starts = fx.reference_sequences(tokenizer, item)
+  positions = [heads.gate_position(model.config.reward_head, np.array(s)) for s in sequences]
+  assert len(set(positions)) == 1 and positions[0] == starts[0] - 5
+  assert step_lib.is_gated(model)
+  assert "gate_index" in step_lib.batch_fields("score", gated=True)
+  assert "gate_index" not in step_lib.batch_fields("score")
