@@ -14,10 +14,13 @@ ArmoRM and QRM read their gate at Llama 3's ids of the assistant header, so thei
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import pathlib
+import shutil
 import sys
+import tempfile
 from typing import Callable
 
 import numpy as np
@@ -169,9 +172,19 @@ def _eurus_class():
 def llama3_tokenizer(folder: pathlib.Path):
   """A byte-level BPE tokenizer with Llama 3's ids where ArmoRM's gate pattern needs them: the
   header and end-of-turn special tokens, `assistant` (78191) and "\\n\\n" (271); every other text
-  is spelled byte by byte. 128,256 ids, as Llama 3; the unused ones are placeholders."""
+  is spelled byte by byte. 128,256 ids, as Llama 3; the unused ones are placeholders. Built once
+  a session, then copied."""
+  from transformers import PreTrainedTokenizerFast
+  for name in _llama3_tokenizer_files().iterdir():
+    shutil.copy(name, folder / name.name)
+  return PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+@functools.cache
+def _llama3_tokenizer_files() -> pathlib.Path:
   from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
   from transformers import PreTrainedTokenizerFast
+  folder = pathlib.Path(tempfile.mkdtemp(prefix="llama3_tokenizer_"))
   alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
   vocab = {symbol: i for i, symbol in enumerate(alphabet)}  # ids 0..255: the bytes
   vocab.update(LLAMA3_IDS)
@@ -193,7 +206,7 @@ def llama3_tokenizer(folder: pathlib.Path):
   fast.save_pretrained(folder)
   assert fast("<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi",
               add_special_tokens=False)["input_ids"][:5] == ARMORM_TOKEN_PATTERN
-  return fast
+  return folder
 
 
 # --- Checkpoints: (reference scoring one sequence -> outputs, tokenizer) ---
@@ -241,11 +254,14 @@ def _inputs(ids) -> dict:
   return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
 
 
-def make_armorm(folder: pathlib.Path, seed: int = 0):
-  """ArmoRM-shaped: 19 objectives, a 3-hidden-layer gating network, a random transform."""
-  tokenizer = llama3_tokenizer(folder)
+def make_armorm(folder: pathlib.Path, seed: int = 0, llama3_ids: bool = True):
+  """ArmoRM-shaped: 19 objectives, a 3-hidden-layer gating network, a random transform.
+  `llama3_ids=False`: the fixture chat tokenizer, whose renderings never hold the gate's pattern
+  (the embedding still has Llama 3's 128,256 rows)."""
+  tokenizer = llama3_tokenizer(folder) if llama3_ids else fx.train_chat_tokenizer(folder)
   config = _llama_config(tokenizer, num_objectives=19, gating_temperature=10,
                          gating_hidden_dim=16, gating_n_hidden=3)
+  config.vocab_size = LLAMA3_VOCAB
   model = _randomize(_armorm_class()(config), seed)
   _save(model, folder, {"AutoModelForSequenceClassification":
                         "modeling_custom.LlamaForRewardModelWithGating"})

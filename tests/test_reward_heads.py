@@ -30,6 +30,11 @@ OPTIONS = engine.ScoringOptions(max_length=512, tokens_per_batch=2048, chunk_siz
                                 smallest_bucket=128)
 
 
+# Converted items: three BBQ questions (three candidates each) and two HH-RLHF pairs, one of them
+# a multi-turn conversation (an earlier assistant header: the gate reads the last one).
+ITEMS = fx.bbq_items()[:3] + fx.hh_items()[:2]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
   """Tiny models' forward passes: one thread is far faster than two on a busy 2-core machine."""
@@ -75,7 +80,7 @@ def test_head_matches_its_class_through_the_scoring_engine(name, tmp_path):
   model = load_reward_model(folder)
   spec = model.config.reward_head
   assert spec is not None and model.config.num_labels == spec.num_outputs
-  items = fx.all_items()
+  items = ITEMS
   run = engine.score_items(model, items, tmp_path / "out", options=OPTIONS)
   check_scores(tables.read_rows(tmp_path / "out", "scores"),
                expected_outputs(reference, tokenizer, items), spec.num_outputs)
@@ -83,11 +88,12 @@ def test_head_matches_its_class_through_the_scoring_engine(name, tmp_path):
   assert run["compilations"] <= 4
 
 
+@pytest.mark.slow
 def test_armorm_through_socialrm_score_gated_score_first_objectives_named(armorm, tmp_path):
   """The command on converted items: output 0 the gated score, the 19 objectives after it under
   ArmoRM's names in run.json; --objective=3 makes output 3 (helpsteer-coherence) the reward."""
   folder, reference, tokenizer = armorm
-  items = fx.all_items()
+  items = ITEMS
   tables.write_rows(tmp_path / "items" / "items.jsonl", items)
   out = tmp_path / "out"
   subprocess.run(fx.score_command(folder, tmp_path / "items", out, "--max_length=512",
