@@ -119,3 +119,16 @@ def test_armorm_gate_is_read_in_the_shared_prompt(armorm):
   assert step_lib.is_gated(model)
   assert "gate_index" in step_lib.batch_fields("score", gated=True)
   assert "gate_index" not in step_lib.batch_fields("score")
+
+
+def test_armorm_native_checkpoint_keeps_its_head(armorm, tmp_path):
+  """socialrm-convert-checkpoint's native folder holds the head's description in its manifest
+  and scores as the HF folder does: gated score and objectives."""
+  from socialrm_jax import convert_checkpoint  # pylint: disable=import-outside-toplevel
+  folder, reference, tokenizer = armorm
+  convert_checkpoint.convert(str(folder), str(tmp_path / "native"))
+  native = load_reward_model(tmp_path / "native")
+  assert native.config.reward_head == load_reward_model(folder).config.reward_head
+  ids = fx.reference_sequences(tokenizer, ITEMS[0])[0][1]
+  got = np.asarray(native(np.array([ids]), np.ones((1, len(ids)), np.int32)))[0]
+  np.testing.assert_allclose(got, reference(ids), atol=TOLERANCE, rtol=0)
