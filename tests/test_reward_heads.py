@@ -132,3 +132,19 @@ def test_armorm_native_checkpoint_keeps_its_head(armorm, tmp_path):
   ids = fx.reference_sequences(tokenizer, ITEMS[0])[0][1]
   got = np.asarray(native(np.array([ids]), np.ones((1, len(ids)), np.int32)))[0]
   np.testing.assert_allclose(got, reference(ids), atol=TOLERANCE, rtol=0)
+
+
+def test_ldl_head_kept_in_pickles_is_refused_with_the_way_out(tmp_path):
+  """LDL-Reward's own save_pretrained writes the Gemma 2 trunk as safetensors (`Gemma2Model`)
+  and the head as pickles: never loaded, never scored without its head."""
+  from transformers import Gemma2Config  # pylint: disable=import-outside-toplevel
+  ldl = rh.wheel_module("ldlreward")
+  tokenizer = fx.train_chat_tokenizer(tmp_path)
+  model = ldl.LDLRewardModel27B(Gemma2Config(vocab_size=len(tokenizer), head_dim=8,
+                                             num_objectives=30, **rh.TRUNK))
+  model.regression_layer = ldl.MultiOutputNN(32, 30, hidden_dims=[16, 16])
+  model.gating_layer = ldl.GatingNN(32, 3, hidden_dim=16)
+  model.save_pretrained(str(tmp_path))
+  with pytest.raises(InputError, match=r"gating_layer\.pt, regression_layer\.pt as pickles.*"
+                                       r"PreTrainedModel\.save_pretrained"):
+    load_reward_model(tmp_path)

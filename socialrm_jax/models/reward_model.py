@@ -61,13 +61,21 @@ def _describe_head(hf_config: dict, architecture: str, path: str,
   try:
     return heads.describe(hf_config, architecture, shapes)
   except (heads.HeadError, KeyError, TypeError, ValueError) as e:
-    pickles = sorted(n for n in os.listdir(path) if n.endswith(PICKLE_SUFFIXES)) if (
-        os.path.isdir(path)) else []
-    hint = (f" Its head may be in the pickle files {', '.join(pickles)}, which are never loaded "
-            "(unpickling can run arbitrary code): load the model with its own class once, in a "
-            "trusted environment, and save it whole with `save_pretrained(OUT, "
-            "safe_serialization=True)`." if pickles else "")
-    raise InputError(f"cannot read the {architecture} reward head: {e}.{hint}", path) from None
+    raise InputError(f"cannot read the {architecture} reward head: {e}.{_pickled_head_hint(path)}",
+                     path) from None
+
+
+def _pickled_head_hint(path: str) -> str:
+  """What to do when a folder keeps part of its model (a custom head: LDL-Reward's
+  `regression_layer.pt`) in pickle files beside its safetensors."""
+  pickles = sorted(n for n in os.listdir(path) if n.endswith(PICKLE_SUFFIXES)) if (
+      os.path.isdir(path)) else []
+  if not pickles:
+    return ""
+  return (f" The folder keeps {', '.join(pickles)} as pickles, which are never loaded "
+          "(unpickling can run arbitrary code): if they hold the model's reward head, load the "
+          "model with its own class once, in a trusted environment, and save it whole with "
+          "`transformers.PreTrainedModel.save_pretrained(model, OUT, safe_serialization=True)`.")
 
 
 def family_and_config(hf_config: dict, path: str, head: str | None = None,
@@ -90,7 +98,7 @@ def family_and_config(hf_config: dict, path: str, head: str | None = None,
       hint = (f" Its `auto_map` ({_auto_map_entries(hf_config)}) points at custom modelling "
               "code, which is never run (no trust_remote_code); the custom reward classes "
               "described as data are: " + ", ".join(heads.REWARD_CLASSES) + ".")
-    raise InputError(str(e) + "." + hint, path) from None
+    raise InputError(str(e) + "." + hint + _pickled_head_hint(path), path) from None
   try:
     config = family.config_from_hf(hf_config, architecture)
   except (KeyError, ValueError, TypeError) as e:  # a field missing, or of the wrong kind
