@@ -503,7 +503,9 @@ def stack_rows(writers: Sequence[RowWriter], num_rows: int, length: int, slots: 
   readout_owner = np.full((num_rows, slots), -1, np.int64)
   row_chunk = np.full((num_rows,), -1, np.int32)
   first_token_index = np.zeros((num_rows,), np.int32)
-  gate_index = np.zeros((num_rows, slots), np.int32)
+  # Only a gated head's rows carry gates; other batches have no such array at all.
+  gate_index = (np.zeros((num_rows, slots), np.int32) if any(w.gates for w in writers)
+                else None)
   for r, w in enumerate(writers):
     for name, array in fields.items():
       array[r] = getattr(w, name)
@@ -513,7 +515,7 @@ def stack_rows(writers: Sequence[RowWriter], num_rows: int, length: int, slots: 
       index, target, owner = zip(*w.readouts)
       n = len(index)
       readout_index[r, :n], readout_target[r, :n], readout_owner[r, :n] = index, target, owner
-    if w.gates:
+    if gate_index is not None:
       gate_index[r, :len(w.gates)] = w.gates
   real = int(sum(w.used for w in writers))
   return Batch(**fields, readout_index=readout_index, readout_target=readout_target,

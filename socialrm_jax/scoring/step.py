@@ -48,6 +48,8 @@ def is_gated(model) -> bool:
   """Whether `model`'s reward head reads a gate at a prompt position (ArmoRM, QRM)."""
   spec = getattr(model.config, "reward_head", None)
   return spec is not None and bool(spec.gate_pattern) and model.config.head == "score"
+
+
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
