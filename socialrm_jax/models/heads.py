@@ -252,6 +252,12 @@ def is_starling(architecture: str, shapes: Mapping[str, Any]) -> bool:
           and "score.weight" not in shapes)
 
 
+def may_carry_custom_head(architecture: str) -> bool:
+  """Whether `describe` needs the checkpoint's tensors for `architecture` (a reward class, or a
+  sequence classifier that may be Starling's)."""
+  return architecture in REWARD_CLASSES or architecture == "LlamaForSequenceClassification"
+
+
 def describe(hf_config: dict, architecture: str,
              shapes: Mapping[str, tuple[int, ...]]) -> HeadSpec | None:
   """The custom head of `architecture` on this checkpoint, or None for a standard class."""

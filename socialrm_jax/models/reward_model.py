@@ -55,7 +55,7 @@ def _base_architecture(hf_config: dict, reward_class: str, path: str) -> str:
 def _describe_head(hf_config: dict, architecture: str, path: str,
                    tensors: weights.TensorSource | None) -> heads.HeadSpec | None:
   """The checkpoint's custom reward head (`heads.describe`), or None for a standard class."""
-  if tensors is None:
+  if tensors is None or not heads.may_carry_custom_head(architecture):
     return None
   shapes = {name: tensors.shape(name) for name in tensors.keys()}
   try:
