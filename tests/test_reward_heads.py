@@ -148,3 +148,19 @@ def test_ldl_head_kept_in_pickles_is_refused_with_the_way_out(tmp_path):
   with pytest.raises(InputError, match=r"gating_layer\.pt, regression_layer\.pt as pickles.*"
                                        r"PreTrainedModel\.save_pretrained"):
     load_reward_model(tmp_path)
+
+
+def test_armorm_left_truncated_prompts_keep_the_gate(armorm, tmp_path):
+  """Prompts cut from the left (--max_length below the items' lengths): the gate is found in
+  what remains, and every output equals the class scoring the truncated sequence alone."""
+  from socialrm_jax.scoring import templating  # pylint: disable=import-outside-toplevel
+  folder, reference, _ = armorm
+  options = dataclasses.replace(OPTIONS, max_length=160)
+  engine.score_items(load_reward_model(folder), ITEMS, tmp_path, options=options)
+  templater = templating.Templater(templating.load_tokenizer(folder), is_causal=True,
+                                   max_length=160)
+  encoded = templater.encode_many(0, ITEMS)
+  assert sum(enc.truncated_tokens > 0 for enc in encoded) >= 3  # most items were cut
+  expected = {(enc.item_id, c): reference([int(t) for t in seq])
+              for enc in encoded for c, seq in enumerate(enc.sequences)}
+  check_scores(tables.read_rows(tmp_path, "scores"), expected, 20)
