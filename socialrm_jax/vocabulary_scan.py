@@ -202,6 +202,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
       "scoring": {k: run_json[k] for k in ("wall_seconds", "tokens_computed", "tokens_naive",
                                            "tokens_computed_over_naive", "padding_fraction",
                                            "compilations", "compile_seconds", "devices")},
+      **({"reward_head": run_json["reward_head"]} if "reward_head" in run_json else {}),
       "statistics": statistics,
       "comparisons": {other: vocab_stats.compare_models(rewards, r, vocab.ids)
                       for other, (r, _, _) in others.items()},

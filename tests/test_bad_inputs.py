@@ -304,6 +304,31 @@ def _with_more_tokens_than_embeddings(folder: pathlib.Path) -> None:
   backend.save(str(folder / "tokenizer.json"))
 
 
+def _with_a_value_head_tensor(folder: pathlib.Path) -> None:
+  """GRM's value head saved beside a standard classifier's tensors, which no loader reads."""
+  from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
+  tensors = load_file(folder / "model.safetensors")
+  tensors["v_head.summary.weight"] = np.ones((1, 32), np.float32)
+  save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def _with_an_unknown_auto_map_class(folder: pathlib.Path) -> None:
+  config = json.loads((folder / "config.json").read_text())
+  config["architectures"] = ["MyRewardModel"]
+  config["auto_map"] = {"AutoModelForSequenceClassification": "modeling_mine.MyRewardModel"}
+  (folder / "config.json").write_text(json.dumps(config))
+
+
+def _score_gated_without_its_pattern(i: Inputs, here: pathlib.Path):
+  """An ArmoRM-shaped model whose tokenizer's chat template never writes Llama 3's assistant
+  header: its gate cannot be read; the first item is named."""
+  import reward_head_fixtures as rh  # pylint: disable=import-outside-toplevel
+  (here / "armorm").mkdir()
+  rh.make_armorm(here / "armorm", llama3_ids=False)
+  first = fx.all_items()[0]["item_id"]
+  return _score(lambda _: here / "armorm", names=f"item {first!r}")(i, here)
+
+
 def _scan_empty_prompts(i: Inputs, here: pathlib.Path):
   (here / "prompts.txt").write_text("\n  \n")
   return ([f"--model={i.model}", f"--output_dir={here / 'scan'}",
@@ -369,6 +394,13 @@ ROWS = [
         [f"--model={i.model}", f"--items={here / 'no_items'}", f"--output_dir={here / 'scores'}"],
         str(here / "no_items"))),
     Row("score", "broken_items_row", _score_broken_items),
+    Row("score", "head_tensors_left_unused", lambda i, here: _score(
+        lambda _: _model_copy(i.model, here / "rm", _with_a_value_head_tensor),
+        names="v_head.summary.weight")(i, here)),
+    Row("score", "unknown_auto_map_class", lambda i, here: _score(
+        lambda _: _model_copy(i.model, here / "rm", _with_an_unknown_auto_map_class),
+        names="AutoModelForSequenceClassification: modeling_mine.MyRewardModel")(i, here)),
+    Row("score", "gated_head_without_its_prompt_pattern", _score_gated_without_its_pattern),
     Row("score", "item_without_id", _score_item_without_id),
     # socialrm-metrics
     Row("metrics", "output_dir_is_a_file", _into_a_file(

@@ -24,10 +24,11 @@ DATASET_RATES = ("stereotype_rate", "ss")
 def per_objective(items: pairs.ItemTable | Sequence[dict],
                   pair_table: pairs.PairTable | Sequence[dict],
                   parts: Callable[[], Iterable[Scores]],
-                  options: evaluate.Options) -> dict[str, Any]:
+                  options: evaluate.Options, names: Sequence[str] = ()) -> dict[str, Any]:
   """{"objectives": {index: headline metrics}} when every row of the scores carries a vector, of
   one length L >= 2, else {}. `parts()` reads the scores set (`scores.score_parts`) once more:
-  once to see the vectors, then once per objective, so one part is in memory at a time."""
+  once to see the vectors, then once per objective, so one part is in memory at a time. `names`:
+  the outputs' names (a custom reward head's, from run.json), kept as each objective's `name`."""
   lengths = set()
   for part in parts():
     if part.rewards is None:
@@ -42,6 +43,7 @@ def per_objective(items: pairs.ItemTable | Sequence[dict],
     metrics = evaluate.metrics_from_scored(
         pairs.join(items, pair_table, one, options.allow_missing, options.item_fields), options)
     out[str(index)] = {
+        **({"name": names[index]} if index < len(names) else {}),
         "domains": {d: {k: node.get(k) for k in ("accuracy", "ci95")}
                     for d, node in metrics["domains"].items()},
         "datasets": {d: {k: node[k] for k in ("accuracy", "ci95", *DATASET_RATES,
@@ -72,5 +74,7 @@ def report_lines(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
             rows.append([f"{key}: {metric}" if metric != "accuracy" else key] +
                         [report.cell(n, metric) for n in nodes])
     out += [f"**{name}**", ""]
-    out += report.table(["domain / dataset"] + [f"objective {i}" for i in indices], rows) + [""]
+    headers = [f"{i}: {objectives[i]['name']}" if "name" in objectives[i] else f"objective {i}"
+               for i in indices]
+    out += report.table(["domain / dataset"] + headers, rows) + [""]
   return out

@@ -31,6 +31,16 @@ def model_names(paths: list[str], names: list[str]) -> list[str]:
   return out
 
 
+def output_names(score_path: str) -> tuple[str, ...]:
+  """A custom reward head's output names, as its scoring run recorded them (run.json's
+  `reward_head`; scoring/proxies.py), or () for any other scores."""
+  run_json = pathlib.Path(score_path) / "run.json"
+  if not run_json.is_file():
+    return ()
+  head = tables.read_json_object(str(run_json)).get("reward_head") or {}
+  return tuple(head.get("outputs", ()))
+
+
 def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names: list[str],
                  options: evaluate.Options,
                  sections: Sequence[Sequence[str]] = ()) -> dict[str, dict]:
@@ -52,7 +62,8 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
     joined[name] = pairs.join(items, pair_table, scores.score_parts(path, vectors=False),
                               options.allow_missing, ids=pairs.ids_reader(items_path))
     per_objective[name] = objectives.per_objective(
-        items, pair_table, lambda path=path: scores.score_parts(path), options)
+        items, pair_table, lambda path=path: scores.score_parts(path), options,
+        output_names(path))
     logging.info("%s: joined in %.1f s", name, time.perf_counter() - start)
   # Every set joined: the scored items keep what the metrics read, not the tables' ids (the few
   # the evidence shows are read again).

@@ -281,6 +281,21 @@ def _tokens_cell(rows: Sequence[dict], n: int = 10) -> str:
   return ", ".join(f"`{r['token']!r}`" for r in rows[:n]).replace("|", "\\|")
 
 
+def reward_head_lines(scan: Mapping[str, Any]) -> list[str]:
+  """Which output of a custom reward head (scan.json's `reward_head`) the scan ranks."""
+  head = scan.get("reward_head")
+  if not head:
+    return []
+  settings, outputs = scan.get("settings", {}), head["outputs"]
+  if settings.get("objective_weights"):
+    which = f"the weighted sum ({settings['objective_weights']}) of the outputs"
+  else:
+    index = settings.get("objective") or 0
+    which = f"output {index}, `{outputs[index]}`,"
+  return [f"The reward is {which} of the `{head['class']}` head, whose outputs are: "
+          + ", ".join(f"{i} `{name}`" for i, name in enumerate(outputs)) + ".", ""]
+
+
 def report_section(scan: Mapping[str, Any], figure: str | None = None,
                    heading: str = "##") -> list[str]:
   """Markdown lines for one model's scan (scan.json)."""
@@ -295,6 +310,7 @@ def report_section(scan: Mapping[str, Any], figure: str | None = None,
          f"as the one-word answer to each prompt (`{scan['prompt_set']}`), scored with "
          f"the `{scan['proxy']}` proxy, each token id placed between the chat template's answer "
          "prefix and its end of turn. Percentile 100 is the highest reward among the tokens.", ""]
+  out += reward_head_lines(scan)
   for prompt_id, node in stats["prompts"].items():
     out += [f"{heading}# {prompts[prompt_id]!r}", "",
             f"- top tokens: {_tokens_cell(node['top'])}",

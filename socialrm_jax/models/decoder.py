@@ -29,6 +29,7 @@ from flax import nnx
 
 from socialrm_jax.errors import InputError
 from socialrm_jax.models import attention as attention_lib
+from socialrm_jax.models import heads as heads_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
 from socialrm_jax.models.weights import WeightSource, identity
@@ -117,6 +118,8 @@ class Config(hf_config_lib.JsonConfig):
   final_logit_softcap: float | None = None
   layer_windows: tuple[int | None, ...] = ()  # per layer: sliding window or None (full)
   tie_word_embeddings: bool = False
+  # A custom reward head (ArmoRM, GRM, ...: `heads.describe`) in place of `score`; None: `score`.
+  reward_head: heads_lib.HeadSpec | None = None
 
   @property
   def attention_scale(self) -> float:
@@ -126,6 +129,18 @@ class Config(hf_config_lib.JsonConfig):
   def norm_scale_in_float32(self) -> bool:
     """OLMo 2's RMSNorm multiplies by its weight in float32, then casts (Llama's casts first)."""
     return self.variant == "olmo2"
+
+  def to_dict(self) -> dict[str, Any]:
+    out = super().to_dict()
+    out["reward_head"] = None if self.reward_head is None else self.reward_head.to_dict()
+    return out
+
+  @classmethod
+  def from_dict(cls, d: dict[str, Any]) -> "Config":
+    head = d.get("reward_head")
+    config = super().from_dict({k: v for k, v in d.items() if k != "reward_head"})
+    return dataclasses.replace(
+        config, reward_head=None if head is None else heads_lib.HeadSpec.from_dict(head))
 
 
 def _rope_settings(hf: dict, variant: str, default_theta: float = 10000.0) -> dict[str, Any]:
@@ -419,7 +434,10 @@ class Model(nnx.Module):
                                      unit_offset=config.unit_offset_norm, dtype=dtype,
                                      param_dtype=param_dtype,
                                      scale_in_float32=config.norm_scale_in_float32)
-    if config.head == "score":
+    if config.head == "score" and config.reward_head is not None:
+      self.reward_head = heads_lib.RewardHead(config.reward_head, config.hidden_size,
+                                              param_dtype=param_dtype)
+    elif config.head == "score":
       self.score = layers.Projection("...D,DL->...L", (config.hidden_size, config.num_labels), None, **kw)
     elif config.head == "lm" and not config.tie_word_embeddings:
       self.lm_head = layers.Projection("...D,DV->...V", (config.hidden_size, config.vocab_size), None, **kw)
@@ -449,9 +467,12 @@ class Model(nnx.Module):
     x, _ = jax.lax.scan(layer, x, (stacked, windows, inv_freqs))
     return self.final_norm(x)  # [B, T, D]
 
-  def head(self, hidden: jnp.ndarray) -> jnp.ndarray:
+  def head(self, hidden: jnp.ndarray, gate_hidden: jnp.ndarray | None = None) -> jnp.ndarray:
     """[..., D] -> [..., num_labels] (score head) or [..., V] (LM head); unchanged when the
-    model was loaded trunk-only (`head="none"`)."""
+    model was loaded trunk-only (`head="none"`). `gate_hidden` [..., D]: where a gated reward
+    head reads its gate (ArmoRM, QRM: a prompt position)."""
+    if self.config.head == "score" and self.config.reward_head is not None:
+      return self.reward_head(hidden, gate_hidden)
     if self.config.head == "score":
       return self.score(hidden)
     if self.config.head == "lm":
@@ -622,7 +643,9 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
     if config.mlp_bias:
       out["layers/mlp/down_proj/bias"] = block("mlp.down_proj.bias")
   head_tensors = _HEAD_TENSORS.get(config.variant, {})
-  if config.head == "score":
+  if config.head == "score" and config.reward_head is not None:
+    out.update(heads_lib.weight_sources(config.reward_head))
+  elif config.head == "score":
     out["score/kernel"] = WeightSource(head_tensors.get("score", "score.weight"),
                                        _linear_to_einsum(d, config.num_labels))
   elif config.head == "lm" and not config.tie_word_embeddings:

@@ -74,17 +74,23 @@ def first_token_log_probs(module, hidden, first_token_index, readout_index, read
 def readouts(module, input_ids: jax.Array, positions: jax.Array, layout: attention.Layout,
              token_type_ids: jax.Array | None, readout_index: jax.Array,
              readout_target: jax.Array, readout: str,
-             first_token_index: jax.Array | None = None) -> jax.Array:
+             first_token_index: jax.Array | None = None,
+             gate_index: jax.Array | None = None) -> jax.Array:
   """[B, T] tokens under `layout` -> the head at the readout positions [B, S]: rewards
   [B, S, L] ("score"; a trunk-only model's hidden states [B, S, D]) or log p(target) [B, S]
   ("loglik"; "vocab_loglik", where slots at `FROM_FIRST_TOKEN_DISTRIBUTION` read the row's
-  distribution at `first_token_index` [B])."""
+  distribution at `first_token_index` [B]). `gate_index` [B, S]: where a gated reward head
+  (ArmoRM, QRM) reads each slot's gate, a prompt position of the slot's own sequence; only such
+  heads are given one, so other heads' programs hold no second gather."""
   if readout not in READOUTS:
     raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
   token_types = None if layout.is_causal else token_type_ids
   hidden = module(input_ids, positions, layout, token_types)  # [B, T, D]
   own = jnp.maximum(readout_index, 0)
   picked = jnp.take_along_axis(hidden, own[..., None], axis=1)  # [B, S, D]
+  if readout == "score" and gate_index is not None:
+    gates = jnp.take_along_axis(hidden, gate_index[..., None], axis=1)  # [B, S, D]
+    return module.head(picked, gates).astype(jnp.float32)  # [B, S, L]
   if readout == "score":
     return module.head(picked).astype(jnp.float32)  # [B, S, L]
   if readout == "loglik":

@@ -16,12 +16,13 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from socialrm_jax import default_model, tables
 from socialrm_jax.errors import InputError
 from socialrm_jax.models import attention as attention_lib
-from socialrm_jax.models import checkpoint, families, masks, readout, tokenizer, weights
+from socialrm_jax.models import checkpoint, families, heads, masks, readout, tokenizer, weights
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -33,26 +34,78 @@ def model_dtype(dtype: str) -> Any:
   return DTYPES[dtype]
 
 
-def family_and_config(hf_config: dict, path: str, head: str | None = None):
-  """HF config dict -> (family module, family Config), optionally without its head."""
+def _auto_map_entries(hf_config: dict) -> str:
+  auto_map = hf_config.get("auto_map") or {}
+  return ", ".join(f"{k}: {v}" for k, v in auto_map.items())
+
+
+def _base_architecture(hf_config: dict, reward_class: str, path: str) -> str:
+  """The supported sequence classifier of a reward class's base model (`model_type`)."""
+  model_type = str(hf_config.get("model_type", ""))
+  wanted = f"{model_type}ForSequenceClassification".lower()
+  found = [a for a in families.supported_architectures() if a.lower() == wanted]
+  if not found:
+    raise InputError(f"{reward_class} on a {model_type!r} base model, which is not supported "
+                     "(supported bases: the decoders of "
+                     + ", ".join(a for a in families.supported_architectures()
+                                 if a.endswith("ForSequenceClassification")) + ")", path)
+  return found[0]
+
+
+def _describe_head(hf_config: dict, architecture: str, path: str,
+                   tensors: weights.TensorSource | None) -> heads.HeadSpec | None:
+  """The checkpoint's custom reward head (`heads.describe`), or None for a standard class."""
+  if tensors is None or not heads.may_carry_custom_head(architecture):
+    return None
+  shapes = {name: tensors.shape(name) for name in tensors.keys()}
+  try:
+    return heads.describe(hf_config, architecture, shapes)
+  except (heads.HeadError, KeyError, TypeError, ValueError) as e:
+    raise InputError(f"cannot read the {architecture} reward head: {e}.{_pickled_head_hint(path)}",
+                     path) from None
+
+
+def _pickled_head_hint(path: str) -> str:
+  """What to do when a folder keeps part of its model (a custom head: LDL-Reward's
+  `regression_layer.pt`) in pickle files beside its safetensors."""
+  pickles = sorted(n for n in os.listdir(path) if n.endswith(PICKLE_SUFFIXES)) if (
+      os.path.isdir(path)) else []
+  if not pickles:
+    return ""
+  return (f" The folder keeps {', '.join(pickles)} as pickles, which are never loaded "
+          "(unpickling can run arbitrary code): if they hold the model's reward head, load the "
+          "model with its own class once, in a trusted environment, and save it whole with "
+          "`transformers.PreTrainedModel.save_pretrained(model, OUT, safe_serialization=True)`.")
+
+
+def family_and_config(hf_config: dict, path: str, head: str | None = None,
+                      tensors: weights.TensorSource | None = None):
+  """HF config dict -> (family module, family Config), optionally without its head. `tensors`
+  (the checkpoint's, headers only) describe a custom reward head (`heads.describe`)."""
   architectures = hf_config.get("architectures") or []
   if not architectures:
     raise InputError("config.json names no architecture (`architectures` is empty); "
                      "supported: " + ", ".join(families.supported_architectures()), path)
   architecture = architectures[0]
+  spec = _describe_head(hf_config, architecture, path, tensors)
+  if architecture in heads.REWARD_CLASSES and tensors is not None:
+    architecture = _base_architecture(hf_config, architecture, path)
   try:
     family = families.family_for(architecture)
   except ValueError as e:
     hint = ""
     if hf_config.get("auto_map"):
-      hint = (" This checkpoint's `auto_map` points at custom modelling code; such code is never "
-              "run (no trust_remote_code).")
-    raise InputError(str(e) + "." + hint, path) from None
+      hint = (f" Its `auto_map` ({_auto_map_entries(hf_config)}) points at custom modelling "
+              "code, which is never run (no trust_remote_code); the custom reward classes "
+              "described as data are: " + ", ".join(heads.REWARD_CLASSES) + ".")
+    raise InputError(str(e) + "." + hint + _pickled_head_hint(path), path) from None
   try:
     config = family.config_from_hf(hf_config, architecture)
   except (KeyError, ValueError, TypeError) as e:  # a field missing, or of the wrong kind
     raise InputError(f"cannot read the {architecture} config: {type(e).__name__}: {e}",
                      path) from None
+  if spec is not None:
+    config = dataclasses.replace(config, reward_head=spec, num_labels=spec.num_outputs)
   if head not in (None, config.head, "none"):
     raise InputError(f"{architecture} carries a {config.head!r} head, not {head!r}", path)
   if head == "none":
@@ -124,6 +177,11 @@ def _ignored_tensors(family: types.ModuleType, config, tensors: weights.TensorSo
   ignored = {name for name in tensors.keys() if is_buffer(name)} if is_buffer else set()
   if getattr(config, "tie_word_embeddings", False):
     ignored.add("lm_head.weight")  # some tied checkpoints still save the copy
+  reward_head = getattr(config, "reward_head", None)
+  if reward_head is not None:
+    ignored |= heads.ignored_tensors(reward_head, tensors.keys())
+    if config.head == "none":  # a trunk-only load leaves the head out on purpose
+      ignored |= heads.head_tensors(reward_head)
   if config.head == "none":
     for head in ("score", "lm"):
       try:
@@ -132,6 +190,42 @@ def _ignored_tensors(family: types.ModuleType, config, tensors: weights.TensorSo
         continue
       ignored |= {name for s in with_head.values() for name in s.hf_names}
   return ignored
+
+
+def _refuse_unused_head_tensors(family: types.ModuleType, config, tensors: weights.TensorSource,
+                                ignored: set[str], path: str) -> None:
+  """A checkpoint holding reward-head tensors its architecture would not read is refused,
+  naming them: it is never scored as a base model with its head dropped."""
+  used = {name for s in family.weight_sources(config).values() for name in s.hf_names}
+  unused = sorted(n for n in tensors.keys()
+                  if heads.is_head_tensor(n) and n not in used and n not in ignored)
+  if unused:
+    raise InputError(
+        f"the checkpoint holds reward-head tensors that {config.architecture} does not read "
+        f"({', '.join(unused[:8])}{', ...' if len(unused) > 8 else ''}); scoring it without its "
+        "head would be wrong. Name its reward class in config.json's `architectures` (one of "
+        + ", ".join(heads.REWARD_CLASSES) + ") with the config fields that class reads", path)
+
+
+class _RenamedTrunk:
+  """A checkpoint whose decoder lives under another prefix than `model.` (Starling:
+  `transformer.`), read under the names `decoder.weight_sources` uses."""
+
+  def __init__(self, tensors: weights.TensorSource, theirs: str, ours: str = "model."):
+    self.tensors, self.theirs, self.ours = tensors, theirs, ours
+
+  def _name(self, name: str) -> str:
+    return self.theirs + name.removeprefix(self.ours) if name.startswith(self.ours) else name
+
+  def keys(self):
+    return [self.ours + n.removeprefix(self.theirs) if n.startswith(self.theirs) else n
+            for n in self.tensors.keys()]
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    return self.tensors.shape(self._name(name))
+
+  def get(self, name: str, index: weights.Index = ()):
+    return self.tensors.get(self._name(name), index)
 
 
 class _BasePrefixedTensors:
@@ -195,8 +289,8 @@ def check_models(paths: Mapping[str, str | None]) -> None:
       _native_family_and_config(path)
       tokenizer.check_tokenizer_files(path)
       continue
-    hf_config, _, tokenizer_path = _checkpoint_files(path)
-    family_and_config(hf_config, path)
+    hf_config, tensors, tokenizer_path = _checkpoint_files(path)
+    family_and_config(hf_config, path, tensors=tensors)
     if os.path.isdir(tokenizer_path):  # a GGUF file carries its tokenizer
       tokenizer.check_tokenizer_files(tokenizer_path)
 
@@ -224,26 +318,48 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     return RewardModel(config, family, module, tokenizer_path=path, attention=implementation)
 
   hf_config, tensors, tokenizer_path = _checkpoint_files(path)
-  family, config = family_and_config(hf_config, path, head)
+  family, config = family_and_config(hf_config, path, head, tensors)
+  reward_head = getattr(config, "reward_head", None)
+  if reward_head is not None and reward_head.trunk_prefix != "model.":
+    tensors = _RenamedTrunk(tensors, reward_head.trunk_prefix)
   tensors = _with_base_prefix(family, config, tensors)
   implementation = resolve_attention(attention, family, config, jdtype, mesh)
   module = abstract_module(family, config, jdtype, implementation)
+  ignored = _ignored_tensors(family, config, tensors)
+  _refuse_unused_head_tensors(family, config, tensors, ignored, path)
   weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,
-                      ignore=_ignored_tensors(family, config, tensors))
+                      ignore=ignored)
   return RewardModel(config, family, module, tokenizer_path=tokenizer_path,
                      attention=implementation)
 
 
-def _rewards(graphdef, is_causal: bool, state, input_ids, attention_mask):
+def _rewards(graphdef, is_causal: bool, state, input_ids, attention_mask, gate_index=None):
   """A padded batch through `readout.readouts` (what the scoring step runs on packed rows), read
-  at the last real token (decoders) or the first ([CLS], encoders)."""
+  at the last real token (decoders) or the first ([CLS], encoders); a gated head's gate at
+  `gate_index` [B]."""
   model = nnx.merge(graphdef, state)
   index = masks.last_real_index(attention_mask) if is_causal else masks.first_real_index(attention_mask)
   scores = readout.readouts(
       model, input_ids, masks.positions_from_mask(attention_mask),
       attention_lib.from_padding_mask(attention_mask, is_causal), jnp.zeros_like(input_ids),
-      index[:, None], jnp.zeros_like(index[:, None]), "score")[:, 0]  # [B, L]
+      index[:, None], jnp.zeros_like(index[:, None]), "score",
+      gate_index=None if gate_index is None else gate_index[:, None])[:, 0]  # [B, L]
   return scores[:, 0] if scores.shape[-1] == 1 else scores
+
+
+def gate_indices(spec: heads.HeadSpec, input_ids, attention_mask) -> np.ndarray:
+  """[B] where a gated head reads each padded row's gate (`heads.gate_position` over its real
+  tokens); a row without the pattern is a ValueError."""
+  ids, real = np.asarray(input_ids), np.asarray(attention_mask).astype(bool)
+  out = np.zeros(len(ids), np.int32)
+  for b in range(len(ids)):
+    where = np.flatnonzero(real[b])
+    found = heads.gate_position(spec, ids[b][where])
+    if found is None:
+      raise ValueError(f"row {b}: {spec.architecture} reads its gate at the last "
+                       f"{list(spec.gate_pattern)} (the assistant header), absent from this row")
+    out[b] = where[found]
+  return out
 
 
 def _token_logprobs(graphdef, state, input_ids, attention_mask):
@@ -285,8 +401,12 @@ class RewardModel:
     if self.config.head == "lm":
       raise ValueError(f"{self.config.architecture} is a language model, with no score head; "
                        "use token_logprobs (or score it with --proxy=loglik)")
+    spec = getattr(self.config, "reward_head", None)
+    gate = None
+    if spec is not None and spec.gate_pattern:
+      gate = jnp.asarray(gate_indices(spec, input_ids, attention_mask))
     return self._rewards(nnx.state(self.module), jnp.asarray(input_ids, jnp.int32),
-                         jnp.asarray(attention_mask, jnp.int32))
+                         jnp.asarray(attention_mask, jnp.int32), gate)
 
   def token_logprobs(self, input_ids, attention_mask) -> jax.Array:
     """[B, T] -> [B, T] log p(token t | tokens < t); 0 at the first real token and at padding."""

@@ -93,6 +93,7 @@ def encode_chunk(scorer: Scorer, index: int, items: Sequence[dict], first_index:
                  pairs: dict | None) -> Chunk:
   """A chunk's items encoded by its proxy (one batched tokenizer call) and counted."""
   encoded, plan = scorer.proxy.encode(scorer.templater, first_index, items)
+  encoded = scorer.proxy.locate_gates(encoded)
   stats = run_report.RunStats(items=len(items))
   item_pairs = [_item_pairs(item, pairs) for item in items]
   stats.pairs = sum(len(p) for p in item_pairs)

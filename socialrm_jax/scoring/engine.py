@@ -317,6 +317,10 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   model_path = str(model_path or model.tokenizer_path)
   scorer = (make or make_scorer)(model, mesh, options, ref_model, options.ref_model)
   proxy = scorer.proxy
+  if step_lib.GATE_FIELD in scorer.step.fields and items.first is not None:
+    # A gated head (ArmoRM) whose prompt pattern the template never writes is refused on the
+    # first item, before anything is written; a later item without it stops the run, named.
+    proxy.locate_gates(proxy.encode(scorer.templater, 0, [items.first])[0])
 
   store = shards.ShardStore(
       output_dir, model=shards.model_identity(model_path),

@@ -185,6 +185,7 @@ class Batch:
   row_chunk: np.ndarray        # [B] the chunk a row's readouts belong to; -1 = padding row.
   real_tokens: int             # Tokens that are not padding.
   first_token_index: np.ndarray | None = None  # [B] "vocab_loglik": the row's prompt end.
+  gate_index: np.ndarray | None = None  # [B, S] a gated head's gate position per readout.
 
   def chunk_tokens(self) -> dict[int, int]:
     """Real tokens of the batch per chunk."""
@@ -206,6 +207,7 @@ class RowWriter:
     self.branch_ids = np.zeros(length, np.int32)
     self.token_type_ids = np.zeros(length, np.int32)
     self.readouts: list[tuple[int, int, int]] = []  # (row index, target token, owner)
+    self.gates: list[int] = []  # a gated head's gate row index, one per readout ("score" only)
     self.readout = readout
     self.candidate_offsets = candidate_offsets
     self.chunk = chunk
@@ -222,6 +224,7 @@ class RowWriter:
       getattr(self, name)[at:at + n] = getattr(other, name)[:n]
     self.segment_ids[at:at + n] = other.segment_ids[:n] + self.segments
     self.readouts += [(index + at, target, owner) for index, target, owner in other.readouts]
+    self.gates += [index + at for index in other.gates]
     self.segments += other.segments
     self.used += n
 
@@ -278,6 +281,8 @@ class RowWriter:
       # Causal: the last real token; encoders: the first ([CLS]).
       p = len(seq) - 1 if item.token_type_ids is None else 0
       self.readouts.append((row_index(p), 0, owner))
+      if item.gate_positions is not None:  # a prompt position: in the prefix when shared
+        self.gates.append(row_index(item.gate_positions[c]))
     else:
       # Token p is predicted from the hidden state at p - 1; the first token has no predictor.
       first = max(item.response_starts[c], 1)
@@ -498,6 +503,9 @@ def stack_rows(writers: Sequence[RowWriter], num_rows: int, length: int, slots: 
   readout_owner = np.full((num_rows, slots), -1, np.int64)
   row_chunk = np.full((num_rows,), -1, np.int32)
   first_token_index = np.zeros((num_rows,), np.int32)
+  # Only a gated head's rows carry gates; other batches have no such array at all.
+  gate_index = (np.zeros((num_rows, slots), np.int32) if any(w.gates for w in writers)
+                else None)
   for r, w in enumerate(writers):
     for name, array in fields.items():
       array[r] = getattr(w, name)
@@ -507,7 +515,9 @@ def stack_rows(writers: Sequence[RowWriter], num_rows: int, length: int, slots: 
       index, target, owner = zip(*w.readouts)
       n = len(index)
       readout_index[r, :n], readout_target[r, :n], readout_owner[r, :n] = index, target, owner
+    if gate_index is not None:
+      gate_index[r, :len(w.gates)] = w.gates
   real = int(sum(w.used for w in writers))
   return Batch(**fields, readout_index=readout_index, readout_target=readout_target,
                readout_owner=readout_owner, row_chunk=row_chunk, real_tokens=real,
-               first_token_index=first_token_index)
+               first_token_index=first_token_index, gate_index=gate_index)

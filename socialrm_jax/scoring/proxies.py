@@ -46,6 +46,7 @@ import pyarrow as pa
 
 from socialrm_jax import tables, templates
 from socialrm_jax.errors import InputError
+from socialrm_jax.models import heads
 from socialrm_jax.scoring import packing
 from socialrm_jax.scoring.templating import EncodedItem, Templater, plain_messages
 
@@ -140,6 +141,11 @@ class Proxy:
     """The chunk's sequences and what `rows` needs to map them back to the items."""
     return templater.encode_many(first_index, items), None
 
+  def locate_gates(self, encoded: list[EncodedItem]) -> list[EncodedItem]:
+    """The encoded items with what the model's head reads besides the answer's last token (a
+    gated head's prompt position); unchanged for every other head."""
+    return encoded
+
   def tokens_naive(self, encoded: Sequence[EncodedItem], plan: Any,
                    item_pairs: Sequence[Sequence[tuple[int, int]]]) -> int:
     """Tokens a scorer computes that runs each pair's chosen and rejected as full sequences."""
@@ -182,14 +188,43 @@ class ScoreHead(Proxy):
   name = "none"
   readout = "score"
 
-  def __init__(self, num_labels: int, objective: Objective):
+  def __init__(self, num_labels: int, objective: Objective, head: heads.HeadSpec | None = None):
+    """`head`: a custom reward head (`models.heads`): its outputs' names go to run.json, and a
+    gated one has its gate located in every sequence."""
     objective.check(num_labels)
-    self.num_labels, self.objective = num_labels, objective
+    self.num_labels, self.objective, self.head = num_labels, objective, head
     if num_labels > 1:
       self.extra_fields = (("rewards", pa.list_(pa.float64())),)
 
   def settings(self) -> dict:
     return {**super().settings(), **self.objective.settings()}
+
+  def summary(self, folder) -> dict:
+    """A custom head's class and output names (output 0: the score its pipeline ranks by)."""
+    del folder
+    if self.head is None:
+      return {}
+    return {"reward_head": {"class": self.head.architecture, "kind": self.head.kind,
+                            "outputs": list(self.head.output_names)}}
+
+  def locate_gates(self, encoded):
+    """A gated head (ArmoRM, QRM) reads its gate at the last occurrence of its pattern (the
+    assistant header before the answer); an item whose sequence lacks it is refused."""
+    if self.head is None or not self.head.gate_pattern:
+      return encoded
+    out = []
+    for enc in encoded:
+      found = [heads.gate_position(self.head, seq) for seq in enc.sequences]
+      if any(p is None for p in found):
+        c = found.index(None)
+        pattern = heads.PATTERN_TEXTS.get(self.head.gate_pattern, "")
+        raise InputError(
+            f"item {enc.item_id!r}, candidate {c}: {self.head.architecture} reads its gating "
+            f"network at the last {pattern} (token ids {list(self.head.gate_pattern)}), which "
+            "this item's sequence does not hold: score it with the model's own Llama 3 chat "
+            "template, and a --max_length that keeps the prompt's last turn")
+      out.append(dataclasses.replace(enc, gate_positions=tuple(found)))
+    return out
 
   def columns(self, values: np.ndarray, count: int) -> dict:
     del count
@@ -382,7 +417,8 @@ def make(name: str, *, model, templater: Templater, objective: Objective = Objec
     raise InputError(f"--objective and --objective_weights pick an output of a score head; "
                      f"--proxy={name} has none")
   if name == "none":
-    return ScoreHead(getattr(model.config, "num_labels", 1), objective)
+    return ScoreHead(getattr(model.config, "num_labels", 1), objective,
+                     getattr(model.config, "reward_head", None))
   if name == "loglik":
     return LogLik()
   if name == "implicit":

@@ -35,11 +35,21 @@ BATCH_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids", "token_ty
 READOUT_FIELDS = ("readout_index", "readout_target")
 # [B] fields, sent only for the readout that reads them.
 ROW_FIELDS = {"vocab_loglik": ("first_token_index",)}
+# [B, S]: where a gated reward head reads each readout's gate; sent only for such a head.
+GATE_FIELD = "gate_index"
 
 
-def batch_fields(readout: str) -> tuple[str, ...]:
-  """The batch arrays the step of `readout` takes."""
-  return BATCH_FIELDS + ROW_FIELDS.get(readout, ())
+def batch_fields(readout: str, gated: bool = False) -> tuple[str, ...]:
+  """The batch arrays the step of `readout` takes (`gated`: the model's head reads a gate)."""
+  return BATCH_FIELDS + ROW_FIELDS.get(readout, ()) + ((GATE_FIELD,) if gated else ())
+
+
+def is_gated(model) -> bool:
+  """Whether `model`'s reward head reads a gate at a prompt position (ArmoRM, QRM)."""
+  spec = getattr(model.config, "reward_head", None)
+  return spec is not None and bool(spec.gate_pattern) and model.config.head == "score"
+
+
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 
@@ -101,7 +111,7 @@ class ScoringStep:
     self.sharding = mesh_lib.batch_sharding(mesh)
     self.compilations = 0
     self.compile_seconds = 0.0
-    self.fields = batch_fields(readout)
+    self.fields = batch_fields(readout, readout == "score" and is_gated(model))
     self._programs: dict[tuple[int, int, int], jax.stages.Compiled] = {}
 
     def step(states, batch):
@@ -109,7 +119,7 @@ class ScoringStep:
       out = [readout_lib.readouts(
           nnx.merge(graphdef, state), batch["input_ids"], batch["positions"], layout,
           batch["token_type_ids"], batch["readout_index"], batch["readout_target"], readout,
-          batch.get("first_token_index"))
+          batch.get("first_token_index"), batch.get(GATE_FIELD))
              for graphdef, state in zip(graphdefs, states)]
       return out[0] if len(out) == 1 else jnp.stack(out, axis=-1)  # [B, S(, L)] or [B, S, 2]
 
@@ -120,6 +130,7 @@ class ScoringStep:
     if shape not in self._programs:
       rows, length, slots = shape
       widths = {name: slots if name in READOUT_FIELDS else length for name in BATCH_FIELDS}
+      widths[GATE_FIELD] = slots
       spec = {name: jax.ShapeDtypeStruct((rows, widths[name]) if name in widths else (rows,),
                                          jnp.int32, sharding=self.sharding)
               for name in self.fields}

@@ -63,6 +63,8 @@ class EncodedItem:
   response_starts: tuple[int, ...]
   token_type_ids: tuple[np.ndarray, ...] | None
   truncated_tokens: int           # Prompt tokens dropped from each sequence (0 = untouched).
+  # Gated reward heads (ArmoRM, QRM): where each candidate's sequence has its gate position.
+  gate_positions: tuple[int, ...] | None = None
 
   @property
   def num_candidates(self) -> int:

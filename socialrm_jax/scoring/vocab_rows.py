@@ -176,6 +176,12 @@ class VocabAnswers(proxies.Proxy):
       start = end
     return encoded, None
 
+  def locate_gates(self, encoded):
+    return self.base.locate_gates(encoded)
+
+  def summary(self, folder):
+    return self.base.summary(folder)
+
   def tokens_naive(self, encoded, plan, item_pairs):
     """Every (prompt, token) as its own full sequence."""
     del plan, item_pairs
