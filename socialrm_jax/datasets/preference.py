@@ -267,7 +267,8 @@ def _num_correct(value: Any, n_chosen: int) -> int:
   if number < 1:
     raise BadRow(f"num_correct is {number}: a best-of-N row needs a correct response")
   if number > n_chosen:
-    raise BadRow(f"num_correct {number} is larger than the chosen list ({n_chosen} responses)")
+    raise BadRow(f"num_correct {number} is larger than the chosen list ({n_chosen} "
+                 f"response{'s' if n_chosen != 1 else ''})")
   return number
 
 
