@@ -25,6 +25,7 @@ import scoring_fixtures as fx
 from socialrm_jax import conversion, tables
 from socialrm_jax.analysis import evaluate, scores
 from socialrm_jax.datasets import registry
+from socialrm_jax.errors import InputError
 
 TOLERANCE = 1e-9
 N_RESAMPLES = 50
@@ -234,3 +235,11 @@ def test_models_are_compared_on_the_rewardbench2_score(converted, tmp_path):
   assert "best_of_n_accuracy" in rows
   report = (tmp_path / "report" / "report.md").read_text()
   assert "rb2: rewardbench2_score" in report  # the report's comparisons table
+
+
+def test_a_ties_id_given_twice_is_an_error_naming_both_rows(tmp_path):
+  rows = pf.rewardbench2_rows()
+  rows.append(dict(next(r for r in rows if r["id"] == "ref:0")))
+  with pytest.raises(InputError, match=r"rb2\.jsonl, row 16: Ties id 'ref:0' given twice "
+                                       r"\(rows 11 and 16\)"):
+    convert(tmp_path, pf.write_jsonl(tmp_path / "rb2.jsonl", rows), "rb2")

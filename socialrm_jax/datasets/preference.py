@@ -15,6 +15,7 @@ to (`--columns=prompt=question,chosen=good`; `prompt=` says there is no prompt c
 - `subset` (default: the split), `domain`, `label`: carried into the metrics, which report
   accuracy per subset (`subsets.<subset>`) and per label (`labels.<label>`) with intervals.
 - `id`: kept in the items' attributes.
+- `num_correct`: in a row of response lists (below), how many of its responses are correct.
 
 The layout is told from the columns' types, per table (the conversion report names it):
 - `strings` (RewardBench): prompt, chosen and rejected are text.
@@ -33,9 +34,22 @@ text, a conversation that does not end with an assistant response after a user t
 outside `records.DOMAINS` and an unparsable transcript are malformed rows: an error naming the
 file and the row, or skipped and counted with `--on_error=skip`.
 
+- `best_of_n` (RewardBench 2): chosen and rejected are lists of response texts (in a CSV file,
+  JSON-encoded in their fields), beside a prompt.
+
 An item per row: candidates [chosen, rejected], roles `chosen`, `rejected`, desirability +1, -1,
 one gold pair; id `<name>/<row>` (`<name>/<split>/<row>` for a saved DatasetDict). Items of a
 dataset no plug-in is registered under are evaluated by this plug-in's metrics.
+
+A row of response lists (RewardBench 2: one correct answer against three, or several correct ones
+in its Ties subset) is an item of K candidates, chosen then rejected in the row's order; the first
+`num_correct` (default: the whole chosen list) are correct (role `chosen`, +1) and the rest not
+(`rejected`, -1), as RewardBench 2's code reads the column; gold pairs are every (correct,
+incorrect) combination, and the id `<name>/<row>/<id>` keeps the row's id. `num_correct` above the
+chosen list (or below 1), an empty chosen or rejected list or response, a list beside a text or
+holding other than text, a Ties id `tied:N` without a `ref:N` row in its table and a Ties id given
+twice are errors naming the file and the row (the last two whatever `--on_error` says: the
+table's other rows are read by then). Their metrics: `analysis.best_of_n`.
 """
 
 from __future__ import annotations
@@ -315,8 +329,9 @@ class TiesIds:
   """The Ties ids (`best_of_n.TIES_ID`) of one table's best-of-N rows: every `tied:N` needs its
   reference prompt `ref:N`, whose accuracy and margins its score reads."""
 
-  def __init__(self):
-    self.references: set[str] = set()
+  def __init__(self, path):
+    self.path = path
+    self.references: dict[str, int] = {}  # N -> the row of `ref:N`
     self.tied: dict[str, int] = {}  # N -> the row of `tied:N`
 
   def add(self, item: records.Item) -> None:
@@ -324,12 +339,15 @@ class TiesIds:
     if found is None or "num_correct" not in item.attributes:
       return
     kind, prompt = found
-    if kind == best_of_n.REFERENCE:
-      self.references.add(prompt)
-    else:
-      self.tied.setdefault(prompt, item.attributes["row"])
+    seen = self.references if kind == best_of_n.REFERENCE else self.tied
+    row = item.attributes["row"]
+    if prompt in seen:
+      raise InputError(f"Ties id '{kind}:{prompt}' given twice (rows {seen[prompt]} and {row})",
+                       self.path, row)
+    seen[prompt] = row
 
-  def check(self, path) -> None:
+  def check(self) -> None:
+    path = self.path
     orphans = sorted((row, n) for n, row in self.tied.items() if n not in self.references)
     if orphans:
       row, n = orphans[0]
@@ -348,7 +366,7 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
           "path": str(table.path), "rows": len(table.dataset), "layout": layout(table, columns),
           "columns": {role: column for role, column in columns.items() if column}})
       wanted = list(dict.fromkeys(c for c in columns.values() if c))
-      ties = TiesIds()
+      ties = TiesIds(table.path)
       for number, row in table.rows(reader, wanted):
         subset = row[columns["subset"]] if columns["subset"] is not None else None
         subset = str(subset) if subset not in (None, "") else (table.split or WHOLE_FILE)
@@ -361,7 +379,7 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
         if item is not None:
           ties.add(item)
           yield item
-      ties.check(table.path)
+      ties.check()
 
 
 # -- metrics and report ---------------------------------------------------------------------
