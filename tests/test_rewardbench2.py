@@ -243,3 +243,10 @@ def test_a_ties_id_given_twice_is_an_error_naming_both_rows(tmp_path):
   with pytest.raises(InputError, match=r"rb2\.jsonl, row 16: Ties id 'ref:0' given twice "
                                        r"\(rows 11 and 16\)"):
     convert(tmp_path, pf.write_jsonl(tmp_path / "rb2.jsonl", rows), "rb2")
+
+
+def test_a_subset_of_ties_rows_and_other_rows_is_an_error(tmp_path):
+  rows = pf.rewardbench2_rows()
+  rows[0]["subset"] = "Ties"
+  with pytest.raises(InputError, match=r"rb2\.jsonl, row 1: subset 'Ties' holds Ties rows"):
+    convert(tmp_path, pf.write_jsonl(tmp_path / "rb2.jsonl", rows), "rb2")

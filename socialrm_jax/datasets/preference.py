@@ -47,9 +47,10 @@ in its Ties subset) is an item of K candidates, chosen then rejected in the row'
 (`rejected`, -1), as RewardBench 2's code reads the column; gold pairs are every (correct,
 incorrect) combination, and the id `<name>/<row>/<id>` keeps the row's id. `num_correct` above the
 chosen list (or below 1), an empty chosen or rejected list or response, a list beside a text or
-holding other than text, a Ties id `tied:N` without a `ref:N` row in its table and a Ties id given
-twice are errors naming the file and the row (the last two whatever `--on_error` says: the
-table's other rows are read by then). Their metrics: `analysis.best_of_n`.
+holding other than text, a Ties id `tied:N` without a `ref:N` row in its table, a Ties id given
+twice and a subset mixing Ties rows with other best-of-N rows are errors naming the file and the
+row (the last three whatever `--on_error` says: the table's other rows are read by then). Their
+metrics: `analysis.best_of_n`.
 """
 
 from __future__ import annotations
@@ -333,10 +334,15 @@ class TiesIds:
     self.path = path
     self.references: dict[str, int] = {}  # N -> the row of `ref:N`
     self.tied: dict[str, int] = {}  # N -> the row of `tied:N`
+    # [without, with a Ties id]: subset -> its first best-of-N row of that kind
+    self.first_row: tuple[dict[str, int], dict[str, int]] = ({}, {})
 
   def add(self, item: records.Item) -> None:
+    if "num_correct" not in item.attributes:
+      return
     found = best_of_n.ties_id(item.attributes.get("id"))
-    if found is None or "num_correct" not in item.attributes:
+    self.first_row[found is not None].setdefault(item.subset, item.attributes["row"])
+    if found is None:
       return
     kind, prompt = found
     seen = self.references if kind == best_of_n.REFERENCE else self.tied
@@ -347,7 +353,14 @@ class TiesIds:
     seen[prompt] = row
 
   def check(self) -> None:
+    """Refuses a `tied:N` without `ref:N`, and a subset of Ties rows and other best-of-N rows
+    (a subset's score is the Ties score or the best-of-N accuracy, not both)."""
     path = self.path
+    plain, ties = self.first_row
+    for subset in set(plain) & set(ties):
+      raise InputError(f"subset {subset!r} holds Ties rows (ids ref:N / tied:N, row "
+                       f"{ties[subset]}) and other best-of-N rows; give them subsets of their "
+                       "own", path, plain[subset])
     orphans = sorted((row, n) for n, row in self.tied.items() if n not in self.references)
     if orphans:
       row, n = orphans[0]
