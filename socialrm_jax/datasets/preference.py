@@ -135,14 +135,15 @@ def _csv_lists(table: hf_reading.Table, column: str) -> bool:
 
 
 def _decoded_list(value: Any) -> list | None:
-  """A CSV field's JSON-encoded list (RewardBench 2's `chosen` saved as CSV), else None."""
+  """A CSV field's JSON-encoded list of texts (RewardBench 2's `chosen` saved as CSV), else None
+  (a response that merely starts with "[" stays text)."""
   if not (isinstance(value, str) and value.lstrip().startswith("[")):
     return None
   try:
     decoded = json.loads(value)
   except json.JSONDecodeError:
     return None
-  return decoded if isinstance(decoded, list) else None
+  return decoded if _texts(decoded) else None
 
 
 def layout(table: hf_reading.Table, columns: Mapping[str, str | None]) -> str:
@@ -230,7 +231,7 @@ def _item(reader: SourceReader, table: hf_reading.Table, columns: Mapping[str, s
   prompt = _prompt(value("prompt"), columns["prompt"] is not None)
   responses = [value(role) for role in RESPONSES]
   if table.path.suffix.lower() == ".csv":  # lists arrive JSON-encoded in a CSV field
-    responses = [_decoded_list(v) if _decoded_list(v) is not None else v for v in responses]
+    responses = [_decoded_list(v) or v for v in responses]
   if any(_texts(v) for v in responses):
     return _best_of_n_item(reader, table, number, prompt, responses, value, subset)
   (chosen_prompt, chosen), (rejected_prompt, rejected) = (
