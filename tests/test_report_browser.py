@@ -240,3 +240,15 @@ def test_a_screenshot_of_the_page(audit, tmp_path):
   target.parent.mkdir(parents=True, exist_ok=True)
   open_page(folder / "report.html", "", f"--screenshot={target.resolve()}")
   assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and target.stat().st_size > 10_000
+
+
+def test_text_from_users_files_stays_text(tmp_path):
+  """A subset name or id holding HTML is shown, never run: the report's markdown is rendered
+  without raw HTML, and the worst pairs' texts are escaped by the template."""
+  from socialrm_jax.analysis import report_html
+  names = report_html.Names({"m": {"datasets": {"d": {}}}})
+  (section,) = report_html._blocks("## s\n\n| metric | m |\n|---|---|\n| <script>x()</script> | 1 |",
+                                   names, tmp_path)
+  html = section["parts"][0]["html"]
+  assert "<script>" not in html and "&lt;script&gt;x()&lt;/script&gt;" in html
+  assert 'data-model="m"' in html

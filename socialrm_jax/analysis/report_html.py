@@ -134,7 +134,8 @@ def _tag_tokens(tokens: list, names: Names, figures_dir: pathlib.Path) -> None:
 def _blocks(markdown: str, names: Names, figures_dir: pathlib.Path) -> list[dict[str, Any]]:
   """report.md as sections ({title, parts}); each part ({tags, title, html}) is the text under a
   `###` heading (or before the first), rendered with its tags."""
-  parser = MarkdownIt("commonmark").enable("table")
+  # Raw HTML in the markdown stays text: subset names, labels and ids come from users' files.
+  parser = MarkdownIt("commonmark", {"html": False}).enable("table")
   sections: list[dict[str, Any]] = []
   lines: list[str] = []
 
@@ -207,11 +208,11 @@ def render(models: Models, plugins: Plugins, figures_dir: str | os.PathLike,
   """The page, from what `report.render` is given (the figures read from `figures_dir`)."""
   names = Names(models)
   markdown = report.render(models, plugins, figures, sections)
-  body = _blocks(markdown, names, pathlib.Path(figures_dir))
-  title = body[0]["title"] if body else "Social preference audit"
+  title = markdown.splitlines()[0].lstrip("# ")  # report.md's one `#` heading
   return _environment().get_template("report.html.j2").render(
-      title=markdown.splitlines()[0].lstrip("# ") if markdown else title,
-      headline=_headline(models, names), sections=body, worst_title=evidence.SECTION_TITLE,
+      title=title, headline=_headline(models, names),
+      sections=_blocks(markdown, names, pathlib.Path(figures_dir)),
+      worst_title=evidence.SECTION_TITLE,
       worst_pairs=_worst_pairs(models, names), names=names)
 
 
