@@ -83,36 +83,43 @@ def _reward_extremes(scored: Scored, index: np.ndarray) -> dict[str, np.ndarray]
   }
 
 
-def _tied_partners(scored: Scored, index: np.ndarray) -> np.ndarray:
+def _fact_codes(scored: Scored, wanted) -> list[int]:
+  """The codes of the distinct item facts that `wanted(fact)` accepts."""
+  return [k for k, fact in enumerate(scored.facts.categories.tolist()) if wanted(str(fact))]
+
+
+def _with_facts(scored: Scored, index: np.ndarray, wanted) -> np.ndarray:
+  """Whether each item of `index` has item facts that `wanted(fact)` accepts, decided once per
+  distinct fact. # [n] bool"""
+  return np.isin(scored.facts.codes[index], _fact_codes(scored, wanted))
+
+
+def _tied_partners(scored: Scored, index: np.ndarray, is_reference: np.ndarray) -> np.ndarray:
   """For each item of `index`, the position in `scored` of the `tied:N` item of its dataset when
-  it is `ref:N`, else -1. # [n]"""
-  categories = [str(c) for c in scored.facts.categories]
-  tied_codes = [code for code, fact in enumerate(categories) if fact.startswith(TIED + ":")]
+  it is `ref:N` (`is_reference` [n]), else -1. # [n]"""
   partner = np.full(index.size, -1, dtype=np.int64)
-  if not tied_codes:
+  tied_codes = _fact_codes(scored, lambda fact: fact.startswith(TIED + ":"))
+  if not tied_codes or not is_reference.any():  # (a plain preference file: no pass over items)
     return partner
   tied_items = np.flatnonzero(np.isin(scored.facts.codes, tied_codes))
-  where = {(int(scored.dataset.codes[i]), categories[scored.facts.codes[i]].split(":")[1]): i
-           for i in tied_items}
-  for k, i in enumerate(index):
-    fact = categories[scored.facts.codes[i]]
-    if fact.startswith(REFERENCE + ":"):
-      partner[k] = where.get((int(scored.dataset.codes[i]), fact.split(":")[1]), -1)
+  def prompt(i) -> tuple[int, str]:  # (dataset, N) of item i
+    return int(scored.dataset.codes[i]), str(scored.facts[i]).split(":")[1]
+  where = {prompt(i): i for i in tied_items}
+  for k in np.flatnonzero(is_reference):
+    partner[k] = where.get(prompt(index[k]), -1)
   return partner
 
 
 def item_columns(scored: Scored, index: np.ndarray) -> dict[str, np.ndarray]:
   """The per-item values the scores are sums of. Each # [n]"""
-  facts = scored.facts[index]
-  facts = facts.strings() if hasattr(facts, "strings") else np.asarray(facts, dtype=str)
-  is_best_of_n = facts == BEST_OF_N
-  is_reference = np.char.startswith(facts.astype(str), REFERENCE + ":")
+  is_best_of_n = _with_facts(scored, index, lambda fact: fact == BEST_OF_N)
+  is_reference = _with_facts(scored, index, lambda fact: fact.startswith(REFERENCE + ":"))
   ref = _reward_extremes(scored, index)
   # Best-of-N: strict win 1, a tie at the boundary 1/k, else 0.
   won = np.where(ref["worst_correct"] > ref["best_incorrect"], 1.0,
                  np.where(ref["worst_correct"] == ref["best_incorrect"],
                           1.0 / np.maximum(ref["n_at_boundary"], 1), 0.0))
-  partner = _tied_partners(scored, index)
+  partner = _tied_partners(scored, index, is_reference)
   has_tied = is_reference & (partner >= 0)
   tied = _reward_extremes(scored, np.where(has_tied, partner, index))
   margin_ref = ref["worst_correct"] - ref["best_incorrect"]                   # m_ci(ref)
