@@ -78,6 +78,13 @@ class Element:
   def content(self) -> str:
     return "".join(self.text)
 
+  def tag_of(self, name: str) -> str | None:
+    """Its own or its nearest tagged ancestor's `data-<name>`."""
+    node = self
+    while node is not None and f"data-{name}" not in node.attrs:
+      node = node.parent
+    return None if node is None else node.attrs[f"data-{name}"]
+
 
 class Dom(html.parser.HTMLParser):
   """The dumped DOM's elements, each with its attributes, parent and text (its own and its
@@ -216,7 +223,11 @@ def test_filtering_by_a_dataset_hides_the_other_datasets_rows(audit, dumped):
   assert {e.attrs["data-dataset"] for e in others} == set(datasets) - {wanted}
   assert others and all(e.hidden for e in others)
   assert mine and not any(e.hidden for e in mine)
-  assert any(e.tag == "tr" for e in others) and any(e.tag == "tr" for e in mine)
+  # Every table row about another dataset (tagged itself or inside a tagged block) is hidden.
+  rows = [(row, row.tag_of("dataset")) for row in dom.find("tr")]
+  assert all(row.hidden for row, dataset in rows if dataset not in (None, wanted))
+  assert not any(row.hidden for row, dataset in rows if dataset == wanted)
+  assert {d for _, d in rows} >= set(datasets)
   assert not any(e.hidden for e in dumped().find(data_dataset=None))  # unfiltered: all shown
 
 
