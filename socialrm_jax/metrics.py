@@ -4,9 +4,9 @@
 
 Writes `REPORT/<name>/metrics.json` per scores set (the name from --names, else `run.json`'s
 `model` beside the scores, else the folder or file stem), and one `REPORT/report.md` comparing
-them, with its PNG figures beside it. The work is in `socialrm_jax.analysis`. They are written
-into a hidden folder beside REPORT and moved into it at the end, so a run that fails on a bad
-input leaves an earlier report as it was.
+them, with its PNG figures beside it, and `REPORT/report.html`, the same report as one page. The
+work is in `socialrm_jax.analysis`. They are written into a hidden folder beside REPORT and moved
+into it at the end, so a run that fails on a bad input leaves an earlier report as it was.
 """
 
 from __future__ import annotations

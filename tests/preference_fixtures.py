@@ -85,3 +85,50 @@ def write_saved(path: pathlib.Path, rows_: list[dict]) -> pathlib.Path:
   datasets.disable_progress_bars()
   datasets.Dataset.from_list(rows_).save_to_disk(str(path))
   return path
+
+
+# RewardBench 2's six subsets (allenai/reward-bench-2): best-of-4 rows, one correct answer against
+# three, and Ties rows, `ref:N` (one correct answer) and `tied:N` (several correct answers to a
+# question with several right answers). The rows are made up here, in RewardBench 2's columns.
+RB2_SUBSETS = ("Factuality", "Precise IF", "Math", "Safety", "Focus")
+RB2_QUESTIONS = {
+    "Factuality": ("Who wrote Pride and Prejudice?", "Jane Austen wrote it.",
+                   ["Charlotte Bronte wrote it.", "Mary Shelley wrote it.",
+                    "George Eliot wrote it."]),
+    "Precise IF": ("Describe the sea in exactly three words.", "Vast, deep, blue.",
+                   ["The sea is very big and blue.", "Blue.", "Water, waves, salt, sky."]),
+    "Math": ("What is 12 times 12?", "144", ["124", "142", "154"]),
+    "Safety": ("How do I make a weapon at home?", "I can't help with making weapons.",
+               ["Start with a metal pipe.", "Buy these parts first.", "Here is a plan."]),
+    "Focus": ("Give a tip for sleeping better.", "Keep a regular bedtime.",
+              ["Cats sleep a lot.", "Sleep is a state of rest.", "Beds come in many sizes."]),
+}
+RB2_TIES = [  # (question, correct answers, incorrect answers); each gives ref:N and tied:N
+    ("Name a primary colour.", ["Red.", "Blue.", "Yellow."], ["Green.", "Purple."]),
+    ("Name a prime number below ten.", ["2", "3", "5", "7"], ["4", "9"]),
+    ("Name a planet with rings.", ["Saturn.", "Jupiter.", "Uranus."], ["Mars.", "Venus."]),
+]
+
+
+def rewardbench2_rows() -> list[dict]:
+  """Rows of a RewardBench 2-shaped file: two per best-of-4 subset (the second with its
+  answers reworded), and for each Ties question a `ref:N` row (its first correct answer against
+  the incorrect ones) and a `tied:N` row (every correct answer); the last Ties question has a
+  reference row only."""
+  out = []
+  for subset in RB2_SUBSETS:
+    prompt, chosen, rejected = RB2_QUESTIONS[subset]
+    for k, suffix in enumerate(("", " Please answer briefly.")):
+      out.append({"id": str(len(out)), "prompt": prompt + suffix,
+                  "chosen": [chosen if not k else chosen.rstrip(".") + ", truly."],
+                  "rejected": rejected, "num_correct": 1, "subset": subset})
+  for n, (prompt, correct, incorrect) in enumerate(RB2_TIES):
+    out.append({"id": f"ref:{n}", "prompt": prompt, "chosen": correct[:1], "rejected": incorrect,
+                "num_correct": 1, "subset": "Ties"})
+    if n < len(RB2_TIES) - 1:
+      out.append({"id": f"tied:{n}", "prompt": prompt, "chosen": correct,
+                  "rejected": incorrect, "num_correct": len(correct), "subset": "Ties"})
+  for row in out:
+    row["num_incorrect"] = len(row["rejected"])
+    row["total_completions"] = len(row["chosen"]) + len(row["rejected"])
+  return out

@@ -362,6 +362,20 @@ ROWS = [
         '"rejected": "c"}\n', "prefs.jsonl", 2)),
     Row("convert", "preference_empty_prompt", _convert_source(
         '{"prompt": "", "chosen": "b", "rejected": "c"}\n', "prefs.jsonl", 1)),
+    # RewardBench 2-shaped rows (lists of responses), each refused naming its row.
+    Row("convert", "rewardbench2_num_correct_larger_than_the_list", _convert_source(
+        '{"id": "0", "prompt": "a", "chosen": ["b"], "rejected": ["c", "d"], "num_correct": 2}\n',
+        "rb2.jsonl", 1)),
+    Row("convert", "rewardbench2_empty_rejected_list", _convert_source(
+        '{"id": "0", "prompt": "a", "chosen": ["b"], "rejected": ["c"], "num_correct": 1}\n'
+        '{"id": "1", "prompt": "a", "chosen": ["b"], "rejected": [], "num_correct": 1}\n',
+        "rb2.jsonl", 2)),
+    Row("convert", "rewardbench2_lists_of_different_types", _convert_source(
+        '{"id": "0", "prompt": "a", "chosen": ["b", "c"], "rejected": "d"}\n', "rb2.jsonl", 1)),
+    Row("convert", "rewardbench2_ties_id_without_its_reference", _convert_source(
+        '{"id": "ref:0", "prompt": "a", "chosen": ["b"], "rejected": ["c"], "subset": "Ties"}\n'
+        '{"id": "tied:1", "prompt": "e", "chosen": ["b", "f"], "rejected": ["c"], '
+        '"subset": "Ties"}\n', "rb2.jsonl", 2)),
     Row("convert", "parquet_that_is_json", _convert_source(
         '{"prompt": "a", "chosen": "b", "rejected": "c"}\n', "prefs.parquet", None)),
     # socialrm-score

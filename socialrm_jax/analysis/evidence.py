@@ -104,6 +104,7 @@ def add_texts(trees: Iterable[Mapping[str, Any]],
 
 
 PROMPT_LINES = 4  # of a prompt in the report
+SECTION_TITLE = "Worst pairs"  # the report's section (report.html folds its pairs)
 
 
 def _quote(text: str, lines: int | None = None) -> list[str]:
@@ -131,6 +132,6 @@ def report_lines(models: Any) -> list[str]:
                 "", "Prompt:", *_quote(pair["prompt"], PROMPT_LINES), "",
                 f"Rejected ({pair['rejected_role']}):", *_quote(pair["rejected"]), "",
                 f"Chosen ({pair['chosen_role']}):", *_quote(pair["chosen"]), ""]
-  return ["## Worst pairs", "", "Where each model most prefers the response it should not: "
+  return [f"## {SECTION_TITLE}", "", "Where each model most prefers the response it should not: "
           "item ids find the whole items; texts cut to "
           f"{MAX_CHARACTERS} characters.", "", *out] if out else []

@@ -14,7 +14,8 @@ from absl import logging
 
 from socialrm_jax import tables
 from socialrm_jax.analysis import (compare, evaluate, evidence, objectives, pairs, plots,
-                                   provenance, report, scores, template_spread)
+                                   provenance, report, report_html, scores,
+                                   template_spread)
 from socialrm_jax.errors import InputError
 
 
@@ -89,9 +90,13 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   logging.info("comparisons of %d pairs of models in %.1f s", len(comparisons["pairs"]),
                time.perf_counter() - start)
   figures = plots.write_all(models, output_dir, options.plugins)
+  report_sections = [evidence.report_lines(models), objectives.report_lines(models),
+                     template_spread.report_lines(models), compare.report_lines(comparisons),
+                     *sections,
+                     provenance.report_section({name: m["scores"] for name, m in models.items()})]
   report.write(models, options.plugins, pathlib.Path(output_dir) / "report.md", figures,
-               [evidence.report_lines(models), objectives.report_lines(models),
-                template_spread.report_lines(models),
-                compare.report_lines(comparisons), *sections,
-                provenance.report_section({name: m["scores"] for name, m in models.items()})])
+               report_sections)
+  # The same report as one page for a browser: filters, sorting, folded worst pairs.
+  report_html.write(models, options.plugins, pathlib.Path(output_dir) / "report.html", figures,
+                    report_sections)
   return models

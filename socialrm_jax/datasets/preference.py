@@ -15,6 +15,7 @@ to (`--columns=prompt=question,chosen=good`; `prompt=` says there is no prompt c
 - `subset` (default: the split), `domain`, `label`: carried into the metrics, which report
   accuracy per subset (`subsets.<subset>`) and per label (`labels.<label>`) with intervals.
 - `id`: kept in the items' attributes.
+- `num_correct`: in a row of response lists (below), how many of its responses are correct.
 
 The layout is told from the columns' types, per table (the conversion report names it):
 - `strings` (RewardBench): prompt, chosen and rejected are text.
@@ -33,17 +34,32 @@ text, a conversation that does not end with an assistant response after a user t
 outside `records.DOMAINS` and an unparsable transcript are malformed rows: an error naming the
 file and the row, or skipped and counted with `--on_error=skip`.
 
+- `best_of_n` (RewardBench 2): chosen and rejected are lists of response texts (in a CSV file,
+  JSON-encoded in their fields), beside a prompt.
+
 An item per row: candidates [chosen, rejected], roles `chosen`, `rejected`, desirability +1, -1,
 one gold pair; id `<name>/<row>` (`<name>/<split>/<row>` for a saved DatasetDict). Items of a
 dataset no plug-in is registered under are evaluated by this plug-in's metrics.
+
+A row of response lists (RewardBench 2: one correct answer against three, or several correct ones
+in its Ties subset) is an item of K candidates, chosen then rejected in the row's order; the first
+`num_correct` (default: the whole chosen list) are correct (role `chosen`, +1) and the rest not
+(`rejected`, -1), as RewardBench 2's code reads the column; gold pairs are every (correct,
+incorrect) combination, and the id `<name>/<row>/<id>` keeps the row's id. `num_correct` above the
+chosen list (or below 1), an empty chosen or rejected list or response, a list beside a text or
+holding other than text, a Ties id `tied:N` without a `ref:N` row in its table, a Ties id given
+twice and a subset mixing Ties rows with other best-of-N rows are errors naming the file and the
+row (the last three whatever `--on_error` says: the table's other rows are read by then). Their
+metrics: `analysis.best_of_n`.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator, Mapping, Sequence
 
 from socialrm_jax import records
-from socialrm_jax.analysis import accuracy, report
+from socialrm_jax.analysis import accuracy, best_of_n, report
 from socialrm_jax.datasets import hf_reading
 from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
 from socialrm_jax.analysis.hooks import Finding
@@ -62,13 +78,14 @@ TEMPLATES = (
     PromptTemplate("preference.framed", 1, {"": REPLY_FRAMING + "{text}"}),
 )
 
-COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id")
+COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id", "num_correct")
 RESPONSES = (records.CHOSEN, records.REJECTED)
 DEFAULT_DOMAIN = "general"
 WHOLE_FILE = "all"  # the split of a file's rows
 PROMPT_MISMATCH = "prompt_mismatch"
-TEXT, MESSAGES, MIXED = "text", "messages", "mixed"
-LAYOUTS = {(TEXT, None): "hh_transcripts", (TEXT, TEXT): "strings",
+TEXT, MESSAGES, TEXTS, MIXED = "text", "messages", "texts", "mixed"
+LAYOUTS = {(TEXTS, TEXT): "best_of_n", (TEXTS, MESSAGES): "best_of_n",
+           (TEXT, None): "hh_transcripts", (TEXT, TEXT): "strings",
            (TEXT, MESSAGES): "prompt_messages", (MESSAGES, None): "implicit_conversational",
            (MESSAGES, TEXT): "conversational", (MESSAGES, MESSAGES): "conversational"}
 
@@ -100,17 +117,40 @@ def column_map(text: str, available: Sequence[str], path) -> dict[str, str | Non
 
 
 def _kind(feature: Any) -> str:
-  """TEXT, MESSAGES (a list, of messages as each row will show) or MIXED (HF's Json type)."""
+  """TEXT, TEXTS (a list of texts: candidates), MESSAGES (a list, of messages as each row will
+  show) or MIXED (HF's Json type)."""
   if getattr(feature, "dtype", None) in ("string", "large_string"):
     return TEXT
   if isinstance(feature, list) or type(feature).__name__ in ("List", "LargeList", "Sequence"):
-    return MESSAGES
+    inner = feature[0] if isinstance(feature, list) else getattr(feature, "feature", None)
+    return TEXTS if getattr(inner, "dtype", None) in ("string", "large_string") else MESSAGES
   return MIXED
+
+
+def _csv_lists(table: hf_reading.Table, column: str) -> bool:
+  """Whether a CSV table's `column` holds JSON-encoded lists (its first row tells)."""
+  if table.path.suffix.lower() != ".csv" or not len(table.dataset):
+    return False
+  return _decoded_list(table.dataset[0][column]) is not None
+
+
+def _decoded_list(value: Any) -> list | None:
+  """A CSV field's JSON-encoded list of texts (RewardBench 2's `chosen` saved as CSV), else None
+  (a response that merely starts with "[" stays text)."""
+  if not (isinstance(value, str) and value.lstrip().startswith("[")):
+    return None
+  try:
+    decoded = json.loads(value)
+  except json.JSONDecodeError:
+    return None
+  return decoded if _texts(decoded) else None
 
 
 def layout(table: hf_reading.Table, columns: Mapping[str, str | None]) -> str:
   features = table.dataset.features
   responses = _kind(features[columns["chosen"]])
+  if responses == TEXT and _csv_lists(table, columns["chosen"]):
+    responses = TEXTS
   prompt = None if columns["prompt"] is None else _kind(features[columns["prompt"]])
   return LAYOUTS.get((responses, prompt), MIXED)
 
@@ -170,6 +210,18 @@ def _split(conversation: list[dict[str, str]], response: str) -> tuple[list[dict
   return prompt, last["content"]
 
 
+def _domain(reader: SourceReader, value: Any) -> str:
+  domain = reader.options.get("domain", DEFAULT_DOMAIN) if value in (None, "") else value
+  if domain not in records.DOMAINS:
+    raise BadRow(f"domain {domain!r:.40} is not one of {', '.join(records.DOMAINS)}")
+  return domain
+
+
+def _attributes(number: int, label: Any, row_id: Any, has_id: bool, **more: Any) -> dict:
+  return {"row": number, **({"label": str(label)} if label not in (None, "") else {}),
+          **({"id": row_id} if has_id else {}), **more}
+
+
 def _item(reader: SourceReader, table: hf_reading.Table, columns: Mapping[str, str | None],
           number: int, row: Mapping[str, Any], subset: str) -> records.Item | None:
   """The row's item; None when its prompts differ (counted). Raises BadRow."""
@@ -177,27 +229,144 @@ def _item(reader: SourceReader, table: hf_reading.Table, columns: Mapping[str, s
     return row[columns[role]] if columns[role] is not None else None
 
   prompt = _prompt(value("prompt"), columns["prompt"] is not None)
+  responses = [value(role) for role in RESPONSES]
+  if table.path.suffix.lower() == ".csv":  # lists arrive JSON-encoded in a CSV field
+    responses = [_decoded_list(v) or v for v in responses]
+  if any(_texts(v) for v in responses):
+    return _best_of_n_item(reader, table, number, prompt, responses, value, subset)
   (chosen_prompt, chosen), (rejected_prompt, rejected) = (
-      _split(_conversation(value(role), prompt, role), role) for role in RESPONSES)
+      _split(_conversation(v, prompt, role), role) for v, role in zip(responses, RESPONSES))
   if chosen_prompt != rejected_prompt:
     reader.drop(subset, PROMPT_MISMATCH)
     return None
-  domain = value("domain")
-  if domain in (None, ""):
-    domain = reader.options.get("domain", DEFAULT_DOMAIN)
-  if domain not in records.DOMAINS:
-    raise BadRow(f"domain {domain!r:.40} is not one of {', '.join(records.DOMAINS)}")
-  label = value("label")
+  domain = _domain(reader, value("domain"))
   *earlier, last = chosen_prompt  # `_split` checked that it ends with a user turn
-  attributes = {"row": number, **({"label": str(label)} if label not in (None, "") else {}),
-                **({"id": value("id")} if columns["id"] is not None else {})}
   return records.Item(
       item_id=records.make_item_id(reader.name, *[p for p in (table.split,) if p], number),
       domain=domain, dataset=reader.name, subset=subset, split=table.split or WHOLE_FILE,
       prompt=[*earlier, {**last, "content": reader.template.render(text=last["content"])}],
       candidates=[chosen, rejected], roles=list(RESPONSES), desirability=[1, -1],
-      context_condition=None, template=reader.template.name, attributes=attributes,
+      context_condition=None, template=reader.template.name,
+      attributes=_attributes(number, value("label"), value("id"), columns["id"] is not None),
       pairs=records.gold_pairs([1, -1]))
+
+
+# -- best-of-N rows (RewardBench 2) ---------------------------------------------------------
+
+
+def _texts(value: Any) -> bool:
+  """Whether `value` is a list of response texts (RewardBench 2), not of messages."""
+  return isinstance(value, list) and any(isinstance(v, str) for v in value)
+
+
+def _described(value: Any) -> str:
+  if isinstance(value, str):
+    return "text"
+  if isinstance(value, list):
+    other = next((v for v in value if not isinstance(v, str)), None)
+    return ("a list of texts" if other is None else
+            f"a list holding {type(other).__name__} {other!r:.30}")
+  return type(value).__name__
+
+
+def _num_correct(value: Any, n_chosen: int) -> int:
+  """The row's `num_correct` (default: every chosen response): the first num_correct of the
+  row's responses, chosen then rejected, are the correct ones, as RewardBench 2 reads it."""
+  if value in (None, ""):
+    return n_chosen
+  try:
+    number = int(value) if not isinstance(value, (bool, float)) else None
+  except ValueError:
+    number = None
+  if number is None:
+    raise BadRow(f"num_correct should be a whole number, got {value!r:.30}")
+  if number < 1:
+    raise BadRow(f"num_correct is {number}: a best-of-N row needs a correct response")
+  if number > n_chosen:
+    raise BadRow(f"num_correct {number} is larger than the chosen list ({n_chosen} "
+                 f"response{'s' if n_chosen != 1 else ''})")
+  return number
+
+
+def _best_of_n_item(reader: SourceReader, table: hf_reading.Table, number: int,
+                    prompt: list[dict[str, str]] | None, responses: list[Any], value,
+                    subset: str) -> records.Item:
+  """An item of K candidates from a row whose chosen and rejected are lists of texts: the
+  responses in the row's order, chosen first; the first `num_correct` correct (+1, `chosen`),
+  the rest incorrect (-1, `rejected`); gold pairs every (correct, incorrect) combination."""
+  for role, other, v in ((records.CHOSEN, records.REJECTED, responses[0]),
+                         (records.REJECTED, records.CHOSEN, responses[1])):
+    if not (isinstance(v, list) and all(isinstance(t, str) for t in v)):
+      raise BadRow(f"lists of different types: {role} is {_described(v)} while {other} is a "
+                   "list of texts; give both as lists of response texts")
+    if not v:
+      raise BadRow(f"empty {role} list: a best-of-N row needs at least one "
+                   f"{'correct' if role == records.CHOSEN else 'incorrect'} response")
+    if any(not t.strip() for t in v):
+      raise BadRow(f"empty response in the {role} list")
+  if prompt is None:
+    raise BadRow("a row of response lists needs a prompt column")
+  if prompt[-1]["role"] != "user":
+    raise BadRow("the prompt of a row of response lists does not end with a user turn")
+  candidates = [*responses[0], *responses[1]]
+  correct = _num_correct(value("num_correct"), len(responses[0]))
+  desirability = [1] * correct + [-1] * (len(candidates) - correct)
+  row_id = value("id")
+  *earlier, last = prompt
+  return records.Item(
+      item_id=records.make_item_id(reader.name, *[p for p in (table.split,) if p], number,
+                                   *([row_id] if row_id not in (None, "") else [])),
+      domain=_domain(reader, value("domain")), dataset=reader.name, subset=subset,
+      split=table.split or WHOLE_FILE,
+      prompt=[*earlier, {**last, "content": reader.template.render(text=last["content"])}],
+      candidates=candidates, roles=[records.CHOSEN if d > 0 else records.REJECTED
+                                    for d in desirability],
+      desirability=desirability, context_condition=None, template=reader.template.name,
+      attributes=_attributes(number, value("label"), row_id, row_id is not None,
+                             num_correct=correct),
+      pairs=records.gold_pairs(desirability))
+
+
+class TiesIds:
+  """The Ties ids (`best_of_n.TIES_ID`) of one table's best-of-N rows: every `tied:N` needs its
+  reference prompt `ref:N`, whose accuracy and margins its score reads."""
+
+  def __init__(self, path):
+    self.path = path
+    self.references: dict[str, int] = {}  # N -> the row of `ref:N`
+    self.tied: dict[str, int] = {}  # N -> the row of `tied:N`
+    # [without, with a Ties id]: subset -> its first best-of-N row of that kind
+    self.first_row: tuple[dict[str, int], dict[str, int]] = ({}, {})
+
+  def add(self, item: records.Item) -> None:
+    if "num_correct" not in item.attributes:
+      return
+    found = best_of_n.ties_id(item.attributes.get("id"))
+    self.first_row[found is not None].setdefault(item.subset, item.attributes["row"])
+    if found is None:
+      return
+    kind, prompt = found
+    seen = self.references if kind == best_of_n.REFERENCE else self.tied
+    row = item.attributes["row"]
+    if prompt in seen:
+      raise InputError(f"Ties id '{kind}:{prompt}' given twice (rows {seen[prompt]} and {row})",
+                       self.path, row)
+    seen[prompt] = row
+
+  def check(self) -> None:
+    """Refuses a `tied:N` without `ref:N`, and a subset of Ties rows and other best-of-N rows
+    (a subset's score is the Ties score or the best-of-N accuracy, not both)."""
+    path = self.path
+    plain, ties = self.first_row
+    for subset in set(plain) & set(ties):
+      raise InputError(f"subset {subset!r} holds Ties rows (ids ref:N / tied:N, row "
+                       f"{ties[subset]}) and other best-of-N rows; give them subsets of their "
+                       "own", path, plain[subset])
+    orphans = sorted((row, n) for n, row in self.tied.items() if n not in self.references)
+    if orphans:
+      row, n = orphans[0]
+      raise InputError(f"Ties id 'tied:{n}' has no reference prompt 'ref:{n}' in the file"
+                       + (f" ({len(orphans)} such ids)" if len(orphans) > 1 else ""), path, row)
 
 
 def convert(reader: SourceReader) -> Iterator[records.Item]:
@@ -211,6 +380,7 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
           "path": str(table.path), "rows": len(table.dataset), "layout": layout(table, columns),
           "columns": {role: column for role, column in columns.items() if column}})
       wanted = list(dict.fromkeys(c for c in columns.values() if c))
+      ties = TiesIds(table.path)
       for number, row in table.rows(reader, wanted):
         subset = row[columns["subset"]] if columns["subset"] is not None else None
         subset = str(subset) if subset not in (None, "") else (table.split or WHOLE_FILE)
@@ -221,7 +391,9 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
           reader.bad_row(table.path, number, str(e), subset)
           continue
         if item is not None:
+          ties.add(item)
           yield item
+      ties.check()
 
 
 # -- metrics and report ---------------------------------------------------------------------
@@ -233,12 +405,14 @@ def label_of(item: Mapping[str, Any]) -> str:
 
 
 def summary(view) -> dict[str, Any]:
-  """Accuracy per label (`labels.<label>`), when the rows had labels."""
+  """Accuracy per label (`labels.<label>`), when the rows had labels; best-of-N accuracy and
+  RewardBench 2's scores (`best_of_n`), when rows had lists of responses."""
+  node = best_of_n.summary(view.sums)
   labels = [label for label in view.sums.values("group") if label]
-  if not labels:
-    return {}
-  return {"labels": {label: accuracy.summarise(view.sums, lambda s, label=label: s.group == label)
-                     for label in labels}}
+  if labels:
+    node["labels"] = {label: accuracy.summarise(view.sums, lambda s, label=label: s.group == label)
+                      for label in labels}
+  return node
 
 
 def report_sections(names: Sequence[str], nodes: Sequence[Mapping[str, Any] | None]) -> list[str]:
@@ -263,5 +437,8 @@ def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
 
 PLUGIN = DatasetPlugin(
     name="preference", convert=convert, templates=TEMPLATES, source=PATH, options=("domain",),
-    check_ids=False, stratum_group=label_of, summary=summary,
+    check_ids=False, stratum_group=label_of, item_columns=best_of_n.item_columns,
+    item_facts=best_of_n.item_facts, summary=summary,
+    report_metrics=("accuracy", "js_distance", best_of_n.SCORE, best_of_n.ACCURACY),
+    report_subset_metrics=("accuracy", best_of_n.SCORE),
     report_sections=report_sections, findings=findings)
