@@ -17,7 +17,8 @@ to every probe prompt, so its rewards are a matrix R [P prompts, W words], and e
   reward over the prompts, the statistic is the difference of the two categories' mean scores,
   and the words' category labels are permuted (`scipy.stats.permutation_test`, independent
   samples: every distinct relabelling when there are at most `n_permutations` of them, else
-  `n_permutations` random ones from the seeded generator).
+  `n_permutations` random ones from the seeded generator; with one value on a side, the pooled
+  values' orders instead).
 """
 
 from __future__ import annotations
@@ -75,10 +76,23 @@ def interval(values: np.ndarray) -> list[float]:
 def permutation_p_value(x: np.ndarray, y: np.ndarray, n_permutations: int,
                         rng: np.random.Generator) -> float:
   """Two-sided permutation p-value of mean(x) - mean(y), labels permuted between x and y."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if min(len(x), len(y)) >= 2:
+    return float(stats.permutation_test(
+        (x, y), _mean_difference, permutation_type="independent", vectorized=True,
+        n_resamples=n_permutations, alternative="two-sided", rng=rng).pvalue)
+  # scipy's independent samples need two values each; with one value on a side (a family of one
+  # model), the pooled values' orders are permuted instead, the first len(x) read as x: the
+  # same test, every ordering counted when there are at most `n_permutations`.
+  k = len(x)
+
+  def split_difference(pooled: np.ndarray, axis: int) -> np.ndarray:
+    pooled = np.moveaxis(pooled, axis, -1)
+    return pooled[..., :k].mean(-1) - pooled[..., k:].mean(-1)
+
   return float(stats.permutation_test(
-      (np.asarray(x, np.float64), np.asarray(y, np.float64)), _mean_difference,
-      permutation_type="independent", vectorized=True, n_resamples=n_permutations,
-      alternative="two-sided", rng=rng).pvalue)
+      (np.concatenate([x, y]),), split_difference, permutation_type="pairings", vectorized=True,
+      n_resamples=n_permutations, alternative="two-sided", rng=rng).pvalue)
 
 
 def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
