@@ -2,7 +2,8 @@
 
 Generic rules live here, not in the adapters (SPEC sec. 2): an item whose candidates are all
 identical is dropped, a pair whose two texts are identical is dropped, and every drop is counted
-with its reason in the report, per dataset and subset.
+with its reason in the report, per dataset and subset. A source whose every row was malformed
+and skipped (`on_error="skip"`) is an error: it gave no item to audit.
 
 A source is converted once per prompt template chosen for its dataset (`templates.chosen`;
 `--templates=all` converts every one), all into the same tables: items of a non-default template
@@ -23,7 +24,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from socialrm_jax import records, tables
 from socialrm_jax.datasets import registry
-from socialrm_jax.datasets.reading import SourceReader
+from socialrm_jax.datasets.reading import MALFORMED, SourceReader
 from socialrm_jax.errors import InputError
 from socialrm_jax import templates as prompt_templates
 
@@ -120,6 +121,12 @@ def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | Non
       counts["pairs"][source_label] += 1
       pairs.append(records.pair_row(item, chosen, rejected, source_label))
     sink.add(item.row(), pairs)
+  malformed = sum(n for (_, reason), n in reader.drops.items() if reason == MALFORMED)
+  if malformed and not any(counts["items"] for counts in subsets.values()):
+    # A skip that kept no row is a wrong file or column mapping, not a dataset to audit.
+    first = reader.errors[0].removeprefix(f"{reader.source}, ")
+    raise InputError(f"--on_error=skip skipped every row ({malformed} malformed; the first: "
+                     f"{first}): nothing to convert", reader.source)
   for subset, n in reader.rows_read.items():
     subsets[subset]["rows_read"] += n
   for (subset, reason), n in reader.drops.items():

@@ -1,6 +1,7 @@
 """Counterfactual identity swaps: items that differ from converted ones only in the social group.
 
   python -m socialrm_jax.counterfactuals --items=CONVERTED --output_dir=SWAPS [--format=jsonl]
+      [--allow_empty]
 
 A model that reads the group rather than the content changes its rewards when only the group term
 changes. This module derives, from a converted items table, the counterfactual of every item that
@@ -55,7 +56,8 @@ output as it was): the derived items and their pairs (`items.*`, `pairs.*`, a va
 `socialrm-score --items=SWAPS` scores it), `swaps.*` with one record per counterfactual link
 (`SWAPS_SCHEMA`), and `swap_report.json` (per dataset: items read, records by rule, skips by
 reason). The derived items never go into the main items table, where they would count twice in the
-main metrics.
+main metrics. Items of which none has a counterfactual (XSTest alone) are an error: an empty
+swap set is written only with `--allow_empty`.
 """
 
 from __future__ import annotations
@@ -368,11 +370,18 @@ def write_swap_set(swap_set: SwapSet, output_dir: str | pathlib.Path,
 
 
 def derive_to(items_path: str | pathlib.Path, output_dir: str | pathlib.Path,
-              fmt: str = "parquet") -> dict[str, Any]:
-  """Reads a converted items table, writes its swap set into `output_dir`; returns the report."""
+              fmt: str = "parquet", allow_empty: bool = False) -> dict[str, Any]:
+  """Reads a converted items table, writes its swap set into `output_dir`; returns the report.
+  A set with no counterfactual at all is refused unless `allow_empty`."""
   if pathlib.Path(output_dir).exists() and not pathlib.Path(output_dir).is_dir():
     raise InputError("the output folder names a file; give a folder (new or existing)", output_dir)
   swap_set = derive_all(tables.read_rows(items_path, "items"))
+  if not swap_set.links and not allow_empty:
+    report = swap_set.report
+    raise InputError(f"no item has a counterfactual ({report['items_read']} items of "
+                     f"{', '.join(report['datasets']) or 'no dataset'}; swaps need BBQ's named "
+                     "answers or CrowS-Pairs' paired sentences): nothing to swap "
+                     "(--allow_empty writes the empty set)", items_path)
   write_swap_set(swap_set, output_dir, fmt)
   return swap_set.report
 
@@ -390,6 +399,8 @@ def _define_flags():
       "output_dir": flags.DEFINE_string("output_dir", None, "Where the swap set goes.",
                                         required=True),
       "format": flags.DEFINE_enum("format", "parquet", tables.FORMATS, "Output tables' format."),
+      "allow_empty": flags.DEFINE_bool("allow_empty", False, "Write the swap set even when no "
+                                       "item has a counterfactual (default: an error)."),
   }
 
 
@@ -400,7 +411,8 @@ def run() -> None:
 
   def main(argv: list[str]) -> None:
     del argv
-    report = derive_to(flag["items"].value, flag["output_dir"].value, flag["format"].value)
+    report = derive_to(flag["items"].value, flag["output_dir"].value, flag["format"].value,
+                       allow_empty=flag["allow_empty"].value)
     summary = {k: report[k] for k in ("items_read", "records", "generated_items", "pairs")}
     print(json.dumps({"output_dir": flag["output_dir"].value, **summary}, indent=2))
 

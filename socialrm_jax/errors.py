@@ -10,6 +10,7 @@ is a bug and keeps its traceback; `--debug` shows the traceback of an `InputErro
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import pathlib
 import re
@@ -118,16 +119,47 @@ def _main_reporting_errors(program: str, main: Callable[[list[str]], None],
     _fail(program, str(error), code)
 
 
+def skip_absent_tpu() -> None:
+  """Keeps JAX from starting libtpu on a machine without a TPU chip.
+
+  libtpu, where it is installed (the `plan` command's extra; `make test` installs it), is one of
+  the backends JAX tries when it first needs a device, and on a machine with no TPU chip its
+  start prints errors (`unexpected worker hostname ...`, `Failed to find host bounds ...`) before
+  JAX falls back to the CPU. So, unless the user chose the platforms (`JAX_PLATFORMS`, or JAX's
+  `jax_platforms` setting) or the backends are already up, a machine with no TPU chip and no
+  visible GPU gets `jax_platforms = "cpu"`, what JAX would have chosen anyway. TPU and GPU
+  machines keep JAX's own discovery.
+  """
+  if os.environ.get("JAX_PLATFORMS") or importlib.util.find_spec("libtpu") is None:
+    return
+  import jax  # pylint: disable=import-outside-toplevel
+  try:
+    from jax._src import hardware_utils, xla_bridge  # pylint: disable=import-outside-toplevel
+    if jax.config.jax_platforms or xla_bridge.backends_are_initialized():
+      return
+    chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+    if chips or hardware_utils.has_visible_nvidia_gpu():
+      return
+  except (ImportError, AttributeError):  # another JAX: leave its discovery as it is
+    return
+  jax.config.update("jax_platforms", "cpu")
+
+
 def run_command(program: str, main: Callable[[list[str]], None], *,
                 exit_codes: Mapping[type[BaseException], int] | None = None,
-                explain_flag_error: Callable[[Exception], str | None] | None = None) -> None:
+                explain_flag_error: Callable[[Exception], str | None] | None = None,
+                plans_tpu: bool = False) -> None:
   """`app.run(main)` for the command `program` (`socialrm-score`): a refused flag or an
   `InputError` is one line on stderr and exit code 2 (no traceback unless `--debug`).
 
   `exit_codes`: further errors reported the same way, with their own codes (the scorer's
   non-finite reward: 3). `explain_flag_error`: the message for an error a flag's own parser raises
   for bad input beside absl's (None for one it does not know, which keeps its traceback).
+  `plans_tpu`: the command works with libtpu (`plan`); every other one skips it where no TPU is
+  (`skip_absent_tpu`).
   """
+  if not plans_tpu:
+    skip_absent_tpu()
   debug = _debug_flag()
   app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
           flags_parser=functools.partial(_parse_flags, program, explain_flag_error))

@@ -116,7 +116,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-plan", main)
+  errors.run_command("socialrm-plan", main, plans_tpu=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Every token of a model's vocabulary as a one-word answer, ranked, with lexicon rank statistics.
 
   python -m socialrm_jax.vocab_scan --model=PATH --output_dir=OUT [--prompts=FILE]
-      [--max_tokens=N] [--compare_with=SCAN_DIR,...] [--seed=0] [--n_resamples=1000]
+      [--max_tokens=N] [--compare_with=SCAN_DIR,...] [--families=FAMILY,...] [--seed=0]
+      [--n_resamples=1000]
       [--n_permutations=10000] [scoring flags as socialrm-score: --dtype, --mesh, --max_length,
       --tokens_per_batch, --proxy=none|loglik|implicit, --ref_model, --objective, --chunk_size
       (default 8192 here), ...]
@@ -27,7 +28,11 @@ _PROMPTS = flags.DEFINE_string("prompts", None, "A file of prompts, one per line
 _MAX_TOKENS = flags.DEFINE_integer("max_tokens", None, "Only the first N tokens, by id (default: "
                                    "every token but the special ones).")
 _COMPARE_WITH = flags.DEFINE_list("compare_with", [], "Folders of finished scans of other models "
-                                  "with the same tokenizer: rank agreement with each.")
+                                  "(any tokenizer: compared through decoded words where the "
+                                  "tokens differ): rank agreement overall and in the tails.")
+_FAMILIES = flags.DEFINE_list("families", None, "A family label per scan, this one first, then "
+                              "each --compare_with scan (e.g. llama,llama,gemma): the lexicon "
+                              "contrasts family against family, permutation test over models.")
 _SEED = flags.DEFINE_integer("seed", vocabulary_scan.SEED, "Seed of the bootstrap and the "
                              "permutations.")
 _N_RESAMPLES = flags.DEFINE_integer("n_resamples", bootstrap.N_RESAMPLES, "Bootstrap resamples.")
@@ -47,7 +52,7 @@ def main(argv):
   vocabulary_scan.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options, prompts=prompts,
                       max_tokens=_MAX_TOKENS.value, seed=_SEED.value,
                       n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value,
-                      compare_with=_COMPARE_WITH.value)
+                      compare_with=_COMPARE_WITH.value, families=_FAMILIES.value)
   out = pathlib.Path(_OUTPUT_DIR.value)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"

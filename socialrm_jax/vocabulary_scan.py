@@ -6,8 +6,8 @@ Prompts: by default the study's two (`PROMPTS`, named `vocab_scan.prompts` and v
 them, change the version), or a file of one prompt per line, named by its file name and versioned
 by the hash of its contents. A prompt's id is `<name>/v<version>/<index>`.
 
-Tokens: every id of the tokenizer but its special tokens, each placed as an id between the chat
-template's answer prefix and its end of turn (`scoring/vocab_rows.py`); `max_tokens` keeps the
+Tokens: every id of the tokenizer but its special tokens, each placed as an id where the chat
+template puts an assistant's answer, before its end of turn (`scoring/vocab_rows.py`); `max_tokens` keeps the
 first N ids. The model's proxy is the one it has in the audit (its score head, `loglik`, or
 `implicit` with a reference model); `judge` is refused.
 
@@ -15,6 +15,11 @@ Output folder: `scores/` (the scoring run: shards, manifest, run.json; a rerun r
 `vocab_scores.parquet` (one row per (prompt, token): prompt_id, prompt, token_id, token, reward,
 rank, percentile), `scan.json` (counts, exclusions, settings, statistics), `vocab_scan.md` and
 `vocab_scan.png`. Statistics: `analysis/vocab_stats.py`; the lexicons are the value probe's.
+
+Other scans (`compare_with`, finished scans' folders, any tokenizer): scan.json's `agreement`
+(rank agreement overall and within the tails, over the shared tokens or else the shared words);
+with a family label per scan (`families`), `family_contrasts` (each lexicon contrast, family
+against family, with a permutation test over models).
 """
 
 from __future__ import annotations
@@ -138,43 +143,64 @@ def load_rewards(scan_dir: str | pathlib.Path) -> tuple[dict[str, np.ndarray], n
     raise InputError("--compare_with: no vocab_scores.parquet (not a finished scan's folder)",
                      path.parent)
   table = tables.read_parquet(path)
-  prompt_ids = table.column("prompt_id").to_pylist()
+  prompt_ids = np.asarray(table.column("prompt_id").to_pylist(), object)
   token_ids = np.asarray(table.column("token_id").to_pylist(), np.int64)
-  texts = table.column("token").to_pylist()
+  texts = np.asarray(table.column("token").to_pylist(), object)
   reward = np.asarray(table.column("reward").to_pylist(), np.float64)
-  out, first = {}, None
-  for prompt in dict.fromkeys(prompt_ids):
-    mask = np.asarray([p == prompt for p in prompt_ids])
-    order = np.argsort(token_ids[mask])
+  out, ids, words = {}, None, None
+  for prompt in dict.fromkeys(prompt_ids.tolist()):
+    mask = prompt_ids == prompt
+    order = np.argsort(token_ids[mask], kind="stable")
     out[prompt] = reward[mask][order]
-    first = first if first is not None else (token_ids[mask][order],
-                                             [t for t, m in zip(texts, mask) if m])
-  ids, words = first
-  return out, ids, [words[i] for i in np.argsort(ids)]
+    if ids is None:
+      ids, words = token_ids[mask][order], texts[mask][order].tolist()
+  return out, ids, words
+
+
+def other_scans(compare_with: Sequence[str], name: str,
+                families: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+  """{name: {"path", "statistics"}} of the finished scans `--compare_with` names (each named by
+  its folder), checked before any work: distinct names, and one `--families` label per scan."""
+  out = {}
+  for folder in compare_with:
+    path = pathlib.Path(folder)
+    if path.name in out or path.name == name:
+      raise InputError(f"--compare_with: two scans are named {path.name!r} (a scan is named by "
+                       "its folder, this one by its model); give each its own folder name", path)
+    scan_json = path / "scan.json"
+    if not scan_json.is_file() or not (path / "vocab_scores.parquet").is_file():
+      raise InputError("--compare_with: no scan.json and vocab_scores.parquet (not a finished "
+                       "scan's folder)", path)
+    out[path.name] = {"path": path, "statistics": tables.read_json_object(scan_json)["statistics"]}
+  if families is not None:
+    if len(families) != 1 + len(out):
+      raise InputError(f"--families gives {len(families)} labels for {1 + len(out)} scans: one "
+                       "per scan, this one first, then each --compare_with scan in order")
+    if len(set(families)) < 2:
+      raise InputError("--families: one family only; a family contrast needs two or more")
+  return out
 
 
 def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
         prompts: PromptSet = DEFAULT_PROMPTS, max_tokens: int | None = None, seed: int = SEED,
         n_resamples: int = bootstrap.N_RESAMPLES, n_permutations: int = values.N_PERMUTATIONS,
-        name: str | None = None, compare_with: Sequence[str] = ()) -> dict[str, Any]:
+        name: str | None = None, compare_with: Sequence[str] = (),
+        families: Sequence[str] | None = None) -> dict[str, Any]:
   """Scans the model at `model_path` into `output_dir` and writes the scores table, scan.json,
   vocab_scan.md and vocab_scan.png there; returns scan.json's content. `compare_with`: folders of
-  finished scans of other models with the same tokenizer, to compare rankings with."""
+  finished scans of other models (any tokenizer), to compare rankings with; `families`: a family
+  label per scan (this one, then `compare_with`'s), for the family contrasts."""
   check_settings(options, max_tokens)
   options.validate()
   start = time.monotonic()
   out = pathlib.Path(output_dir)
-  others = {pathlib.Path(p).name: load_rewards(p) for p in compare_with}
+  others = other_scans(compare_with, name or pathlib.Path(model_path).name, families)
   step_lib.enable_compilation_cache(options.cache_dir())
   mesh = mesh_lib.make_mesh(options.mesh)
   model, path, ref_model, options = engine.load_models(model_path, options, mesh)
   tokenizer = templating.load_tokenizer(model.tokenizer_path)
   vocab_rows.check_model(tokenizer, getattr(model.config, "vocab_size", None), path)
   vocab = vocab_rows.vocabulary(tokenizer, max_tokens)
-  for other, (_, ids, texts) in others.items():
-    if not np.array_equal(ids, vocab.ids) or texts != vocab.texts:
-      raise InputError(f"--compare_with: the scan {other!r} is of other tokens (another "
-                       "tokenizer or --max_tokens); rankings compare over the same tokens")
   pairs = list(zip(prompts.ids, prompts.texts))
   items = item_source.ItemSource(lambda: vocab_rows.scan_items(pairs, vocab),
                                  name="the vocabulary scan")
@@ -204,13 +230,15 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
                                            "compilations", "compile_seconds", "devices")},
       **({"reward_head": run_json["reward_head"]} if "reward_head" in run_json else {}),
       "statistics": statistics,
-      "comparisons": {other: vocab_stats.compare_models(rewards, r, vocab.ids)
-                      for other, (r, _, _) in others.items()},
+      **compare_scans(name or pathlib.Path(path).name, rewards, vocab, statistics, others,
+                      families, n_permutations=n_permutations, seed=seed),
       "seconds": time.monotonic() - start}
   lexicon = vocab_stats.lexicon_tokens(categories, vocab.texts)
   lexicon_rewards = {p: {c: np.asarray([r[s].mean() for s in found.values()])
                          for c, found in lexicon.items()} for p, r in rewards.items()}
-  figure = vocab_stats.plot(rewards, result["prompts"], lexicon_rewards, out / ".vocab_scan.png")
+  frequency = {p: node["frequency"] for p, node in statistics["prompts"].items()}
+  figure = vocab_stats.plot(rewards, result["prompts"], lexicon_rewards, frequency,
+                            out / ".vocab_scan.png")
   pathlib.Path(figure).replace(out / "vocab_scan.png")
   text = "\n".join(vocab_stats.report_section(result, "vocab_scan.png", heading="#"))
   tables.atomic_write_bytes(out / "vocab_scan.md", text.encode())
@@ -228,6 +256,29 @@ def _write_parquet(path: pathlib.Path, table: pa.Table) -> None:
   tmp.replace(path)
 
 
+def compare_scans(name: str, rewards: dict[str, np.ndarray], vocab: vocab_rows.Vocabulary,
+                  statistics: dict[str, Any], others: dict[str, dict[str, Any]],
+                  families: Sequence[str] | None, *, n_permutations: int,
+                  seed: int) -> dict[str, Any]:
+  """scan.json's `agreement` of this scan with `others` (`other_scans`), and with `families`,
+  its `families` and `family_contrasts`; {} without others."""
+  if not others:
+    return {}
+  name = f"{name} (this scan)" if name in others else name
+  scans = {name: (rewards, vocab.ids, vocab.texts)}
+  scans.update({other: load_rewards(node["path"]) for other, node in others.items()})
+  out: dict[str, Any] = {"agreement": vocab_stats.agreement(*vocab_stats.align_scans(scans))}
+  if families is not None:
+    labels = dict(zip(scans, families))
+    differences = {name: vocab_stats.contrast_differences(statistics)}
+    differences.update({other: vocab_stats.contrast_differences(node["statistics"])
+                        for other, node in others.items()})
+    out["families"] = labels
+    out["family_contrasts"] = vocab_stats.family_contrasts(
+        differences, labels, n_permutations=n_permutations, seed=seed)
+  return out
+
+
 def audit_config() -> ml_collections.ConfigDict:
   """`config.vocab_scan` of an audit (`pipeline.audit_config`): off unless `enabled`; the rest as
   the command's flags (`max_tokens` 0: the whole vocabulary)."""
@@ -241,8 +292,8 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
                   output_dir) -> list[list[str]]:
   """The audit's scan stage: scans each (name, path, options) into `output_dir/vocab_scan/<name>/`
   and returns the report's sections ([] when `config.enabled` is off): one per model, then the
-  agreement of every two models whose scans hold the same tokens. Judge-proxy models are not
-  scanned."""
+  agreement of every two (over their tokens, or the words both vocabularies spell). Judge-proxy
+  models are not scanned."""
   if config is None or not config.enabled:
     return []
   out = pathlib.Path(output_dir) / "vocab_scan"
@@ -257,20 +308,9 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
                  n_permutations=config.n_permutations, name=name)
     scans[name] = load_rewards(out / name)
     sections.append(vocab_stats.report_section(result, f"vocab_scan/{name}/vocab_scan.png"))
-  names = list(scans)
-  rows = []
-  for i, first in enumerate(names):
-    for second in names[i + 1:]:
-      (a, ids_a, texts_a), (b, ids_b, texts_b) = scans[first], scans[second]
-      if np.array_equal(ids_a, ids_b) and texts_a == texts_b:
-        for prompt, c in vocab_stats.compare_models(a, b, ids_a).items():
-          rows.append([first, second, prompt, f"{c['spearman']:.3f}",
-                       f"{c['kendall_tau_b']:.3f}", f"{c['top_100_overlap']:.2f}",
-                       f"{c['bottom_100_overlap']:.2f}"])
-  if rows:
-    sections.append(["## Vocabulary scans: agreement between models", ""] + report.table(
-        ["model", "other model", "prompt", "Spearman", "Kendall tau-b", "top-100 overlap",
-         "bottom-100 overlap"], rows) + [""])
+  if len(scans) > 1:
+    sections.append(vocab_stats.agreement_section(
+        vocab_stats.agreement(*vocab_stats.align_scans(scans)), heading="#"))
   if skipped:
     sections.append([f"Not scanned (the judge proxy has no reward for one answer alone): "
                      f"{', '.join(skipped)}.", ""])

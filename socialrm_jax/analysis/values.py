@@ -15,18 +15,14 @@ to every probe prompt, so its rewards are a matrix R [P prompts, W words], and e
 - Contrasts: communion - agency (warmth - competence) and, per moral foundation, virtue - vice.
   Each also gets a two-sided permutation-test p-value over words: a word's score is its mean
   reward over the prompts, the statistic is the difference of the two categories' mean scores,
-  and the words' category labels are permuted. Computed as `scipy.stats.permutation_test`
-  computes it (`permutation_type="independent"`): every distinct relabelling when there are at
-  most `n_permutations` of them (exact), else `n_permutations` random ones, each drawn with
-  `rng.permutation`, counting the observed labelling once more ((hits + 1) / (n + 1)); a
-  relative tolerance of 100 machine epsilons counts a tie as a hit; two-sided p = min(1,
-  2 min(P(T <= t), P(T >= t))). Tested equal to scipy on the same generator.
+  and the words' category labels are permuted (`scipy.stats.permutation_test`, independent
+  samples: every distinct relabelling when there are at most `n_permutations` of them, else
+  `n_permutations` random ones from the seeded generator; with one value on a side, the pooled
+  values' orders instead).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 from typing import Any, Mapping, Sequence
 
@@ -35,6 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from socialrm_jax.analysis import bootstrap, report  # noqa: E402
 
@@ -78,28 +75,28 @@ def interval(values: np.ndarray) -> list[float]:
 
 def permutation_p_value(x: np.ndarray, y: np.ndarray, n_permutations: int,
                         rng: np.random.Generator) -> float:
-  """Two-sided permutation p-value of mean(x) - mean(y), as scipy.stats.permutation_test
-  (independent samples) computes it; see the module docstring."""
-  pooled = np.concatenate([x, y]).astype(np.float64)                    # [n]
-  n, k = len(pooled), len(x)
-  observed = x.mean() - y.mean()
-  distinct = math.comb(n, k)
-  if distinct <= n_permutations:
-    # Every split of the pooled words into k and n - k, in scipy's order of distinct partitions.
-    first = np.asarray([[i in chosen for i in range(n)]
-                        for chosen in map(set, itertools.combinations(range(n), k))])  # [N, n]
-    adjustment, count = 0, distinct
-  else:
-    order = np.stack([rng.permutation(n) for _ in range(n_permutations)])  # [N, n]
-    first = np.zeros((n_permutations, n), bool)
-    np.put_along_axis(first, order[:, :k], True, axis=1)
-    adjustment, count = 1, n_permutations
-  null = (np.where(first, pooled, 0).sum(1) / k
-          - np.where(first, 0, pooled).sum(1) / (n - k))                  # [N]
-  gamma = abs(observed) * np.finfo(np.float64).eps * 100
-  less = (np.count_nonzero(null <= observed + gamma) + adjustment) / (count + adjustment)
-  greater = (np.count_nonzero(null >= observed - gamma) + adjustment) / (count + adjustment)
-  return float(min(1.0, 2 * min(less, greater)))
+  """Two-sided permutation p-value of mean(x) - mean(y), labels permuted between x and y."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if min(len(x), len(y)) >= 2:
+    return float(stats.permutation_test(
+        (x, y), _mean_difference, permutation_type="independent", vectorized=True,
+        n_resamples=n_permutations, alternative="two-sided", rng=rng).pvalue)
+  # scipy's independent samples need two values each; with one value on a side (a family of one
+  # model), the pooled values' orders are permuted instead, the first len(x) read as x: the
+  # same test, every ordering counted when there are at most `n_permutations`.
+  k = len(x)
+
+  def split_difference(pooled: np.ndarray, axis: int) -> np.ndarray:
+    pooled = np.moveaxis(pooled, axis, -1)
+    return pooled[..., :k].mean(-1) - pooled[..., k:].mean(-1)
+
+  return float(stats.permutation_test(
+      (np.concatenate([x, y]),), split_difference, permutation_type="pairings", vectorized=True,
+      n_resamples=n_permutations, alternative="two-sided", rng=rng).pvalue)
+
+
+def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+  return x.mean(axis) - y.mean(axis)
 
 
 def summarise(rewards: np.ndarray, categories: Mapping[str, np.ndarray], *, n_resamples: int,

@@ -10,7 +10,9 @@ scores keep SPEC's columns and every metric works unchanged.
   reduces it to the scalar `reward` the metrics use: one output (`--objective=INDEX`) or a
   weighted sum (`--objective_weights=w1,w2,...`).
 - `loglik`: the mean log-probability of the candidate's response tokens (SPEC sec. 4), with
-  `reward_sum` and `n_tokens` beside it.
+  `reward_sum` and `n_tokens` beside it. A response with no token (empty, and a template that
+  writes no end of turn after it) has none to read: it is refused, naming the item, as for
+  `implicit`.
 - `implicit`: the DPO implicit reward, the sum over the response tokens of
   log p_policy(token) - log p_ref(token), as RewardBench's DPO mode computes it with a reference
   model. DPO's beta multiplies every reward by the same positive number and changes no comparison,
@@ -234,7 +236,26 @@ class ScoreHead(Proxy):
     return row
 
 
-class LogLik(Proxy):
+class ResponseTokens(Proxy):
+  """A proxy that reads the log-probabilities of the response's tokens: a response with none
+  (empty, under a template that writes nothing after an answer, no end-of-turn token) has no
+  reward, and is refused when encoded, naming its item."""
+
+  def encode(self, templater: Templater, first_index: int,
+             items: Sequence[dict]) -> tuple[list[EncodedItem], Any]:
+    encoded, plan = super().encode(templater, first_index, items)
+    for enc, item in zip(encoded, items):
+      for c, (sequence, start) in enumerate(zip(enc.sequences, enc.response_starts)):
+        if start >= len(sequence):
+          raise InputError(
+              f"item {enc.item_id!r} (dataset {item.get('dataset')!r}), candidate {c}: the "
+              "response has no token to score (it is empty, and the chat template writes no "
+              f"end-of-turn token after an answer); --proxy={self.name} reads the response's "
+              "token log-probabilities: give every candidate text")
+    return encoded, plan
+
+
+class LogLik(ResponseTokens):
   """The mean log-probability of the response tokens (SPEC sec. 4)."""
   name = "loglik"
   extra_fields = (("reward_sum", pa.float64()), ("n_tokens", pa.int32()))
@@ -244,7 +265,7 @@ class LogLik(Proxy):
             "reward_sum": float(values[0]), "n_tokens": count}
 
 
-class Implicit(Proxy):
+class Implicit(ResponseTokens):
   """The DPO implicit reward: sum of log p_policy - log p_ref over the response tokens."""
   name = "implicit"
   models = 2

@@ -6,14 +6,15 @@ A scan item is one (prompt, token) pair: `{"item_id": "<prompt_id>/<token_id>", 
 items (chunks, shards, resume, run.json); only the encoding and the packing differ:
 
 - **The answer is the token id itself**, never its text re-tokenized. A token's sequence is
-  `prefix + [token_id] + suffix`: `prefix` the prompt rendered by the chat template with
-  `add_generation_prompt=True` and tokenized (the answer prefix, as `loglik` scores any response),
-  `suffix` what the template writes after an answer's content (its end of turn).
-- **The suffix** (`answer_suffix`): the conversation [user: prompt, assistant: SENTINEL] is rendered
-  without a generation prompt, and the text after the sentinel's only occurrence is the suffix,
-  tokenized alone (`add_special_tokens=False`). Llama 3: `<|eot_id|>`; ChatML (SmolLM2, Qwen):
-  `<|im_end|>` and `\\n`. The rendering before the sentinel must be the generation-prompt rendering
-  (checked): otherwise the answer would sit after a prefix the template never writes.
+  `prefix + [token_id] + suffix`: `prefix` what the chat template writes before an assistant
+  answer's content, `suffix` what it writes after it (its end of turn).
+- **Prefix and suffix** (`answer_suffix`): the conversation [user: prompt, assistant: SENTINEL]
+  is rendered without a generation prompt; the text before the sentinel's only occurrence is the
+  prefix and the text after it the suffix, each tokenized alone (`add_special_tokens=False`).
+  Llama 3's suffix: `<|eot_id|>`; ChatML's (SmolLM2, Qwen): `<|im_end|>` and `\\n`. For most
+  templates the prefix is the generation-prompt rendering, as `loglik` scores any response; a
+  template without a generation-prompt branch, or one that writes a finished turn otherwise (a
+  think block), still places the answer where it writes one.
 - **Rows** (`packing.pack_one_group_per_row`): one prompt's prefix once, then as many branches
   (`[token_id] + suffix`, each seeing only the prefix and itself) as fit a row, a readout slot per
   token. Score heads read the branch's last token. Language models (`loglik`, `implicit`) read
@@ -108,7 +109,6 @@ def scan_items(prompts: Sequence[tuple[str, str]], vocab: Vocabulary) -> Iterato
 def answer_suffix(templater: templating.Templater, prompt: str) -> tuple[np.ndarray, np.ndarray]:
   """(prefix ids, suffix ids) of one-token answers to `prompt` (see the module docstring)."""
   turn = [{"role": "user", "content": prompt}]
-  prefix_text = templater.render(turn, add_generation_prompt=True)
   full = templater.render(turn + [{"role": "assistant", "content": SENTINEL}],
                           add_generation_prompt=False)
   if full.count(SENTINEL) != 1:
@@ -116,11 +116,11 @@ def answer_suffix(templater: templating.Templater, prompt: str) -> tuple[np.ndar
                      f"sentinel answer appears {full.count(SENTINEL)} times in its rendering); "
                      "the scan cannot tell where the answer goes")
   before, after = full.split(SENTINEL)
-  if before != prefix_text:
-    raise InputError("the chat template renders a finished answer's turn otherwise than its "
-                     "generation prompt (e.g. a think block only in one of them): the scan "
-                     "places each token right after the generation prompt and cannot here")
-  return templater.tokenize(prefix_text), templater.tokenize(after)
+  # Where the template's generation prompt is what it writes before an answer, the scan reads
+  # the answer as `loglik` reads any response; where it has no generation-prompt branch (the
+  # prompt rendering stops at the user's turn) or renders the turn otherwise, the answer goes
+  # where the template puts a finished one: the rendering cut at the sentinel.
+  return templater.tokenize(before), templater.tokenize(after)
 
 
 def row_length_for(prefix_lengths: Sequence[int], branch_length: int, buckets: Sequence[int],
