@@ -217,7 +217,8 @@ def test_planted_family_contrast_is_found_and_none_within_a_family(tmp_path):
       _quick_scan(tmp_path / "models" / names[-1], tmp_path / "scans" / names[-1],
                   tmp_path / "cache")
       scans.append(str(tmp_path / "scans" / names[-1]))
-  families = [name.rstrip("0123") for name in names]
+  # A label per scan: this one (the last model) first, then each --compare_with scan in order.
+  families = [name.rstrip("0123") for name in (names[-1], *names[:-1])]
   result = _quick_scan(tmp_path / "models" / names[-1], tmp_path / "scans" / names[-1],
                        tmp_path / "cache", compare_with=scans, families=families)
   # The two families order their tokens differently: compared over the 30 lexicon words.
