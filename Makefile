@@ -36,7 +36,7 @@ test: $(TEST_STAMP)
 
 # The whole audit of the bundled suite with the embedded default model; writes runs/demo/.
 demo: $(RUNTIME_STAMP)
-	$(PY) -m socialrm_jax.audit --config=configs/bundled_suite.py
+	$(PY) -m socialrm_jax.main.audit --config=configs/bundled_suite.py
 
 clean:
 	rm -rf $(VENV) runs out

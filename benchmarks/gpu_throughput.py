@@ -37,14 +37,14 @@ Presets (flags override any field; `--expect_pairs` guards the selection):
 
 What it does, in one command:
 1. converts `--datasets` (optionally `--subsets=hh_rlhf:harmless`, and the first `--limit` items of
-   each dataset) from `--data_dir` into `WORK_DIR/items-<name>/` with `socialrm_jax.conversion`;
+   each dataset) from `--data_dir` into `WORK_DIR/items-<name>/` with `socialrm_jax.orchestrators.item_tables`;
    a preset names the selection and the pair count it must give (the issue's runs);
 2. builds a random-weight Llama reward model (LlamaForSequenceClassification, num_labels=1) of a
    real shape, with numpy and safetensors only (fixed seed, std 0.02, norms 1, bf16, HF tensor
    names, config.json as transformers writes it) and a byte-level BPE tokenizer trained on the
    selection's text with a Llama-3-style chat template; cached in `WORK_DIR/models/`, keyed by
    size and corpus, so a rerun reuses it. `--model=DIR` scores an existing checkpoint instead;
-3. times whole processes, start to exit, one after another: `python -m socialrm_jax.score` (cold:
+3. times whole processes, start to exit, one after another: `python -m socialrm_jax.main.score` (cold:
    an empty XLA compilation cache; then, with `ours_warm`, again on the cache that run filled),
    and this script's own PyTorch loop (`--torch_child`, a subprocess) in dataset order and sorted
    by length: transformers' AutoModelForSequenceClassification with sdpa attention, chosen and
@@ -82,7 +82,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python benchmarks/gpu_throughput.py` from a plain checkout.
   sys.path.insert(0, str(REPO))
 
-from socialrm_jax import conversion, tables  # noqa: E402  (light: numpy and pyarrow only)
+from socialrm_jax.orchestrators import item_tables  # noqa: E402  (light: numpy and pyarrow only)
+from socialrm_jax.base import tables  # noqa: E402  (light: numpy and pyarrow only)
 
 BUNDLED = REPO / "socialrm_jax" / "bundled"
 # The score command's flag for the persistent compilation cache folder, passed when score.py
@@ -196,7 +197,7 @@ _DTYPE = flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
                            "Compute dtype of every run (default: bfloat16 on GPU, float32 on CPU).")
 _MAX_LENGTH = flags.DEFINE_integer("max_length", None, "Ours: --max_length.")
 _TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", None, "Ours: --tokens_per_batch.")
-_SCORE_ARGS = flags.DEFINE_list("score_args", [], "More flags for socialrm_jax.score, e.g. "
+_SCORE_ARGS = flags.DEFINE_list("score_args", [], "More flags for socialrm_jax.main.score, e.g. "
                                 "attention=cudnn.")
 _TORCH_BATCH = flags.DEFINE_integer("torch_batch", None, "PyTorch loop: sequences a batch "
                                     f"(default: the preset's, else {TORCH_BATCH}).")
@@ -217,7 +218,7 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Items.
 
-def select(converted: conversion.Conversion, subsets: list[str], limit: int | None):
+def select(converted: item_tables.Conversion, subsets: list[str], limit: int | None):
   """Items (and their pairs) of the named subsets, the first `limit` of each dataset."""
   keep_subsets: dict[str, set[str]] = {}
   for spec in subsets:
@@ -241,12 +242,12 @@ def select(converted: conversion.Conversion, subsets: list[str], limit: int | No
 
 def convert_items(data_dir: pathlib.Path, datasets: list[str], subsets: list[str],
                   limit: int | None, folder: pathlib.Path) -> tuple[list[dict], list[dict]]:
-  converted = conversion.convert_all(data_dir, datasets)
+  converted = item_tables.convert_all(data_dir, datasets)
   items, pairs = select(converted, subsets, limit)
   report = {**converted.report, "selection": {"data_dir": str(data_dir), "datasets": datasets,
                                               "subsets": subsets, "limit": limit,
                                               "items": len(items), "pairs": len(pairs)}}
-  conversion.write(conversion.Conversion(items, pairs, report), folder, "parquet")
+  item_tables.write(item_tables.Conversion(items, pairs, report), folder, "parquet")
   return items, pairs
 
 
@@ -445,8 +446,8 @@ def timed(name: str, command: list[str], env: dict[str, str], log_path: pathlib.
 
 
 def _score_defines(flag: str) -> bool:
-  """Whether socialrm_jax.score defines --flag (read from its source: no import, no jax)."""
-  source = (REPO / "socialrm_jax" / "score.py").read_text()
+  """Whether socialrm_jax.main.score defines --flag (read from its source: no import, no jax)."""
+  source = (REPO / "socialrm_jax" / "main" / "score.py").read_text()
   return f'"{flag}"' in source
 
 
@@ -455,7 +456,7 @@ def run_ours(name: str, model_dir: pathlib.Path, items_dir: pathlib.Path, run_di
              tokens_per_batch: int, extra_args: list[str]) -> Run:
   out_dir = run_dir / name
   shutil.rmtree(out_dir, ignore_errors=True)
-  command = [sys.executable, "-m", "socialrm_jax.score", f"--model={model_dir}",
+  command = [sys.executable, "-m", "socialrm_jax.main.score", f"--model={model_dir}",
              f"--items={items_dir}", f"--output_dir={out_dir}", f"--dtype={dtype}",
              f"--max_length={max_length}", f"--tokens_per_batch={tokens_per_batch}"]
   if _score_defines(SCORE_CACHE_FLAG):
@@ -720,8 +721,8 @@ def _on_gpu(device: str) -> bool:
 
 def _pinned_date() -> str:
   """The date our templater passes to chat templates, so the PyTorch loop renders the same text."""
-  from socialrm_jax.scoring import templating  # Imports jax; only the parent needs it.
-  return templating.PINNED_DATE
+  from socialrm_jax.scoring import item_tokens  # Imports jax; only the parent needs it.
+  return item_tokens.PINNED_DATE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@
 
 Writes, for each count, synthetic BBQ-like items (a numbered context of about 400 characters,
 a question, three answers, attributes), their gold pairs and one score per candidate as parquet
-tables, in batches (`tables.TableWriter`), then runs `python -m socialrm_jax.metrics` on them as
+tables, in batches (`tables.TableWriter`), then runs `python -m socialrm_jax.main.metrics` on them as
 a child process and reads the child's peak resident set size (`ru_maxrss`) when it exits. The
 issue's bound: the largest count's peak within 1.5x of the smallest's.
 """
@@ -25,7 +25,7 @@ from absl import app, flags
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from socialrm_jax import tables  # pylint: disable=wrong-import-position
+from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
 
 _ITEMS = flags.DEFINE_list("item_counts", ["1000", "100000", "1000000"], "Item counts.")
 _WORK_DIR = flags.DEFINE_string("work_dir", "/tmp/metrics_memory", "Where the tables go.")
@@ -99,7 +99,7 @@ def main(argv):
   for n in (int(c) for c in _ITEMS.value):
     folder = work / f"items-{n}"
     write_tables(folder, n, _SEED.value)
-    rss, seconds = peak_rss_mib([sys.executable, "-m", "socialrm_jax.metrics",
+    rss, seconds = peak_rss_mib([sys.executable, "-m", "socialrm_jax.main.metrics",
                                  f"--items={folder}", f"--scores={folder / 'scores'}",
                                  f"--output_dir={work / f'out-{n}'}"])
     rows.append({"items": n, "pairs": 2 * n, "peak_rss_mib": round(rss, 1),

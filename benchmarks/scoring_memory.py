@@ -5,7 +5,7 @@
 
 Builds the tiny random Llama reward model of `benchmarks/gpu_throughput.py` (numpy weights, a BPE
 tokenizer trained on the items), writes N BBQ-like items (the bundled BBQ slice, each copy's
-context numbered so no two items are alike), and runs `python -m socialrm_jax.score` as a child
+context numbered so no two items are alike), and runs `python -m socialrm_jax.main.score` as a child
 process for every (items, tokens_per_batch) pair, reading the child's peak resident set size
 (`ru_maxrss`) when it exits. Prints one table; the issue's bound is 1.5x between the smallest
 and largest item counts, and between the default budget and 10^9.
@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gpu_throughput  # pylint: disable=wrong-import-position  # the model builder
-from socialrm_jax import conversion, tables  # pylint: disable=wrong-import-position
+from socialrm_jax.orchestrators import item_tables  # pylint: disable=wrong-import-position
+from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
 from socialrm_jax.scoring import engine  # pylint: disable=wrong-import-position
 
 _ITEMS = flags.DEFINE_list("item_counts", ["1000", "100000"], "Item counts to score.")
@@ -38,7 +39,7 @@ _BUDGETS = flags.DEFINE_list("budgets", [str(engine.ScoringOptions.tokens_per_ba
 
 def numbered_items(n: int) -> list[dict]:
   """`n` distinct items: the bundled BBQ slice over and over, each copy's context numbered."""
-  base = conversion.convert_all(REPO / "socialrm_jax" / "bundled", ["bbq"]).items
+  base = item_tables.convert_all(REPO / "socialrm_jax" / "bundled", ["bbq"]).items
   items = []
   for i in range(n):
     item = copy.deepcopy(base[i % len(base)])
@@ -74,7 +75,7 @@ def main(argv):
       if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
       rss, seconds = peak_rss_mib([
-          sys.executable, "-m", "socialrm_jax.score", f"--model={model}", f"--items={items_dir}",
+          sys.executable, "-m", "socialrm_jax.main.score", f"--model={model}", f"--items={items_dir}",
           f"--output_dir={out}", "--max_length=512", f"--tokens_per_batch={budget}",
           "--compilation_cache="])
       run = json.loads((out / "run.json").read_text())

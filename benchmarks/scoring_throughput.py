@@ -22,13 +22,15 @@ import numpy as np
 from absl import app, flags
 
 import socialrm_jax
-from socialrm_jax import conversion, default_model, records, tables
+from socialrm_jax.base import records, tables
+from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.scoring import engine, packing, templating
+from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.scoring import engine, item_tokens, packing
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.scoring import mesh as mesh_lib
 
-_MODEL = flags.DEFINE_string("model", "smollm2", "Model path (see socialrm_jax.score --model).")
+_MODEL = flags.DEFINE_string("model", "smollm2", "Model path (see socialrm_jax.main.score --model).")
 _ITEMS = flags.DEFINE_string("items", None, "Items (default: the bundled BBQ slice).")
 _LIMIT = flags.DEFINE_integer("limit", 48, "Items to score.")
 _MAX_LENGTH = flags.DEFINE_integer("max_length", 512, "Longest sequence.")
@@ -39,8 +41,8 @@ _MESH = flags.DEFINE_string("mesh", None, "Mesh, e.g. data:8,model:1.")
 
 def _items(path: str | None, limit: int) -> list[dict]:
   if path is None:
-    converted = conversion.convert_all(pathlib.Path(socialrm_jax.__file__).parent / "bundled",
-                                       ["bbq"])
+    converted = item_tables.convert_all(pathlib.Path(socialrm_jax.__file__).parent / "bundled",
+                                        ["bbq"])
     return converted.items[:limit]
   return engine.select_items(tables.read_rows(path, "items"), None, limit)
 
@@ -66,8 +68,8 @@ def time_engine(model, mesh, items, options: engine.ScoringOptions) -> dict:
 
 
 def time_naive(model, items, options: engine.ScoringOptions) -> dict:
-  templater = templating.Templater(templating.load_tokenizer(model.tokenizer_path),
-                                   is_causal=model.is_causal, max_length=options.max_length)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(model.tokenizer_path),
+                                    is_causal=model.is_causal, max_length=options.max_length)
   sequences, pairs = [], 0
   for i, item in enumerate(items):
     encoded = templater.encode(i, item)

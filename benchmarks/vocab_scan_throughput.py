@@ -47,7 +47,7 @@ for path in (REPO, REPO / "benchmarks"):
     sys.path.insert(0, str(path))
 
 import gpu_throughput as gt  # noqa: E402  (its model building and process timing; its flags)
-from socialrm_jax import conversion  # noqa: E402
+from socialrm_jax.orchestrators import item_tables  # noqa: E402
 
 # Llama 3.1's chat template, shortened: the system block with the knowledge cutoff and the date
 # is always written, then each turn between header ids and <|eot_id|> (tests use it too).
@@ -177,8 +177,8 @@ def torch_child(model_dir: str, output: str, max_tokens: int | None, device: str
 
 
 def scan_prompts() -> dict[str, str]:
-  from socialrm_jax import vocabulary_scan  # pylint: disable=import-outside-toplevel  # jax
-  return dict(zip(vocabulary_scan.DEFAULT_PROMPTS.ids, vocabulary_scan.DEFAULT_PROMPTS.texts))
+  from socialrm_jax.orchestrators import token_ranking  # pylint: disable=import-outside-toplevel  # jax
+  return dict(zip(token_ranking.DEFAULT_PROMPTS.ids, token_ranking.DEFAULT_PROMPTS.texts))
 
 
 def ours_rewards(folder: pathlib.Path) -> dict[str, dict[int, float]]:
@@ -195,12 +195,12 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
   for folder in (report_dir, run_dir):
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-  converted = conversion.convert_all(gt.BUNDLED, ["bbq", "hh_rlhf"])
+  converted = item_tables.convert_all(gt.BUNDLED, ["bbq", "hh_rlhf"])
   model_dir = build_model(preset.size, gt.corpus(converted.items), work_dir / "models")
   cache = run_dir / "xla_cache"
   env = {"XDG_CACHE_HOME": str(run_dir / "xdg"), **({"JAX_PLATFORMS": "cpu"}
                                                       if device == "cpu" else {})}
-  ours_cmd = [sys.executable, "-m", "socialrm_jax.vocab_scan", f"--model={model_dir}",
+  ours_cmd = [sys.executable, "-m", "socialrm_jax.main.vocab_scan", f"--model={model_dir}",
               f"--output_dir={run_dir / 'ours'}", f"--dtype={dtype}",
               f"--tokens_per_batch={preset.tokens_per_batch}", f"--compilation_cache={cache}"]
   ours_cmd += [f"--max_tokens={max_tokens}"] if max_tokens else []

@@ -1,20 +1,20 @@
 """The bundled suite audited with the embedded default model (what `make demo` runs).
 
-  python -m socialrm_jax.audit --config=configs/bundled_suite.py
-  python -m socialrm_jax.audit --config=configs/bundled_suite.py:hf_model=/path/to/rm,name=my-rm
+  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py
+  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py:hf_model=/path/to/rm,name=my-rm
 
 The argument string `key=value,...` swaps the model: `hf_model` is a HF checkpoint folder, a
 native Flax checkpoint folder or a GGUF file; `name` names it in the report. Other data takes the
 converter's dataset spec and columns (README, "Your own preference data"):
 
-  python -m socialrm_jax.audit --config=configs/bundled_suite.py:output_dir=runs/mine \
+  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py:output_dir=runs/mine \
       --config.datasets=preference:data/mine.jsonl:name=mine,domain=safety \
       --config.columns=prompt=question,chosen=good,rejected=bad
 """
 
 import ml_collections
 
-from socialrm_jax.pipeline import audit_config, config_args, model_config, models
+from socialrm_jax.orchestrators.pipeline import audit_config, config_args, model_config, models
 
 # Sized for a 2-core CPU: the bundled items are short, a CPU batch is 4,096 token slots
 # (engine.CPU_BATCH_TOKENS), and a 128-item shard is what a killed run loses at most.

@@ -1,6 +1,6 @@
 """Audits of public reward models, for a user who has their weights on disk.
 
-  python -m socialrm_jax.audit \
+  python -m socialrm_jax.main.audit \
       --config=configs/skywork_rms.py:model=v2_qwen3_0p6b,weights=/ckpt/Skywork-Reward-V2-Qwen3-0.6B
 
 `model` picks one of MODELS; `weights` is the HuggingFace checkpoint folder (config.json,
@@ -11,7 +11,7 @@ goes. The settings per model are what each needs to fit and to read its chat tem
 
 import ml_collections
 
-from socialrm_jax.pipeline import audit_config, config_args, model_config, models
+from socialrm_jax.orchestrators.pipeline import audit_config, config_args, model_config, models
 
 MODELS = {
     # Skywork-Reward-V2 (Qwen3ForSequenceClassification), 0.6B: one device holds it in fp32.

@@ -1,10 +1,10 @@
 """Runs one command as N cooperating JAX processes on this machine (multi-host, simulated).
 
   python launch/local.py --num_processes=2 [--devices_per_process=4] -- \
-      python -m socialrm_jax.score --model=M --items=I --output_dir=S
+      python -m socialrm_jax.main.score --model=M --items=I --output_dir=S
 
 Each process gets `--coordinator_address=localhost:<free port> --num_processes=N
---process_id=<i>` appended (what `socialrm_jax.score` passes to `jax.distributed.initialize`), and,
+--process_id=<i>` appended (what `socialrm_jax.main.score` passes to `jax.distributed.initialize`), and,
 with --devices_per_process, that many CPU devices (JAX_NUM_CPU_DEVICES). Output lines are
 prefixed with the process id. If one process fails the others are stopped and its exit status is
 returned.

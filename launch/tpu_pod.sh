@@ -16,4 +16,4 @@ REPO_DIR=${REPO_DIR:-'~/socialrm_jax'}
 PYTHON=${PYTHON:-python3}
 args=$(printf '%q ' "$@")
 gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all \
-  --command="cd $REPO_DIR && $PYTHON -m socialrm_jax.score --distributed $args"
+  --command="cd $REPO_DIR && $PYTHON -m socialrm_jax.main.score --distributed $args"

@@ -273,7 +273,7 @@ def subprocess_env(num_cpu_devices: int | None = None) -> dict:
 
 def score_command(model, items, output_dir, *extra) -> list[str]:
   import sys
-  return [sys.executable, "-m", "socialrm_jax.score", f"--model={model}", f"--items={items}",
+  return [sys.executable, "-m", "socialrm_jax.main.score", f"--model={model}", f"--items={items}",
           f"--output_dir={output_dir}", "--max_length=256", "--tokens_per_batch=1024",
           "--chunk_size=4", *extra]
 
@@ -298,7 +298,7 @@ def score_here_and_launched(tmp_path: pathlib.Path, items: list[dict], launcher_
   (`launcher_flags`, e.g. --num_processes=2) into `two/`; returns the launched command."""
   import subprocess
   import sys
-  from socialrm_jax import tables
+  from socialrm_jax.base import tables
   from socialrm_jax.models.reward_model import load_reward_model
   from socialrm_jax.scoring import engine
   make_llama(tmp_path / "rm")

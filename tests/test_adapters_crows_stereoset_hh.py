@@ -9,8 +9,8 @@ import pathlib
 
 import pytest
 
-from socialrm_jax.conversion import convert_dataset
-from socialrm_jax.errors import InputError
+from socialrm_jax.orchestrators.item_tables import convert_dataset
+from socialrm_jax.base.errors import InputError
 
 # -- CrowS-Pairs: crows_pairs_anonymized.csv, header and data rows 0 and 2 ----------------------
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import pipeline
+from socialrm_jax.orchestrators import pipeline
 from socialrm_jax.analysis import compare
 
 MODELS = ("llama-a", "llama-b")

@@ -1,6 +1,6 @@
 """The audit end to end with the embedded default model (SmolLM2-135M-Instruct as a `loglik`
 proxy) on a few items of every dataset: conversion report, scores, run.json, metrics.json with the
-SPEC names, report.md and the figures; a rerun resumes; and the `socialrm_jax.audit` command."""
+SPEC names, report.md and the figures; a rerun resumes; and the `socialrm_jax.main.audit` command."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import sys
 
 import pytest
 
-from socialrm_jax import conversion, default_model, pipeline, tables
+from socialrm_jax.base import tables
+from socialrm_jax.models import default_model
+from socialrm_jax.orchestrators import item_tables, pipeline
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUNDLED = pipeline.BUNDLED_DATA
@@ -94,7 +96,7 @@ def _xstest_prompts() -> set[str]:
   items (a full compliance and a full refusal both occur): five long candidates each otherwise
   make most of the test's tokens."""
   shortest = {}
-  for item in conversion.convert_dataset("xstest", BUNDLED).items:
+  for item in item_tables.convert_dataset("xstest", BUNDLED).items:
     length = sum(map(len, item["candidates"]))
     if item["subset"] not in shortest or length < shortest[item["subset"]][0]:
       shortest[item["subset"]] = (length, item["prompt"][0]["content"])
@@ -261,7 +263,7 @@ def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_
 def test_audit_command_runs_the_bundled_config_and_prints_the_report_path(small_suite, tmp_path):
   out = tmp_path / "cli"
   command = [
-      sys.executable, "-m", "socialrm_jax.audit",
+      sys.executable, "-m", "socialrm_jax.main.audit",
       f"--config=configs/bundled_suite.py:output_dir={out}",
       f"--config.data_dir={small_suite}", "--config.datasets=crows_pairs,moral_stories",
       f"--config.metrics.n_resamples={N_RESAMPLES}",

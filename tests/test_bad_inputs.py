@@ -4,7 +4,7 @@ leaves no output behind: the row's folder, where its outputs would go, is as it 
 that looks finished (run.json, metrics.json, report.md, an items table) appears, and what was
 there before is unchanged. `--debug` shows the traceback instead.
 
-Each row runs the command as a user would, `python -m socialrm_jax.<command>`, in a process of its
+Each row runs the command as a user would, `python -m socialrm_jax.main.<command>`, in a process of its
 own, with JAX_PLATFORMS=cpu unless the row leaves JAX to choose (then no libtpu start-up errors
 may show, on a machine without a TPU where libtpu is installed). A row that `succeeds` is an input
 once refused that now works: exit 0, and the file it names is written. A scoring row may leave
@@ -32,7 +32,8 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import conversion, tables
+from socialrm_jax.base import tables
+from socialrm_jax.orchestrators import item_tables
 
 BUNDLED = fx.REPO_ROOT / "socialrm_jax" / "bundled"
 # Commands run two at a time: the machine the tests run on has two cores.
@@ -100,8 +101,8 @@ def inputs(tmp_path_factory) -> Inputs:
   fx.make_llama(model)
   weights = "model.safetensors"
   tables.write_rows(root / "items" / "items.jsonl", fx.all_items())
-  conversion.convert_to(root / "xstest", BUNDLED, "xstest", "jsonl")
-  conversion.convert_to(root / "crows", BUNDLED, "crows_pairs", "jsonl")
+  item_tables.convert_to(root / "xstest", BUNDLED, "xstest", "jsonl")
+  item_tables.convert_to(root / "crows", BUNDLED, "crows_pairs", "jsonl")
   tables.write_rows(root / "scores" / "scores.jsonl", _score_rows(root / "xstest"))
   tables.write_rows(root / "other_scores" / "scores.jsonl", _score_rows(root / "crows"))
   (root / "a_file").write_text("not a folder\n")
@@ -579,7 +580,7 @@ def _run(row: Row, i: Inputs) -> Outcome:
   env = fx.subprocess_env()
   if not row.jax_platforms_set:
     del env["JAX_PLATFORMS"]
-  done = subprocess.run([sys.executable, "-m", f"socialrm_jax.{row.command}", *args],
+  done = subprocess.run([sys.executable, "-m", f"socialrm_jax.main.{row.command}", *args],
                         cwd=fx.REPO_ROOT, env=env, capture_output=True, text=True,
                         timeout=COMMAND_TIMEOUT_S)
   assert i.a_file.read_bytes() == a_file
@@ -625,7 +626,7 @@ def test_bad_input_is_refused_in_one_line(row, outcomes):
 
 def test_debug_shows_the_traceback(inputs, tmp_path):
   done = subprocess.run(
-      [sys.executable, "-m", "socialrm_jax.score", f"--model={inputs.model}",
+      [sys.executable, "-m", "socialrm_jax.main.score", f"--model={inputs.model}",
        f"--items={inputs.items}", f"--output_dir={tmp_path / 'scores'}", "--chunk_size=0",
        "--debug"], cwd=fx.REPO_ROOT, env=fx.subprocess_env(), capture_output=True, text=True,
       timeout=COMMAND_TIMEOUT_S)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from socialrm_jax.datasets import registry
+from socialrm_jax import registry
 from socialrm_jax.analysis import accuracy, compare, confounds, estimates, evaluate, pairs, report
-from socialrm_jax.analysis.scores import Scores
-from socialrm_jax.errors import InputError
+from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.base.errors import InputError
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 

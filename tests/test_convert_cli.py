@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 
 BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax" / "bundled"
 
 
 def _convert(*args):
-  return subprocess.run([sys.executable, "-m", "socialrm_jax.convert", *args],
+  return subprocess.run([sys.executable, "-m", "socialrm_jax.main.convert", *args],
                         capture_output=True, text=True)
 
 

@@ -27,8 +27,8 @@ from safetensors import safe_open  # noqa: E402
 
 import scoring_fixtures as fx  # noqa: E402
 from scoring_fixtures import one_torch_thread  # noqa: E402,F401  (autouse: one torch thread)
-from socialrm_jax import tables  # noqa: E402
-from socialrm_jax.errors import InputError  # noqa: E402
+from socialrm_jax.base import tables  # noqa: E402
+from socialrm_jax.base.errors import InputError  # noqa: E402
 from socialrm_jax.models import attention, deberta, families, gpt_neox, tokenizer  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 from socialrm_jax.scoring import engine  # noqa: E402
@@ -291,7 +291,7 @@ def test_old_style_gpt_neox_config_fields_are_read():
 def test_native_checkpoint_gives_identical_deberta_rewards(tiny_models, load, tmp_path):
   """HF folder -> `convert_checkpoint` -> orbax folder: the config (its tuple field included)
   and the rewards survive."""
-  from socialrm_jax import convert_checkpoint  # defines absl flags; only this test needs it
+  from socialrm_jax.main import convert_checkpoint  # defines absl flags; only this test needs it
   case = "DebertaV2ForSequenceClassification-v2"
   convert_checkpoint.convert(str(tiny_models[case][1]), str(tmp_path / "native"))
   native = load_reward_model(tmp_path / "native")
@@ -428,7 +428,7 @@ def test_openassistant_gpt_neox_rm_scores_converted_items_as_the_wheel_class(tmp
 
 @pytest.mark.slow
 def test_socialrm_score_command_scores_gpt_neox_and_deberta(tmp_path):
-  """`python -m socialrm_jax.score` on both families' folders, as a user runs it."""
+  """`python -m socialrm_jax.main.score` on both families' folders, as a user runs it."""
   neox, neox_tok = _openassistant_rm(tmp_path / "neox", seed=13)
   tok = _deberta_v3_tokenizer(tmp_path / "deberta")
   encoder = _build("DebertaV2ForSequenceClassification", _DEBERTA_V3, seed=14,

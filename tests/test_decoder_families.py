@@ -15,7 +15,7 @@ import safetensors.numpy
 
 import internlm2_reference
 import model_fixtures
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import decoder, families, load_reward_model, weights
 
 

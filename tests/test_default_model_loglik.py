@@ -10,7 +10,9 @@ import importlib.util
 import numpy as np
 import pytest
 
-from socialrm_jax import conversion, default_model, pipeline, tables
+from socialrm_jax.base import tables
+from socialrm_jax.models import default_model
+from socialrm_jax.orchestrators import item_tables, pipeline
 
 TOLERANCE = 1e-4
 # A handful of bundled items: item ids by dataset, chosen for their shapes (3-candidate BBQ in
@@ -34,9 +36,9 @@ needs_smollm2 = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def bundled_items(tmp_path_factory):
-  """The chosen items, as `socialrm_jax.conversion` writes them for the bundled suite."""
+  """The chosen items, as `socialrm_jax.orchestrators.item_tables` writes them for the bundled suite."""
   out = tmp_path_factory.mktemp("converted")
-  conversion.write(conversion.convert_all(pipeline.BUNDLED_DATA, "all"), out)
+  item_tables.write(item_tables.convert_all(pipeline.BUNDLED_DATA, "all"), out)
   by_id = {str(it["item_id"]): it for it in tables.read_rows(out, "items")}
   missing = [i for i in ITEM_IDS if i not in by_id]
   assert not missing, f"bundled items not found: {missing}"

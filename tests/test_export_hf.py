@@ -17,14 +17,14 @@ import sys
 import datasets
 import pytest
 
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 
 BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax" / "bundled"
 TRL_COLUMNS = ("prompt", "chosen", "rejected")
 
 
 def convert(out, *args):
-  proc = subprocess.run([sys.executable, "-m", "socialrm_jax.convert", f"--output_dir={out}",
+  proc = subprocess.run([sys.executable, "-m", "socialrm_jax.main.convert", f"--output_dir={out}",
                          *args], capture_output=True, text=True)
   assert proc.returncode == 0, proc.stderr
   return out

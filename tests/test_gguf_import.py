@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import gguf_import
 from socialrm_jax.models import tokenizer as tokenizer_lib
 

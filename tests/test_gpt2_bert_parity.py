@@ -304,7 +304,7 @@ def test_saved_buffers_are_told_apart_from_weights(tiny_models, family, buffers)
                                   "BertForSequenceClassification"])
 def test_native_checkpoint_gives_identical_outputs(tiny_models, load, tmp_path, case):
   """HF folder -> `convert_checkpoint` -> orbax folder: the config and every output survive."""
-  from socialrm_jax import convert_checkpoint  # defines absl flags; only this test needs it
+  from socialrm_jax.main import convert_checkpoint  # defines absl flags; only this test needs it
   ids, mask = _pad(_sequences(seed=5), "left")
   source = load(case)
   convert_checkpoint.convert(str(tiny_models[case][1]), str(tmp_path / "native"))

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from socialrm_jax.datasets import registry
+from socialrm_jax import registry
 from socialrm_jax.analysis import accuracy, bootstrap, evaluate, pairs
-from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.analysis.reward_tables import Scores
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 

@@ -8,12 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from socialrm_jax import tables
-from socialrm_jax.datasets import registry
+from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, pairs as pairs_module, runner
-from socialrm_jax.analysis import scores as scores_module
+from socialrm_jax.analysis import reward_tables as scores_module
 from socialrm_jax.analysis.categorical import Categorical
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
@@ -70,7 +70,7 @@ def converted(tmp_path):
 
 
 def run_cli(*args):
-  return subprocess.run([sys.executable, "-m", "socialrm_jax.metrics", *args],
+  return subprocess.run([sys.executable, "-m", "socialrm_jax.main.metrics", *args],
                         capture_output=True, text=True, timeout=300)
 
 

@@ -8,8 +8,8 @@ import zlib
 import numpy as np
 import pytest
 
-from socialrm_jax import tables
-from socialrm_jax.datasets import registry
+from socialrm_jax.base import tables
+from socialrm_jax import registry
 from socialrm_jax.analysis import calibration, evaluate, evidence, runner
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down

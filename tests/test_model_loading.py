@@ -17,7 +17,7 @@ import safetensors.numpy
 import torch
 
 import model_fixtures
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import families, load_reward_model
 from test_decoder_parity import hf_rewards
 
@@ -73,7 +73,7 @@ def test_native_checkpoint_gives_bit_identical_outputs(tmp_path, architecture):
   native = tmp_path / "native"
   run_python(f"""
       import sys
-      from socialrm_jax import convert_checkpoint
+      from socialrm_jax.main import convert_checkpoint
       sys.argv = ["convert", "--input={folder}", "--output={native}"]
       convert_checkpoint.run()
   """)
@@ -139,7 +139,7 @@ def test_native_checkpoints_store_stacked_layers_and_format_1_still_loads(tmp_pa
 
 def test_convert_checkpoint_refuses_a_non_empty_output(tmp_path):
   folder = model_fixtures.save_tiny_hf_model(tmp_path, "LlamaForSequenceClassification")
-  from socialrm_jax import convert_checkpoint
+  from socialrm_jax.main import convert_checkpoint
   with pytest.raises(InputError, match="not empty"):
     convert_checkpoint.convert(str(folder), str(folder))
 

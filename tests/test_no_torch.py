@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import scoring_fixtures as fx
-from socialrm_jax import default_model, tables
+from socialrm_jax.base import tables
+from socialrm_jax.models import default_model
 
 HEAVY = ("torch", "transformers")
 _REPORT = f"""
@@ -22,9 +23,9 @@ print("HEAVY_MODULES", json.dumps(heavy))
 _ENCODE = """
 import json, sys
 import scoring_fixtures as fx
-from socialrm_jax.scoring import templating
+from socialrm_jax.scoring import item_tokens
 for path, is_causal in json.loads(sys.argv[1]):
-  templater = templating.Templater(templating.load_tokenizer(path), is_causal=is_causal,
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(path), is_causal=is_causal,
                                    max_length=512)
   encoded = templater.encode_many(0, fx.all_items())
   assert len(encoded) == len(fx.all_items()) and all(e.sequences for e in encoded)
@@ -32,11 +33,11 @@ for path, is_causal in json.loads(sys.argv[1]):
 
 
 def _main_script(module: str, program: str) -> str:
-  """`python -m socialrm_jax.<module> ARGS`, then the report."""
+  """`python -m socialrm_jax.main.<module> ARGS`, then the report."""
   return f"""
 import json, sys
 from absl import app
-from socialrm_jax import {module}
+from socialrm_jax.main import {module}
 try:
   app.run({module}.main, argv=["{program}", *sys.argv[1:]])
 except SystemExit as exit:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
-from socialrm_jax.datasets import registry
-from socialrm_jax.errors import InputError
+from socialrm_jax import registry
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
 
@@ -76,11 +76,11 @@ def test_objectives_the_head_cannot_give_are_refused(three_output_rm, tmp_path):
 
 
 def test_metrics_break_accuracy_down_per_objective(three_output_rm, tmp_path):
-  from socialrm_jax import conversion, pipeline
   from socialrm_jax.analysis import evaluate, runner
+  from socialrm_jax.orchestrators import item_tables, pipeline
   folder, _, _ = three_output_rm
   converted = tmp_path / "converted"
-  conversion.write(conversion.convert_all(pipeline.BUNDLED_DATA, "bbq,crows_pairs"), converted)
+  item_tables.write(item_tables.convert_all(pipeline.BUNDLED_DATA, "bbq,crows_pairs"), converted)
   items = engine.select_items(tables.read_rows(converted, "items"), ["bbq", "crows_pairs"])
   options = dataclasses.replace(OPTIONS, max_length=512, tokens_per_batch=4096, chunk_size=512,
                                 objective=2)
@@ -108,15 +108,15 @@ def test_metrics_break_accuracy_down_per_objective(three_output_rm, tmp_path):
 
 
 def test_reward_vectors_are_read_from_json_lines_and_checked(tmp_path):
-  from socialrm_jax.analysis import scores
+  from socialrm_jax.analysis import reward_tables
   rows = [{"item_id": "a", "candidate": 0, "reward": 1.0, "rewards": [1.0, 2.0]},
           {"item_id": "a", "candidate": 1, "reward": 0.5, "rewards": [0.5, 3.0]}]
   tables.write_rows(tmp_path / "ok" / "scores.jsonl", rows)
-  np.testing.assert_array_equal(scores.read_scores(tmp_path / "ok").rewards, [[1, 2], [0.5, 3]])
+  np.testing.assert_array_equal(reward_tables.read_scores(tmp_path / "ok").rewards, [[1, 2], [0.5, 3]])
   tables.write_rows(tmp_path / "scalar" / "scores.jsonl", [
       {k: v for k, v in row.items() if k != "rewards"} for row in rows])
-  assert scores.read_scores(tmp_path / "scalar").rewards is None
+  assert reward_tables.read_scores(tmp_path / "scalar").rewards is None
   rows[1]["rewards"] = [0.5]
   tables.write_rows(tmp_path / "bad" / "scores.jsonl", rows)
   with pytest.raises(InputError, match=r"scores.jsonl, row 2: rewards has 1 values here but 2"):
-    scores.read_scores(tmp_path / "bad")
+    reward_tables.read_scores(tmp_path / "bad")

@@ -1,4 +1,4 @@
-"""`socialrm_jax.plan`: the engine's scoring step compiled for a TPU slice on this CPU (libtpu, no
+"""`socialrm_jax.main.plan`: the engine's scoring step compiled for a TPU slice on this CPU (libtpu, no
 TPU), with splash attention as a Mosaic kernel, and the plan's memory, FLOPs and projections.
 
 The compiled model is Llama-shaped with the head size of the real ones (128), small everywhere
@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import records, tables
+from socialrm_jax.base import records, tables
 from socialrm_jax.models import reward_model, weights
-from socialrm_jax.planning import compiler, cost, hardware, projection, report, shapes
+from socialrm_jax.orchestrators.tpu_sizing import (compiler, cost, hardware, projection, report,
+                                                   shapes)
 from socialrm_jax.scoring import engine, packing
 
 pytest.importorskip("libtpu", reason="the TPU compiler comes with libtpu (the test extra)")
@@ -124,7 +125,7 @@ def test_projection_packs_items_as_the_engine_does(tiny_plan, tmp_path):
 
 
 def _plan_command(*flags) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "socialrm_jax.plan", *flags], cwd=fx.REPO_ROOT,
+  return subprocess.run([sys.executable, "-m", "socialrm_jax.main.plan", *flags], cwd=fx.REPO_ROOT,
                         env=fx.subprocess_env(), capture_output=True, text=True, timeout=300)
 
 

@@ -10,10 +10,11 @@ import textwrap
 import pytest
 
 import socialrm_jax
-from socialrm_jax import conversion, tables
-from socialrm_jax.datasets import registry
+from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.orchestrators import item_tables
 
 PACKAGE = pathlib.Path(socialrm_jax.__file__).parent
 
@@ -22,7 +23,7 @@ def test_no_dataset_is_named_outside_its_module_and_the_registry():
   """A quoted built-in dataset name anywhere else in the package is dispatch by name."""
   names = [n for n in registry.BUILT_IN]
   quoted = re.compile(r"""(["'])(%s)\1""" % "|".join(map(re.escape, names)))
-  allowed = {PACKAGE / "datasets" / "registry.py"} | {
+  allowed = {PACKAGE / "registry" / "__init__.py"} | {
       PACKAGE / "datasets" / f"{n}.py" for n in names}
   found = []
   for path in sorted(PACKAGE.rglob("*.py")):
@@ -34,16 +35,16 @@ def test_no_dataset_is_named_outside_its_module_and_the_registry():
         found.append(f"{path.relative_to(PACKAGE)}:{number}: {match.group(0)}")
   assert not found, "dataset names outside their module and the registry:\n" + "\n".join(found)
   # The check can fail: the registry itself names every dataset, quoted.
-  source = (PACKAGE / "datasets" / "registry.py").read_text()
+  source = (PACKAGE / "registry" / "__init__.py").read_text()
   assert all(quoted.search(f'"{n}"') and f'"{n}"' in source for n in names)
 
 
 # A dataset from another package: one module, registered by an entry point.
 _PLUGIN_MODULE = '''
-from socialrm_jax import records
 from socialrm_jax.analysis import estimates
+from socialrm_jax.base import records
+from socialrm_jax.base.templates import PromptTemplate
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.templates import PromptTemplate
 
 
 
@@ -98,8 +99,8 @@ def test_an_installed_plugin_joins_conversion_metrics_and_report(toy_plugin, tmp
   data.mkdir(parents=True)
   (data / "t.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "good": "yes", "bad": f"no{i}"})
                                         + "\n" for i in range(6)))
-  converted = conversion.convert_all(tmp_path / "data", "toy")
-  conversion.write(converted, tmp_path / "conv", "jsonl")
+  converted = item_tables.convert_all(tmp_path / "data", "toy")
+  item_tables.write(converted, tmp_path / "conv", "jsonl")
   scores = [{"item_id": it["item_id"], "candidate": k, "reward": float(k)}  # rejected always wins
             for it in converted.items for k in range(2)]
   tables.write_rows(tmp_path / "scores" / "scores.jsonl", scores)

@@ -10,7 +10,8 @@ import pytest
 
 import preference_fixtures as pf
 import scoring_fixtures as fx
-from socialrm_jax import pipeline, tables
+from socialrm_jax.orchestrators import pipeline
+from socialrm_jax.base import tables
 
 MODEL = "tiny-llama"
 N_RESAMPLES = 50

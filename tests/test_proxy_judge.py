@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, proxies
 
@@ -156,10 +156,10 @@ def test_over_long_judge_prompts_are_refused_not_truncated(judges, tmp_path):
 
 
 def test_the_judge_reads_one_token_answers(tmp_path, monkeypatch):
-  from socialrm_jax.scoring import templating
+  from socialrm_jax.scoring import item_tokens
   fx.train_chat_tokenizer(tmp_path, with_template=False)
-  templater = templating.Templater(templating.load_tokenizer(tmp_path), is_causal=True,
-                                   max_length=1024)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(tmp_path), is_causal=True,
+                                    max_length=1024)
   # The plain format answers after "Assistant: ": the answer token may carry the space.
   a, b = proxies.Judge(templater).answer_ids
   assert [templater.tokenizer.decode([t]).strip() for t in (a, b)] == ["A", "B"]

@@ -27,9 +27,10 @@ import numpy as np
 import pytest
 
 import preference_fixtures as pf
-from socialrm_jax import conversion, pipeline, tables
+from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner
-from socialrm_jax.datasets import registry
+from socialrm_jax.base import tables
+from socialrm_jax.orchestrators import item_tables, pipeline
 
 BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
@@ -150,8 +151,8 @@ def audit(tmp_path_factory) -> tuple[pathlib.Path, dict[str, dict]]:
   else:
     root = tmp_path_factory.mktemp("report_browser")
     source = pf.write_jsonl(root / "rb2.jsonl", pf.rewardbench2_rows())
-    conversion.convert_to(root / "converted", pipeline.BUNDLED_DATA,
-                          f"crows_pairs,xstest,preference:{source}:name=rb2", "jsonl")
+    item_tables.convert_to(root / "converted", pipeline.BUNDLED_DATA,
+                           f"crows_pairs,xstest,preference:{source}:name=rb2", "jsonl")
     items = tables.read_rows(root / "converted", "items")
     paths = []
     for seed, name in enumerate(MODELS):

@@ -2,7 +2,7 @@
 random checkpoint saved by its class is scored through the scoring engine (templating, prefix
 sharing, packing, the compiled step: what socialrm-score runs) on converted items, and every
 output equals the class scoring each sequence alone, output 0 being the score its pipeline ranks
-by. ArmoRM also goes through the `socialrm_jax.score` command, with its objectives named in
+by. ArmoRM also goes through the `socialrm_jax.main.score` command, with its objectives named in
 run.json and picked by --objective."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 
 import reward_head_fixtures as rh
 import scoring_fixtures as fx
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import heads
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, step as step_lib
@@ -126,7 +126,7 @@ def test_armorm_gate_is_read_in_the_shared_prompt(armorm):
 def test_armorm_native_checkpoint_keeps_its_head(armorm, tmp_path):
   """socialrm-convert-checkpoint's native folder holds the head's description in its manifest
   and scores as the HF folder does: gated score and objectives."""
-  from socialrm_jax import convert_checkpoint  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.main import convert_checkpoint  # pylint: disable=import-outside-toplevel
   folder, reference, tokenizer = armorm
   convert_checkpoint.convert(str(folder), str(tmp_path / "native"))
   native = load_reward_model(tmp_path / "native")
@@ -155,12 +155,12 @@ def test_ldl_head_kept_in_pickles_is_refused_with_the_way_out(tmp_path):
 def test_armorm_left_truncated_prompts_keep_the_gate(armorm, tmp_path):
   """Prompts cut from the left (--max_length below the items' lengths): the gate is found in
   what remains, and every output equals the class scoring the truncated sequence alone."""
-  from socialrm_jax.scoring import templating  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.scoring import item_tokens  # pylint: disable=import-outside-toplevel
   folder, reference, _ = armorm
   options = dataclasses.replace(OPTIONS, max_length=160)
   engine.score_items(load_reward_model(folder), ITEMS, tmp_path, options=options)
-  templater = templating.Templater(templating.load_tokenizer(folder), is_causal=True,
-                                   max_length=160)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(folder), is_causal=True,
+                                    max_length=160)
   encoded = templater.encode_many(0, ITEMS)
   assert sum(enc.truncated_tokens > 0 for enc in encoded) >= 3  # most items were cut
   expected = {(enc.item_id, c): reference([int(t) for t in seq])

@@ -31,7 +31,7 @@ def test_audit_of_armorm_reports_the_gated_score_and_each_objective(armorm, tmp_
   make_small_suite(data_dir)
   out = tmp_path / "audit"
   subprocess.run([
-      sys.executable, "-m", "socialrm_jax.audit",
+      sys.executable, "-m", "socialrm_jax.main.audit",
       f"--config=configs/bundled_suite.py:hf_model={armorm},name=armorm,output_dir={out}",
       f"--config.data_dir={data_dir}", "--config.datasets=bbq,moral_stories",
       f"--config.metrics.n_resamples={N_RESAMPLES}", "--config.probe.enabled=false",
@@ -56,7 +56,7 @@ def test_audit_of_armorm_reports_the_gated_score_and_each_objective(armorm, tmp_
 def test_vocab_scan_of_armorm_ranks_the_gated_score(armorm, tmp_path):
   out = tmp_path / "scan"
   subprocess.run([
-      sys.executable, "-m", "socialrm_jax.vocab_scan", f"--model={armorm}",
+      sys.executable, "-m", "socialrm_jax.main.vocab_scan", f"--model={armorm}",
       f"--output_dir={out}", "--max_tokens=24", f"--n_resamples={N_RESAMPLES}",
       "--n_permutations=50", "--max_length=256"],
       cwd=fx.REPO_ROOT, env=fx.subprocess_env(), check=True, timeout=600)

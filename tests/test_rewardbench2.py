@@ -22,10 +22,11 @@ import pytest
 
 import preference_fixtures as pf
 import scoring_fixtures as fx
-from socialrm_jax import conversion, tables
-from socialrm_jax.analysis import evaluate, scores
-from socialrm_jax.datasets import registry
-from socialrm_jax.errors import InputError
+from socialrm_jax import registry
+from socialrm_jax.analysis import evaluate, reward_tables
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.orchestrators import item_tables
 
 TOLERANCE = 1e-9
 N_RESAMPLES = 50
@@ -70,7 +71,7 @@ def wheel_scores(wheel: dict, items: list[dict], rewards: dict[str, list[float]]
 
 
 def convert(root: pathlib.Path, source: pathlib.Path, name: str) -> dict:
-  report = conversion.convert_to(root / name, root, f"preference:{source}:name={name}", "jsonl")
+  report = item_tables.convert_to(root / name, root, f"preference:{source}:name={name}", "jsonl")
   return report["datasets"][name]
 
 
@@ -134,7 +135,7 @@ def metrics_of(items, pairs, rewards: dict[str, list[float]], folder: pathlib.Pa
       {"item_id": i, "candidate": k, "reward": r}
       for i, values in rewards.items() for k, r in enumerate(values)])
   options = evaluate.Options(n_resamples=N_RESAMPLES, plugins=registry.plugins())
-  return evaluate.compute_metrics(items, pairs, scores.read_scores(folder), options)[
+  return evaluate.compute_metrics(items, pairs, reward_tables.read_scores(folder), options)[
       "datasets"]["rb2"]
 
 
@@ -185,7 +186,7 @@ def test_a_rewardbench2_file_is_audited_with_one_command(tmp_path, wheel):
   source = pf.write_jsonl(tmp_path / "rb2.jsonl", pf.rewardbench2_rows())
   out = tmp_path / "out"
   done = subprocess.run(
-      [sys.executable, "-m", "socialrm_jax.audit",
+      [sys.executable, "-m", "socialrm_jax.main.audit",
        f"--config=configs/bundled_suite.py:hf_model={tmp_path / 'rm'},name=tiny,output_dir={out}",
        f"--config.datasets=preference:{source}:name=rb2", "--config.probe.enabled=False",
        "--config.counterfactuals=False", f"--config.metrics.n_resamples={N_RESAMPLES}"],

@@ -14,11 +14,11 @@ import tokenizers
 from tokenizers import processors
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
+from socialrm_jax.analysis import provenance
+from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.models.tokenizer import load_tokenizer
-from socialrm_jax.analysis import provenance
-from socialrm_jax.scoring import engine, mesh as mesh_lib, run_manifest, shards, templating
+from socialrm_jax.scoring import engine, mesh as mesh_lib, run_manifest, shards, item_tokens
 
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4)
 
@@ -106,7 +106,7 @@ def trained_tokenizer(tmp_path_factory):
 def test_a_doubled_bos_is_flagged(tmp_path, trained_tokenizer, caplog, template_start,
                                   post_processor_adds_bos, scored_bos, added_bos, warning):
   folder = _tokenizer_folder(tmp_path, trained_tokenizer, template_start, post_processor_adds_bos)
-  templater = templating.Templater(load_tokenizer(folder), is_causal=True, max_length=256)
+  templater = item_tokens.Templater(load_tokenizer(folder), is_causal=True, max_length=256)
   items = fx.all_items()
   identity = {"model": shards.model_identity(folder), "items": shards.items_identity(items),
               "settings": {"proxy": "none"}}

@@ -6,8 +6,9 @@ import pytest
 
 import scoring_fixtures as fx
 import socialrm_jax
-from socialrm_jax import conversion, records, tables
+from socialrm_jax.base import records, tables
 from socialrm_jax.models.reward_model import load_reward_model
+from socialrm_jax.orchestrators import item_tables
 from socialrm_jax.scoring import engine, run_report
 
 BUNDLED = pathlib.Path(socialrm_jax.__file__).parent / "bundled"
@@ -18,8 +19,8 @@ MAX_RATIO = 0.35
 @pytest.fixture(scope="module")
 def bbq_folder(tmp_path_factory):
   folder = tmp_path_factory.mktemp("bbq")
-  converted = conversion.convert_all(BUNDLED, ["bbq"])
-  conversion.write(converted, folder / "converted", "parquet")
+  converted = item_tables.convert_all(BUNDLED, ["bbq"])
+  item_tables.write(converted, folder / "converted", "parquet")
   return folder / "converted"
 
 

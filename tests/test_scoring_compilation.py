@@ -5,7 +5,7 @@ import json
 import subprocess
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.scoring import packing
 
 

@@ -1,5 +1,5 @@
 """Gemma 3, OLMo 2, Phi-3 and InternLM2 reward models through the scoring engine (packed rows,
-shared prompts: what `python -m socialrm_jax.score` runs) equal their PyTorch class scoring each
+shared prompts: what `python -m socialrm_jax.main.score` runs) equal their PyTorch class scoring each
 full sequence alone."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import internlm2_reference
 import model_fixtures
 import scoring_fixtures as fx
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import records, tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import records, tables
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import readout as readout_lib
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import chunks, engine, proxies
-from socialrm_jax.models import readout as readout_lib
 
 TOLERANCE = 1e-4
 # Small buckets and budgets so the fixture items are packed several to a row, over several buckets.
@@ -155,14 +155,14 @@ def test_select_items_by_dataset_and_limit():
 
 def test_plain_format_gpt2_with_two_labels_matches_pytorch(tmp_path):
   import torch
-  from socialrm_jax.scoring import templating
+  from socialrm_jax.scoring import item_tokens
   torch_model, tokenizer = fx.make_gpt2(tmp_path / "gpt2", num_labels=2)
   items = fx.all_items()
   options = dataclasses.replace(OPTIONS, objective=1)
   engine.score_items(load_reward_model(tmp_path / "gpt2"), items, tmp_path / "scores",
                      options=options)
   got = _scores(tmp_path / "scores")
-  templater = templating.Templater(tokenizer, is_causal=True, max_length=256)
+  templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=256)
   with torch.no_grad():
     for item in items:
       for c, text in enumerate(item["candidates"]):

@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, shards
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
 

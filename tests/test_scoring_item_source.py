@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import item_source, shards
 
 

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
 
@@ -20,7 +20,7 @@ CHILD = textwrap.dedent("""
     import json, sys
     import jax
     import scoring_fixtures as fx
-    from socialrm_jax import tables
+    from socialrm_jax.base import tables
     from socialrm_jax.models.reward_model import load_reward_model
     from socialrm_jax.scoring import engine, mesh as mesh_lib
     model_dir, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -49,7 +49,7 @@ def test_scores_agree_across_meshes(tmp_path):
 
 
 def test_mesh_spec_parsing():
-  from socialrm_jax.errors import InputError
+  from socialrm_jax.base.errors import InputError
   from socialrm_jax.scoring import mesh as mesh_lib
   assert mesh_lib.parse_mesh_spec(None, 8) == {"data": 8, "model": 1}
   assert mesh_lib.parse_mesh_spec("data:4,model:2", 8) == {"data": 4, "model": 2}

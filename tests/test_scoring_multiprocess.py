@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 
 
 @pytest.mark.slow

@@ -5,15 +5,15 @@ import pytest
 
 import scoring_fixtures as fx
 from socialrm_jax.models import attention
-from socialrm_jax.scoring import packing, templating
+from socialrm_jax.scoring import item_tokens, packing
 
 
 @pytest.fixture(scope="module")
 def encoded_items(tmp_path_factory):
   folder = tmp_path_factory.mktemp("chat_tok")
   fx.train_chat_tokenizer(folder)
-  templater = templating.Templater(templating.load_tokenizer(folder), is_causal=True,
-                                   max_length=128)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(folder), is_causal=True,
+                                    max_length=128)
   return [templater.encode(i, item) for i, item in enumerate(fx.all_items())]
 
 
@@ -87,8 +87,8 @@ def test_long_items_split_over_groups_that_repeat_the_prefix(encoded_items):
 
 def test_encoder_segments_are_whole_and_bidirectional(tmp_path):
   fx.train_encoder_tokenizer(tmp_path)
-  templater = templating.Templater(templating.load_tokenizer(tmp_path), is_causal=False,
-                                   max_length=128)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(tmp_path), is_causal=False,
+                                    max_length=128)
   items = [templater.encode(i, item) for i, item in enumerate(fx.bbq_items())]
   owners = _owners(items)
   for batch in packing.make_batches(items, is_causal=False, readout="score", buckets=(128,),
@@ -121,8 +121,8 @@ def test_bucket_shapes_are_few_and_fixed():
 
 def _items(n, first=0, length=40):
   """Items of two candidates: `length - 2` shared tokens, branches of 1 and 2 tokens."""
-  return [templating.EncodedItem(i, f"it{i}", (np.arange(1, length), np.arange(1, length + 1)),
-                                 (5, 5), None, 0) for i in range(first, first + n)]
+  return [item_tokens.EncodedItem(i, f"it{i}", (np.arange(1, length), np.arange(1, length + 1)),
+                                  (5, 5), None, 0) for i in range(first, first + n)]
 
 
 def test_partial_batches_are_padded_to_the_bucket_shape():
@@ -211,8 +211,8 @@ def test_rows_of_consecutive_chunks_share_batches():
 def test_readout_slots_bound_the_rows_groups():
   """A row never holds more readouts than its bucket's slots: loglik rows fill up on response
   tokens, and a group with more than a short row's slots goes to a longer row."""
-  items = [templating.EncodedItem(i, f"it{i}", (np.arange(1, 90), np.arange(1, 91)), (10, 10),
-                                  None, 0) for i in range(6)]
+  items = [item_tokens.EncodedItem(i, f"it{i}", (np.arange(1, 90), np.arange(1, 91)), (10, 10),
+                                   None, 0) for i in range(6)]
   buckets = (128, 256, 512)
   for batch in packing.make_batches(items, is_causal=True, readout="loglik", buckets=buckets,
                                     tokens_per_batch=1024):
@@ -228,7 +228,7 @@ def test_short_items_go_into_short_rows():
   per_row = packing.GROUPS_PER_ROW
 
   def group(length):
-    item = templating.EncodedItem(0, "x", (np.arange(1, length + 1),), (length - 1,), None, 0)
+    item = item_tokens.EncodedItem(0, "x", (np.arange(1, length + 1),), (length - 1,), None, 0)
     return packing.Group(item, 0, (0,), length - 1)
 
   assert packing.row_length_for(group(100), buckets, "score") == next(

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax.errors import InputError
-from socialrm_jax.scoring import templating
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.scoring import item_tokens
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +20,11 @@ def chat_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chat_tokenizer(chat_folder):
-  return templating.load_tokenizer(chat_folder[0])
+  return item_tokens.load_tokenizer(chat_folder[0])
 
 
 def test_encoding_matches_the_template_rendered_directly(chat_folder, chat_tokenizer):
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=512)
   for i, item in enumerate(fx.all_items()):
     encoded = templater.encode(i, item)
     sequences, starts = fx.reference_sequences(chat_folder[1], item)
@@ -34,7 +34,7 @@ def test_encoding_matches_the_template_rendered_directly(chat_folder, chat_token
 
 
 def test_no_doubled_bos(chat_tokenizer):
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=512)
   encoded = templater.encode(0, fx.bbq_items()[0])
   bos = chat_tokenizer.bos_token_id
   for seq in encoded.sequences:
@@ -43,7 +43,7 @@ def test_no_doubled_bos(chat_tokenizer):
 
 
 def test_response_tokens_include_the_end_of_turn(chat_tokenizer):
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=512)
   item = fx.bbq_items()[0]
   encoded = templater.encode(0, item)
   end = chat_tokenizer.convert_tokens_to_ids("<|end|>")
@@ -55,8 +55,8 @@ def test_response_tokens_include_the_end_of_turn(chat_tokenizer):
 
 def test_plain_format_without_a_chat_template(tmp_path):
   fx.train_chat_tokenizer(tmp_path, with_template=False)
-  tokenizer = templating.load_tokenizer(tmp_path)
-  templater = templating.Templater(tokenizer, is_causal=True, max_length=512)
+  tokenizer = item_tokens.load_tokenizer(tmp_path)
+  templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=512)
   item = fx.hh_items()[0]
   text = templater.render(item["prompt"] + [{"role": "assistant", "content": "Ass."}], False)
   assert text == ("<s>User: What are some cuss words in english?\n\nAssistant: Here's an "
@@ -77,9 +77,9 @@ def test_plain_format_without_a_chat_template(tmp_path):
 
 def test_left_truncation_keeps_bos_and_whole_responses(chat_tokenizer):
   item = fx.bbq_items()[1]
-  full = templating.Templater(chat_tokenizer, is_causal=True, max_length=512).encode(0, item)
+  full = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=512).encode(0, item)
   longest = max(len(s) for s in full.sequences)
-  short = templating.Templater(chat_tokenizer, is_causal=True, max_length=longest - 7).encode(0, item)
+  short = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=longest - 7).encode(0, item)
   assert short.truncated_tokens == 7
   for c in range(3):
     assert len(short.sequences[c]) == len(full.sequences[c]) - 7
@@ -90,22 +90,22 @@ def test_left_truncation_keeps_bos_and_whole_responses(chat_tokenizer):
 
 
 def test_truncation_error_names_the_item(chat_tokenizer):
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=20, truncation="error")
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=20, truncation="error")
   with pytest.raises(InputError, match="bbq-0001"):
     templater.encode(0, fx.bbq_items()[1])
 
 
 def test_response_that_cannot_fit_is_refused(chat_tokenizer):
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=6)
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=6)
   with pytest.raises(InputError, match="responses are never cut"):
     templater.encode(0, fx.bbq_items()[0])
 
 
 def test_encoder_pairs_and_their_truncation(tmp_path):
   reference = fx.train_encoder_tokenizer(tmp_path)
-  tokenizer = templating.load_tokenizer(tmp_path)
+  tokenizer = item_tokens.load_tokenizer(tmp_path)
   item = fx.bbq_items()[0]
-  encoded = templating.Templater(tokenizer, is_causal=False, max_length=512).encode(0, item)
+  encoded = item_tokens.Templater(tokenizer, is_causal=False, max_length=512).encode(0, item)
   cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
   for c, (seq, types) in enumerate(zip(encoded.sequences, encoded.token_type_ids)):
     expected = reference(item["prompt"][0]["content"], item["candidates"][c],
@@ -113,7 +113,7 @@ def test_encoder_pairs_and_their_truncation(tmp_path):
     assert seq.tolist() == expected["input_ids"]
     assert types.tolist() == expected["token_type_ids"]
     assert seq[0] == cls and seq[-1] == sep
-  shorter = templating.Templater(tokenizer, is_causal=False, max_length=12).encode(0, item)
+  shorter = item_tokens.Templater(tokenizer, is_causal=False, max_length=12).encode(0, item)
   for c, seq in enumerate(shorter.sequences):
     assert len(seq) <= 12 and seq[0] == cls
     answer = reference(item["candidates"][c], add_special_tokens=False)["input_ids"]
@@ -131,9 +131,9 @@ DIVERGING_TEMPLATE = (
 
 def test_diverging_generation_prompt_falls_back_to_the_common_prefix(tmp_path):
   fx.train_chat_tokenizer(tmp_path)
-  tokenizer = templating.load_tokenizer(tmp_path)
+  tokenizer = item_tokens.load_tokenizer(tmp_path)
   tokenizer.chat_template = DIVERGING_TEMPLATE
-  templater = templating.Templater(tokenizer, is_causal=True, max_length=512)
+  templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=512)
   item = fx.bbq_items()[0]
   encoded = templater.encode(0, item)
   prompt_ids = templater.tokenize(templater.render(item["prompt"], True))
@@ -158,7 +158,7 @@ def _assert_same_items(got, want):
 
 @pytest.mark.parametrize("max_length", [512, 60])  # 60: some items lose prompt tokens.
 def test_encode_many_equals_encoding_one_by_one(chat_tokenizer, max_length):
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=max_length)
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=max_length)
   items = fx.all_items()
   batched = templater.encode_many(7, items)
   _assert_same_items(batched, [templater.encode(7 + i, item) for i, item in enumerate(items)])
@@ -169,8 +169,8 @@ def test_encode_many_equals_encoding_one_by_one(chat_tokenizer, max_length):
 @pytest.mark.parametrize("max_length", [512, 30])  # 30: some items lose question tokens.
 def test_encode_many_pairs_equals_encoding_one_by_one(tmp_path, max_length):
   fx.train_encoder_tokenizer(tmp_path)
-  templater = templating.Templater(templating.load_tokenizer(tmp_path), is_causal=False,
-                                   max_length=max_length)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(tmp_path), is_causal=False,
+                                    max_length=max_length)
   items = fx.all_items()  # HH items have several turns: their question is the plain format.
   batched = templater.encode_many(0, items)
   _assert_same_items(batched, [templater.encode(i, item) for i, item in enumerate(items)])
@@ -180,11 +180,11 @@ def test_encode_many_pairs_equals_encoding_one_by_one(tmp_path, max_length):
 def test_encode_many_names_the_item_that_fails(chat_tokenizer):
   items = fx.all_items()
   items[4] = dict(items[4], candidates=[])
-  templater = templating.Templater(chat_tokenizer, is_causal=True, max_length=512)
+  templater = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=512)
   with pytest.raises(InputError, match="'bbq-0004' has an empty prompt"):
     templater.encode_many(0, items)
   # A template that refuses the conversation: the item is named, as with one item.
-  picky = templating.load_tokenizer(chat_tokenizer.source)
+  picky = item_tokens.load_tokenizer(chat_tokenizer.source)
   picky.chat_template = (
       "{% for m in messages %}{% if m['role'] == 'assistant' and loop.first %}"
       "{{ raise_exception('must start with a user turn') }}{% endif %}{{ m['content'] }}"
@@ -192,11 +192,11 @@ def test_encode_many_names_the_item_that_fails(chat_tokenizer):
   items = fx.bbq_items()[:2] + [
       dict(fx.hh_items()[0], prompt=[{"role": "assistant", "content": "Hi."}])]
   with pytest.raises(InputError, match="'hh-0000': the tokenizer could not render it: must start"):
-    templating.Templater(picky, is_causal=True, max_length=512).encode_many(0, items)
+    item_tokens.Templater(picky, is_causal=True, max_length=512).encode_many(0, items)
 
 
 def test_a_transformers_tokenizer_is_taken_too(chat_folder, chat_tokenizer):
   item = fx.hh_items()[2]
-  ours = templating.Templater(chat_tokenizer, is_causal=True, max_length=512).encode(0, item)
-  theirs = templating.Templater(chat_folder[1], is_causal=True, max_length=512).encode(0, item)
+  ours = item_tokens.Templater(chat_tokenizer, is_causal=True, max_length=512).encode(0, item)
+  theirs = item_tokens.Templater(chat_folder[1], is_causal=True, max_length=512).encode(0, item)
   _assert_same_items([theirs], [ours])

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 
 ROWS = [{"item_id": "a", "candidate": 0, "reward": 1.5}, {"item_id": "b", "candidate": 1,
                                                            "reward": -0.5}]

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import models, pre_tokenizers, trainers
 
 import scoring_fixtures as fx
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import tokenizer as tokenizer_lib
 
 TEXTS = [

@@ -15,9 +15,10 @@ from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as RustTokenizer
 
 import scoring_fixtures as fx
-from socialrm_jax import conversion, default_model, pipeline
+from socialrm_jax.models import default_model
 from socialrm_jax.models import tokenizer as tokenizer_lib
-from socialrm_jax.scoring import templating
+from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.scoring import item_tokens
 
 # Llama 3.2's chat template (its tool-calling branches left out): the date comes from
 # `date_string`, else from `strftime_now`.
@@ -59,7 +60,7 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 
 @pytest.fixture(scope="module")
 def bundled_items():
-  return conversion.convert_all(pipeline.BUNDLED_DATA, "all").items
+  return item_tables.convert_all(pipeline.BUNDLED_DATA, "all").items
 
 
 def _smollm2(folder):
@@ -128,7 +129,7 @@ def _reference(theirs, templater, item, is_causal):
 
   def ids(messages, add_generation_prompt):
     if theirs.chat_template:
-      text = theirs.apply_chat_template(messages, tokenize=False, date_string=templating.PINNED_DATE,
+      text = theirs.apply_chat_template(messages, tokenize=False, date_string=item_tokens.PINNED_DATE,
                                         add_generation_prompt=add_generation_prompt)
     else:  # The plain format is ours: only its tokenization is compared.
       text = templater.render(messages, add_generation_prompt)
@@ -148,8 +149,8 @@ def _reference(theirs, templater, item, is_causal):
 def test_bundled_items_encode_as_transformers_encodes_them(name, bundled_items, tmp_path):
   is_causal, make = TOKENIZERS[name]
   path, theirs = make(tmp_path)
-  templater = templating.Templater(templating.load_tokenizer(path), is_causal=is_causal,
-                                   max_length=100_000)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(path), is_causal=is_causal,
+                                    max_length=100_000)
   encoded = templater.encode_many(0, bundled_items)
   assert len(encoded) == len(bundled_items) == 595
   for item, got in zip(bundled_items, encoded):
@@ -162,7 +163,7 @@ def test_bundled_items_encode_as_transformers_encodes_them(name, bundled_items, 
         assert got.token_type_ids[c].tolist() == types, (item["item_id"], c)
   if name == "llama3-date":
     text = templater.render(bundled_items[0]["prompt"], True)
-    assert f"Today Date: {templating.PINNED_DATE}\n\n" in text
+    assert f"Today Date: {item_tokens.PINNED_DATE}\n\n" in text
   if name == "minilm-pairs":  # Its tokenizer.json pads and truncates to 128: neither applies.
     lengths = {len(s) for e in encoded for s in e.sequences}
     assert max(lengths) > 128 and len(lengths) > 20

@@ -13,11 +13,12 @@ import torch
 
 import scoring_fixtures as fx
 from scoring_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread)
-from socialrm_jax import default_model, vocabulary_scan
+from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.scoring import engine, item_source, templating, vocab_rows
+from socialrm_jax.orchestrators import token_ranking
+from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
 
-PROMPTS = list(zip(vocabulary_scan.DEFAULT_PROMPTS.ids, vocabulary_scan.DEFAULT_PROMPTS.texts))
+PROMPTS = list(zip(token_ranking.DEFAULT_PROMPTS.ids, token_ranking.DEFAULT_PROMPTS.texts))
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=48)
 # Llama 3.1's template, shortened, with its default system block (the scan benchmark's).
 LLAMA3_TEMPLATE = (fx.REPO_ROOT / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
@@ -35,8 +36,8 @@ def models(tmp_path_factory):
   return out
 
 
-def _templater(folder) -> templating.Templater:
-  return templating.Templater(templating.load_tokenizer(folder), is_causal=True, max_length=256)
+def _templater(folder) -> item_tokens.Templater:
+  return item_tokens.Templater(item_tokens.load_tokenizer(folder), is_causal=True, max_length=256)
 
 
 def test_answer_suffix_of_a_chatml_template_is_its_end_of_turn():
@@ -76,7 +77,7 @@ def test_answer_suffix_of_a_llama3_template_is_eot(models, tmp_path):
 
 def test_vocabulary_leaves_out_special_tokens_and_lists_them(models):
   folder = models["rm"][0]
-  tokenizer = templating.load_tokenizer(folder)
+  tokenizer = item_tokens.load_tokenizer(folder)
   vocab = vocab_rows.vocabulary(tokenizer)
   specials = {tokenizer.convert_tokens_to_ids(t) for t in fx.SPECIAL_TOKENS}
   assert {e["token_id"] for e in vocab.excluded} == specials
@@ -112,7 +113,7 @@ def _torch_log_probs(model, ids, start):
 
 def _scan(models, tmp_path, name, options, token_ids, ref=None):
   folder = models[name][0]
-  vocab = vocab_rows.vocabulary(templating.load_tokenizer(folder))
+  vocab = vocab_rows.vocabulary(item_tokens.load_tokenizer(folder))
   keep = np.isin(vocab.ids, token_ids)
   vocab = vocab_rows.Vocabulary(vocab.ids[keep], [t for t, k in zip(vocab.texts, keep) if k],
                                 vocab.excluded, vocab.size)
@@ -130,7 +131,7 @@ def _scan(models, tmp_path, name, options, token_ids, ref=None):
 @pytest.fixture(scope="module")
 def random_tokens(models):
   """64 random scannable token ids."""
-  vocab = vocab_rows.vocabulary(templating.load_tokenizer(models["rm"][0]))
+  vocab = vocab_rows.vocabulary(item_tokens.load_tokenizer(models["rm"][0]))
   return np.sort(np.random.default_rng(0).choice(vocab.ids, 64, replace=False))
 
 
@@ -180,10 +181,10 @@ def test_implicit_rewards_equal_transformers_each_sequence_alone(models, random_
 def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
   folder = models["lm"][0]
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=30)
-  result = vocabulary_scan.run(str(folder), tmp_path / "scan", options, max_tokens=40,
-                               n_resamples=20, n_permutations=50)
+  result = token_ranking.run(str(folder), tmp_path / "scan", options, max_tokens=40,
+                             n_resamples=20, n_permutations=50)
   table = pq.read_table(tmp_path / "scan" / "vocab_scores.parquet")
-  assert table.column_names == list(vocabulary_scan.SCORES_COLUMNS)
+  assert table.column_names == list(token_ranking.SCORES_COLUMNS)
   rows = table.to_pylist()
   assert len(rows) == 2 * 40
   for prompt_id, _ in PROMPTS:
@@ -198,18 +199,18 @@ def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
   assert (tmp_path / "scan" / "vocab_scan.png").stat().st_size > 0
   assert "Vocabulary scan" in (tmp_path / "scan" / "vocab_scan.md").read_text()
   # A second run into the folder scores nothing again and gives the same table.
-  again = vocabulary_scan.run(str(folder), tmp_path / "scan", options, max_tokens=40,
-                              n_resamples=20, n_permutations=50)
+  again = token_ranking.run(str(folder), tmp_path / "scan", options, max_tokens=40,
+                            n_resamples=20, n_permutations=50)
   assert again["statistics"] == result["statistics"]
   assert pq.read_table(tmp_path / "scan" / "vocab_scores.parquet").equals(table)
 
 
 def test_audit_stage_scans_each_model_and_compares_those_sharing_tokens(models, tmp_path):
-  config = vocabulary_scan.audit_config()
+  config = token_ranking.audit_config()
   assert not config.enabled  # off by default
   config.enabled, config.max_tokens, config.n_resamples, config.n_permutations = True, 30, 20, 50
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024)
-  sections = vocabulary_scan.run_for_audit(
+  sections = token_ranking.run_for_audit(
       config, [("rm", str(models["rm"][0]), options), ("lm", str(models["lm"][0]), options),
                ("judged", str(models["lm"][0]), engine.ScoringOptions(proxy="judge"))], tmp_path)
   text = "\n".join("\n".join(s) for s in sections)

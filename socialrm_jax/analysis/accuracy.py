@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import confounds, estimates
 from socialrm_jax.analysis.bootstrap import StratifiedSums
 from socialrm_jax.analysis.pairs import Scored

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import estimates, report
 from socialrm_jax.analysis.bootstrap import StratifiedSums
 from socialrm_jax.analysis.estimates import Missing

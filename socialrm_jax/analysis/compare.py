@@ -49,11 +49,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import accuracy, bootstrap, confounds, estimates, evaluate, report
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored, item_chunks
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 
 ALPHA = 0.05
 MCNEMAR, PAIRED_BOOTSTRAP = "exact McNemar", "paired bootstrap"

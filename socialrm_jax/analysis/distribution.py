@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored, item_chunks
 

@@ -25,13 +25,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax import records, tables, templates
+from socialrm_jax.base import records, tables, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
                                    estimates, evidence)
 from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetView, Options
 from socialrm_jax.analysis.pairs import Scored, item_chunks, join
-from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.analysis.reward_tables import Scores
 
 
 def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

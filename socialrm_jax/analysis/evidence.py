@@ -19,7 +19,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping
 
 import numpy as np
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis.pairs import Scored, item_chunks
 
 WORST_PAIRS = 5

@@ -64,7 +64,7 @@ class Options:
     """The plug-in that evaluates items whose `dataset` is `dataset`."""
     if self.plugins is None:
       raise ValueError("Options.plugins is not set: the metrics' caller reads the registry "
-                       "(socialrm_jax.datasets.registry.plugins()) and hands it down")
+                       "(socialrm_jax.registry.plugins()) and hands it down")
     return self.plugins.for_dataset(dataset)
 
   def item_fields(self, row: Mapping[str, Any]) -> tuple[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import estimates, report
 from socialrm_jax.analysis.hooks import DatasetView, Finding
 

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from socialrm_jax.analysis import evaluate, pairs, report
-from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.analysis.reward_tables import Scores
 
 # The dataset-level values kept per objective, beside accuracy, when the dataset reports them.
 DATASET_RATES = ("stereotype_rate", "ss")

@@ -22,12 +22,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.analysis import calibration, item_ids
 from socialrm_jax.analysis.item_ids import IdArray
 from socialrm_jax.analysis.categorical import Categorical, Coder, smallest_code_dtype
-from socialrm_jax.analysis.scores import Scores
-from socialrm_jax.errors import InputError
+from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.base.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from socialrm_jax.analysis import accuracy
 from socialrm_jax.analysis.hooks import Models, Plugins
-from socialrm_jax.tables import atomic_write_bytes
+from socialrm_jax.base.tables import atomic_write_bytes
 
 CHANCE = 0.5
 # A length preference this far from 1/2 (with its sign) is worth a sentence.

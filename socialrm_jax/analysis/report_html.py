@@ -34,7 +34,7 @@ from markdown_it import MarkdownIt
 
 from socialrm_jax.analysis import evidence, report
 from socialrm_jax.analysis.hooks import Models, Plugins
-from socialrm_jax.tables import atomic_write_bytes
+from socialrm_jax.base.tables import atomic_write_bytes
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"
 HEADING = re.compile(r"^(#{2,3}) (.*)$")

@@ -1,7 +1,7 @@
 """Metrics for several scores sets at once: one metrics.json per model, comparisons.json (each
 pair of models compared on the same items, see `compare`), one report.
 
-The library side of `python -m socialrm_jax.metrics`, used by the audit pipeline too.
+The library side of `python -m socialrm_jax.main.metrics`, used by the audit pipeline too.
 """
 
 from __future__ import annotations
@@ -12,18 +12,17 @@ from typing import Sequence
 
 from absl import logging
 
-from socialrm_jax import tables
 from socialrm_jax.analysis import (compare, evaluate, evidence, objectives, pairs, plots,
-                                   provenance, report, report_html, scores,
-                                   template_spread)
-from socialrm_jax.errors import InputError
+                                   provenance, report, report_html, reward_tables, template_spread)
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 
 
 def model_names(paths: list[str], names: list[str]) -> list[str]:
   """One distinct display name per scores set (a repeated name gets `-2`, `-3`, ...)."""
   if names and len(names) != len(paths):
     raise InputError(f"--names has {len(names)} names for {len(paths)} scores sets")
-  chosen = names or [scores.model_name(p) for p in paths]
+  chosen = names or [reward_tables.model_name(p) for p in paths]
   seen: dict[str, int] = {}
   out = []
   for name in chosen:
@@ -60,10 +59,10 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   for name, path in paths.items():
     start = time.perf_counter()
     # The scores are read a part at a time (`scores.score_parts`): never whole.
-    joined[name] = pairs.join(items, pair_table, scores.score_parts(path, vectors=False),
+    joined[name] = pairs.join(items, pair_table, reward_tables.score_parts(path, vectors=False),
                               options.allow_missing, ids=pairs.ids_reader(items_path))
     per_objective[name] = objectives.per_objective(
-        items, pair_table, lambda path=path: scores.score_parts(path), options,
+        items, pair_table, lambda path=path: reward_tables.score_parts(path), options,
         output_names(path))
     logging.info("%s: joined in %.1f s", name, time.perf_counter() - start)
   # Every set joined: the scored items keep what the metrics read, not the tables' ids (the few

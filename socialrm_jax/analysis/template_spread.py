@@ -1,7 +1,7 @@
 """Template sensitivity: does a finding survive rewording the prompt?
 
 When a dataset's items come from several prompt templates (`--templates=all`; each dataset has
-its default and a documented paraphrase, see `socialrm_jax.templates`), the main metrics use its
+its default and a documented paraphrase, see `socialrm_jax.base.templates`), the main metrics use its
 primary template only (`evaluate`). Here every template's items are evaluated alone, with the same
 bootstrap and seed, and for each headline metric (accuracy and the dataset's report metrics) the
 values per template and their spread (max - min) are kept in metrics.json under
@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from socialrm_jax.analysis import evaluate, report
-from socialrm_jax.analysis.pairs import Scored, join
-from socialrm_jax.analysis.scores import Scores
+from socialrm_jax.analysis.pairs import join, Scored
+from socialrm_jax.analysis.reward_tables import Scores
 
 ACCURACY = "accuracy"
 ABOVE, BELOW = "above", "below"
@@ -123,7 +123,7 @@ def report_lines(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return []
   out = ["## Template sensitivity", "",
          "The items of these datasets were converted with several prompt templates (the dataset's "
-         "default and paraphrases, `socialrm_jax/templates.py`); the tables above use each "
+         "default and paraphrases, `socialrm_jax/base/templates.py`); the tables above use each "
          "dataset's primary template (the first column here). Each metric below is computed on "
          "each template's items alone, with its 95% interval; *spread* is the largest value "
          "minus the smallest. A finding is an interval wholly above or below the metric's null "

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import report, stereotypes
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.templates import PromptTemplate
 
 TEMPLATES = (
     PromptTemplate("crows_pairs.default", 1, {

@@ -21,12 +21,12 @@ import itertools
 import pathlib
 from typing import Callable, Iterator
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import ethics as ethics_metrics
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.errors import InputError
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.base.templates import PromptTemplate
 
 TEMPLATES = (
     PromptTemplate("ethics.default", 1, {

@@ -19,11 +19,11 @@ import pathlib
 import re
 from typing import Iterator
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.errors import InputError
-from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.base.templates import REPLY_FRAMING, PromptTemplate
 
 # The prompt is the transcript's turns before the final assistant turn; the last of them, the human
 # turn the candidates answer, is rendered through the template, the earlier turns kept as they are.

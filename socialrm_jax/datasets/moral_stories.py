@@ -14,12 +14,12 @@ import dataclasses
 import pathlib
 from typing import Any, Iterator
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import moral_stories as moral_stories_metrics
 from socialrm_jax.analysis import report
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.templates import PromptTemplate
 
 TEMPLATES = (
     PromptTemplate("moral_stories.default", 1, {

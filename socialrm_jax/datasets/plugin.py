@@ -25,9 +25,9 @@ import numpy as np
 
 from socialrm_jax.analysis.hooks import DatasetView, Finding, Models
 from socialrm_jax.analysis.pairs import Scored
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.records import Item
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.base.records import Item
+from socialrm_jax.base.templates import PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
 
 FOLDER, PATH = "folder", "path"
 
@@ -38,7 +38,7 @@ class DatasetPlugin:
   # Reads one source into items (see `reading.SourceReader` for the accounting it offers).
   convert: Callable[[SourceReader], Iterator[Item]]
   # Its prompt templates, `<name>.default` first, then at least one documented paraphrase
-  # (`socialrm_jax.templates`; `--templates` picks others, or `all`).
+  # (`socialrm_jax.base.templates`; `--templates` picks others, or `all`).
   templates: tuple[PromptTemplate, ...] = ()
   source: str = FOLDER
   # Spec options a PATH source accepts besides `name` (e.g. `domain`).

@@ -58,15 +58,15 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping, Sequence
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import accuracy, best_of_n, report
-from socialrm_jax.datasets import hf_reading
+from socialrm_jax.sources import hf_reading
 from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
 from socialrm_jax.analysis.hooks import Finding
 from socialrm_jax.datasets.plugin import PATH, DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.errors import InputError
-from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.base.templates import REPLY_FRAMING, PromptTemplate
 
 # The template renders the prompt's final user turn, the one the responses answer; earlier turns
 # are kept as they are.

@@ -18,12 +18,12 @@ import json
 import pathlib
 from typing import Any, Iterator
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import report, stereotypes
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.errors import InputError
-from socialrm_jax.templates import PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.base.templates import PromptTemplate
 
 TEMPLATES = (
     PromptTemplate("stereoset.default", 1, {

@@ -16,12 +16,12 @@ import dataclasses
 import pathlib
 from typing import Iterator
 
-from socialrm_jax import records
+from socialrm_jax.base import records
 from socialrm_jax.analysis import report, safety
 from socialrm_jax.datasets.plugin import DatasetPlugin
-from socialrm_jax.datasets.reading import SourceReader
-from socialrm_jax.errors import InputError
-from socialrm_jax.templates import REPLY_FRAMING, PromptTemplate
+from socialrm_jax.sources.reading import SourceReader
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.base.templates import REPLY_FRAMING, PromptTemplate
 
 TEMPLATES = (
     PromptTemplate("xstest.default", 1, {"": "{prompt}"}),

@@ -17,7 +17,7 @@ Implementations (`attend(..., implementation=)`), chosen once per model by `reso
 - "splash": the Pallas TPU splash-attention kernel with segment ids (models without sliding
   windows; rows a multiple of 128 long, else xla). It is compiled as a Mosaic kernel for the TPU
   devices the program is traced for (the mesh set with `jax.set_mesh`, so also a TPU topology
-  compiled from a CPU host, `socialrm_jax.plan`); off TPU it runs in Pallas interpret mode, which
+  compiled from a CPU host, `socialrm_jax.main.plan`); off TPU it runs in Pallas interpret mode, which
   is only good for tests. A Mosaic kernel cannot be partitioned by XLA: on several devices the
   caller sets the mesh (`jax.set_mesh`), and the kernel runs per device under `shard_map`.
 Einsum letters: B batch, T query time, S key time, N query heads, K key/value heads, G query heads
@@ -276,7 +276,7 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, *
 def traced_platform() -> str:
   """The platform of the devices being traced for: the mesh's set with `jax.set_mesh` (the scoring
   step always sets it), else the default backend. Not `jax.default_backend()` alone: a program
-  for TPU devices may be compiled on a host whose own backend is the CPU (`socialrm_jax.plan`)."""
+  for TPU devices may be compiled on a host whose own backend is the CPU (`socialrm_jax.main.plan`)."""
   device = jax.sharding.get_abstract_mesh().abstract_device
   return jax.default_backend() if device is None else device.platform
 

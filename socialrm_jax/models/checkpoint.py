@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from flax import nnx
 
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import weights
 
 MANIFEST = "socialrm_model.json"

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import heads as heads_lib
 from socialrm_jax.models import hf_config as hf_config_lib

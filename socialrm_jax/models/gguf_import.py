@@ -27,7 +27,7 @@ import gguf
 import numpy as np
 import tokenizers
 
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file

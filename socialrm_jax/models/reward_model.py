@@ -19,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from socialrm_jax import default_model, tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.models import default_model
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import checkpoint, families, heads, masks, readout, tokenizer, weights
 

@@ -41,8 +41,8 @@ import jinja2.utils
 import tokenizers
 from tokenizers import processors
 
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import gguf_import
 
 TOKENIZER_FILE = "tokenizer.json"

@@ -23,8 +23,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 
 MODEL_AXIS = "model"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -313,7 +313,7 @@ def abstract_params(model: nnx.Module, sources: Mapping[str, WeightSource],
                     mesh: Mesh) -> nnx.Module:
   """Gives `model`'s parameters (abstract, from `nnx.eval_shape`) the shardings `load_params`
   would place them with, as `jax.ShapeDtypeStruct`s: a program can then be compiled for them
-  with no weights and no memory (`socialrm_jax.plan`). Returns `model`, updated in place."""
+  with no weights and no memory (`socialrm_jax.main.plan`). Returns `model`, updated in place."""
   for path, variable in param_paths(model).items():
     value = variable.get_value()
     variable.set_value(jax.ShapeDtypeStruct(

@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax import records
-from socialrm_jax.scoring import packing, proxies, run_report, templating
+from socialrm_jax.base import records
+from socialrm_jax.scoring import item_tokens, packing, proxies, run_report
 from socialrm_jax.scoring import step as step_lib
 
 
@@ -26,7 +26,7 @@ class Chunk:
   summed per encoded candidate as they come back."""
   index: int
   items: Sequence[dict]
-  encoded: list[templating.EncodedItem]
+  encoded: list[item_tokens.EncodedItem]
   plan: Any                   # How the proxy maps `encoded` back to `items`.
   stats: run_report.RunStats
   readouts_left: int = 0      # Readouts packed but not yet back from the device.
@@ -76,12 +76,12 @@ class Scorer:
   step and the batch shapes. `row_length`: rows of one group each, all this long, with a readout
   slot per token (`packing.pack_one_group_per_row`: the vocabulary scan); None: `pack_chunk`."""
   proxy: proxies.Proxy
-  templater: templating.Templater
+  templater: item_tokens.Templater
   step: step_lib.ScoringStep
   batcher: packing.Batcher
   row_length: int | None = None
 
-  def pack(self, encoded: Sequence[templating.EncodedItem], chunk: int) -> list[packing.RowWriter]:
+  def pack(self, encoded: Sequence[item_tokens.EncodedItem], chunk: int) -> list[packing.RowWriter]:
     """A chunk's encoded items as rows."""
     if self.row_length is not None:
       return packing.pack_one_group_per_row(encoded, readout=self.step.readout,

@@ -1,7 +1,7 @@
 """The scoring flags `socialrm-score` and the value probe both take: defined once, with the
 defaults of `engine.ScoringOptions`, and read back as one `ScoringOptions`.
 
-Defining them here (not in score.py) lets `python -m socialrm_jax.probe` take the same flags
+Defining them here (not in score.py) lets `python -m socialrm_jax.main.probe` take the same flags
 without importing score.py's own required ones (`--items`).
 """
 

@@ -3,7 +3,7 @@
 `score_items` takes a loaded `RewardModel` and the items and scores every (item, candidate) into an
 output folder, chunk by chunk (a chunk of `chunk_size` items is one output shard; chunks already on
 disk are skipped, which is how a killed run resumes). Two threads keep the device busy:
-- a producer encodes each chunk's items in one batched tokenizer call (templating.py), packs them
+- a producer encodes each chunk's items in one batched tokenizer call (item_tokens.py), packs them
   into rows (packing.py), fills fixed-shape batches from the rows of consecutive chunks, and puts
   each batch on the devices while earlier ones compute; it runs up to `PREFETCH_BATCHES` ahead;
 - the main thread dispatches each batch to the compiled step, and while the device computes it,
@@ -27,17 +27,15 @@ import jax
 from absl import logging
 from flax import nnx
 
-from socialrm_jax import default_model
-from socialrm_jax import errors
-from socialrm_jax.errors import InputError
-from socialrm_jax.models import reward_model
+from socialrm_jax.base import errors
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import (invariance, item_source, packing, progress, proxies,
+from socialrm_jax.scoring import (invariance, item_source, item_tokens, packing, progress, proxies,
                                   run_manifest, run_report, shards)
-from socialrm_jax.scoring.chunks import Chunk, Scorer, encode_chunk
 from socialrm_jax.scoring import step as step_lib
-from socialrm_jax.scoring import templating
+from socialrm_jax.scoring.chunks import Chunk, encode_chunk, Scorer
 
 PROXIES = proxies.PROXIES
 # Batches the producer thread may prepare ahead of the device.
@@ -87,8 +85,8 @@ class ScoringOptions:
     cache = self.cache_dir()
     if cache and os.path.exists(cache) and not os.path.isdir(cache):
       raise InputError("--compilation_cache names a file; it must be a folder", cache)
-    if self.truncation not in templating.TRUNCATION_MODES:
-      raise InputError(f"--truncation must be one of {', '.join(templating.TRUNCATION_MODES)}, "
+    if self.truncation not in item_tokens.TRUNCATION_MODES:
+      raise InputError(f"--truncation must be one of {', '.join(item_tokens.TRUNCATION_MODES)}, "
                        f"got {self.truncation!r}")
     if self.proxy not in (None, *PROXIES):
       raise InputError(f"unknown --proxy={self.proxy!r}; use one of {', '.join(PROXIES)}")
@@ -151,9 +149,9 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
                 ref_model_path: str | None = None) -> Scorer:
   """The scorer `options` ask for; `ref_model` is the implicit reward's reference (loaded), whose
   tokenizer must match the model's."""
-  tokenizer = templating.load_tokenizer(model.tokenizer_path)
-  templater = templating.Templater(tokenizer, is_causal=model.is_causal,
-                                   max_length=options.max_length, truncation=options.truncation)
+  tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
+  templater = item_tokens.Templater(tokenizer, is_causal=model.is_causal,
+                                    max_length=options.max_length, truncation=options.truncation)
   name = proxies.resolve(model.config.head, options.proxy)
   reference = None
   if name == "implicit":
@@ -161,8 +159,8 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
       raise InputError("--proxy=implicit needs --ref_model")
     ref_path = str(ref_model_path or ref_model.tokenizer_path)
     proxies.resolve(ref_model.config.head, "implicit")  # the reference must be an LM too
-    ref_templater = templating.Templater(templating.load_tokenizer(ref_model.tokenizer_path),
-                                         is_causal=ref_model.is_causal, max_length=1)
+    ref_templater = item_tokens.Templater(item_tokens.load_tokenizer(ref_model.tokenizer_path),
+                                          is_causal=ref_model.is_causal, max_length=1)
     proxies.check_same_tokenizer(templater, ref_templater, ref_path)
     reference = shards.model_identity(ref_path)
   proxy = proxies.make(name, model=model, templater=templater,
@@ -181,7 +179,7 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
 
 def make_batcher(options: ScoringOptions, readout: str, mesh) -> packing.Batcher:
   """The run's batch shapes: row lengths from `max_length`, rows from the token budget on the
-  mesh's platform, a multiple of its `data` axis (also what `socialrm_jax.plan` compiles); on a
+  mesh's platform, a multiple of its `data` axis (also what `socialrm_jax.main.plan` compiles); on a
   CPU rows sized by attention's cost there (`packing.CPU_GROUPS_PER_ROW`)."""
   platform = mesh.devices.flat[0].platform
   row_sizing = (dict(groups_per_row=packing.CPU_GROUPS_PER_ROW,

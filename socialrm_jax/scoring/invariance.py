@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.scoring import item_source, packing, shards
 from socialrm_jax.scoring.chunks import Chunk, Scorer, encode_chunk
 from socialrm_jax.scoring import step as step_lib

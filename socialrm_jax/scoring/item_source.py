@@ -15,8 +15,8 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 
 
 class ItemsDigest:

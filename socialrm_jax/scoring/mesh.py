@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 
 AXES = ("data", "model")
 
@@ -76,7 +76,7 @@ def group_devices(spec: str | None, devices: Sequence[jax.Device],
   """The devices the mesh of process `process_index` spans, among the job's `devices`: its own,
   or, for a `model` axis larger than them, those of the `model // local` consecutive processes
   whose group holds it. Takes the devices as arguments, so a plan can ask it for a TPU topology
-  this host does not have (`socialrm_jax.plan`)."""
+  this host does not have (`socialrm_jax.main.plan`)."""
   local = [d for d in devices if d.process_index == process_index]
   model = _model_axis_size(spec)
   if model is None or model <= len(local):

@@ -39,7 +39,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from socialrm_jax.models.readout import EMPTY_TARGET, FROM_FIRST_TOKEN_DISTRIBUTION
-from socialrm_jax.scoring.templating import EncodedItem, common_prefix_length
+from socialrm_jax.scoring.item_tokens import EncodedItem, common_prefix_length
 
 SMALLEST_BUCKET = 128
 # Row lengths in a run, so compiled programs: the longest ones up to `max_length`.

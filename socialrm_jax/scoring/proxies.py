@@ -46,11 +46,11 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from socialrm_jax import tables, templates
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables, templates
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import heads
 from socialrm_jax.scoring import packing
-from socialrm_jax.scoring.templating import EncodedItem, Templater, plain_messages
+from socialrm_jax.scoring.item_tokens import EncodedItem, Templater, plain_messages
 
 PROXIES = ("none", "loglik", "implicit", "judge")
 

@@ -10,7 +10,7 @@
   the chat template sees), and `chat_template`: the template's hash (null: the plain format).
 - `example`: the first item's prompt with its first candidate, rendered and tokenized as it is
   scored, and its BOS/EOS counts: as scored (the rendered text tokenized with
-  `add_special_tokens=False`, templating.py) and as the tokenizer's post-processor would make it
+  `add_special_tokens=False`, item_tokens.py) and as the tokenizer's post-processor would make it
   (`add_special_tokens=True`, what a transformers tokenizer call does by default).
 - `warnings`: a doubled BOS. Either the scored sequence itself starts with two BOS (the template
   writes it twice), or the template writes BOS and the post-processor adds another: this run does
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 from absl import logging
 
-from socialrm_jax.scoring import templating
+from socialrm_jax.scoring import item_tokens
 
 # Whose versions decide the numbers: the compiler and runtime, the model code, the tokenizer.
 PACKAGES = ("jax", "jaxlib", "flax", "numpy", "tokenizers", "socialrm_jax")
@@ -89,13 +89,13 @@ def special_token_counts(ids: Sequence[int], bos_id: int | None,
           "leading_bos": None if bos_id is None else leading}
 
 
-def rendered_example(templater: templating.Templater, item: Mapping[str, Any]) -> dict:
+def rendered_example(templater: item_tokens.Templater, item: Mapping[str, Any]) -> dict:
   """`item`'s prompt with its first candidate as the model is given it (untruncated): the text,
   the token ids and their BOS/EOS counts, scored and with the post-processor's special tokens."""
   tokenizer = templater.tokenizer
   first = {**item, "candidates": list(item["candidates"])[:1]}
   # Untruncated: the example shows the template and the special tokens, whatever --max_length.
-  whole = templating.Templater(tokenizer, is_causal=templater.is_causal, max_length=sys.maxsize)
+  whole = item_tokens.Templater(tokenizer, is_causal=templater.is_causal, max_length=sys.maxsize)
   ids = whole.encode(0, first).sequences[0]
   bos_id, eos_id = tokenizer.bos_token_id, tokenizer.eos_token_id
   example = {"item_id": str(item["item_id"]), "candidate": 0}
@@ -181,7 +181,7 @@ def add_file_digests(manifest: dict, digests: concurrent.futures.Future) -> None
 
 
 def build(identity: Mapping[str, Any], *, items_path: str | os.PathLike | None,
-          templater: templating.Templater, example_item: Mapping[str, Any] | None, dtype: str,
+          templater: item_tokens.Templater, example_item: Mapping[str, Any] | None, dtype: str,
           mesh, attention: str, options) -> dict:
   """The manifest of a run; `identity` is the output folder's (`shards.ShardStore.identity`:
   model, items and score-changing settings, already hashed). Logs each warning."""

@@ -19,8 +19,8 @@ import dataclasses
 import json
 import pathlib
 
-from socialrm_jax import tables
-from socialrm_jax.errors import InputError
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
 
 def pairs_from_table(items_path) -> dict[str, list[tuple[int, int]]] | None:
   """item_id -> its pairs, from the pairs table beside the items, when there is one; read in

@@ -24,9 +24,9 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from socialrm_jax import tables
+from socialrm_jax.base import tables
 from socialrm_jax.scoring import item_source
-from socialrm_jax.errors import InputError
+from socialrm_jax.base.errors import InputError
 
 MANIFEST = "manifest.json"
 # 2: the model hashed by its files' bytes, the items by their contents.

@@ -42,10 +42,9 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from socialrm_jax.errors import InputError
-from socialrm_jax.scoring import chunks, engine, packing, proxies
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.scoring import chunks, engine, item_tokens, packing, proxies
 from socialrm_jax.scoring import step as step_lib
-from socialrm_jax.scoring import templating
 
 # The answer whose rendering shows where an answer's content goes (no whitespace: templates trim).
 SENTINEL = "VOCABSCANSENTINEL7f3a"
@@ -106,7 +105,7 @@ def scan_items(prompts: Sequence[tuple[str, str]], vocab: Vocabulary) -> Iterato
              "candidates": [token], "prompt_id": prompt_id, "token_id": token_id}
 
 
-def answer_suffix(templater: templating.Templater, prompt: str) -> tuple[np.ndarray, np.ndarray]:
+def answer_suffix(templater: item_tokens.Templater, prompt: str) -> tuple[np.ndarray, np.ndarray]:
   """(prefix ids, suffix ids) of one-token answers to `prompt` (see the module docstring)."""
   turn = [{"role": "user", "content": prompt}]
   full = templater.render(turn + [{"role": "assistant", "content": SENTINEL}],
@@ -171,8 +170,8 @@ class VocabAnswers(proxies.Proxy):
       prefix = self.prefixes[prompt_id]
       sequences = tuple(np.concatenate([prefix, [item["token_id"]], self.suffix]).astype(np.int32)
                         for item in items[start:end])
-      encoded.append(templating.EncodedItem(first_index + start, prompt_id, sequences,
-                                            (len(prefix),) * len(sequences), None, 0))
+      encoded.append(item_tokens.EncodedItem(first_index + start, prompt_id, sequences,
+                                             (len(prefix),) * len(sequences), None, 0))
       start = end
     return encoded, None
 

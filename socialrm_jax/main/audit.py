@@ -1,0 +1,93 @@
+"""Convert, score and compute metrics in one run, from an ml_collections config.
+
+  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py
+  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py --config.output_dir=runs/x \
+      --config.models.smollm2_135m_instruct.max_length=512
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from ml_collections import config_flags
+
+from socialrm_jax import registry
+from socialrm_jax.analysis import report
+from socialrm_jax.base import errors, tables
+from socialrm_jax.orchestrators import pipeline
+from socialrm_jax.scoring import engine
+from socialrm_jax.sources.reading import ON_ERROR
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "An audit config (configs/*.py).",
+                                          lock_config=True)
+
+
+def check_config(config) -> None:
+  """Refuses a config no audit can finish, naming the field, before anything is converted."""
+  errors.check_output_folder(config.output_dir, "config.output_dir")
+  if config.format not in tables.FORMATS:
+    raise errors.InputError(f"--config.format={config.format!r}: use one of "
+                            f"{', '.join(tables.FORMATS)}")
+  if config.on_error not in ON_ERROR:
+    raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
+                            f"{', '.join(ON_ERROR)}")
+  pipeline.model_specs(config)
+  for key, spec in config.models.items():
+    field = f"config.models.{key}."
+    engine.check_inputs(pipeline.scoring_options(spec), f"{field}path", spec.path, prefix=field)
+  errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
+  probe = config.get("probe")
+  if probe is not None and probe.enabled:
+    errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
+  scan = config.get("vocab_scan")
+  if scan is not None and scan.enabled:
+    errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
+    if scan.max_tokens < 0:
+      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (0: the whole "
+                              f"vocabulary), got {scan.max_tokens}")
+
+
+def _unknown_field(error: Exception) -> str | None:
+  """The message for what the config flag's parser raises when an override names a field the
+  config lacks (`--config.metrics.nofield=1`): a KeyError, or an AttributeError holding one."""
+  if not isinstance(error, (KeyError, AttributeError)) or not error.args:
+    return None
+  name = error.args[0]
+  if isinstance(name, KeyError) and name.args:
+    name = name.args[0]
+  return f"a --config.* override names a field the config does not have: {name}"
+
+
+def load_config():
+  """The parsed --config. A file that could not be loaded comes back from the flag as an object
+  that raises OSError when first used; that is the user's error, named here."""
+  config = _CONFIG.value
+  if config is None:
+    raise errors.InputError("--config is required (e.g. configs/bundled_suite.py)")
+  try:
+    config.get("output_dir")
+  except OSError as e:
+    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
+    raise errors.InputError(f"--config: cannot load the config file: {reason}") from None
+  return config
+
+
+def main(argv):
+  del argv
+  config = load_config()
+  check_config(config)
+  models = pipeline.run_audit(config)
+  out = pathlib.Path(config.output_dir)
+  print(f"\nReport: {out / 'report.md'} (in a browser: {out / 'report.html'})")
+  for name in models:
+    print(f"Metrics: {out / name / 'metrics.json'}")
+  print()
+  print(report.headline(models, registry.plugins()))
+
+
+def run():
+  errors.run_command("socialrm-audit", main, explain_flag_error=_unknown_field)
+
+
+if __name__ == "__main__":
+  run()

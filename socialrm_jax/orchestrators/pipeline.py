@@ -1,0 +1,183 @@
+"""The whole audit as a library: convert, score each model, compute metrics, write the report.
+
+Driven by an ml_collections config (see `configs/`). Layout under `config.output_dir`:
+`converted/` (items, pairs, conversion report), `scores/<model name>/` (shards, manifest,
+run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off),
+`vocab_scan/<model name>/` (the vocabulary scan, off unless `config.vocab_scan.enabled`),
+`<model name>/metrics.json`, `report.md`, `report.html` and the plots. Rerunning resumes scoring
+where it stopped (SPEC sec. 6: finished shards are kept).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import time
+from typing import Any
+
+from absl import logging
+import ml_collections
+
+from socialrm_jax import registry
+from socialrm_jax.analysis import evaluate, runner, swap_effects
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.orchestrators import item_tables, lexicon_answers, token_ranking
+from socialrm_jax.scoring import engine
+from socialrm_jax.sources import identity_swaps
+
+BUNDLED_DATA = pathlib.Path(__file__).resolve().parents[1] / "bundled"
+# What `config.data_dir` accepts to mean the suite that ships with the package.
+BUNDLED_ALIAS = "bundled"
+
+
+# ScoringOptions fields whose default is None: a string's None is "" in a config (`proxy` "" =
+# loglik for LM heads, the score head otherwise; `mesh` "" = every device on data; `ref_model`
+# "" = none), an integer's an int placeholder (`objective`).
+_NONE_DEFAULTS = {f.name: f.type for f in dataclasses.fields(engine.ScoringOptions)
+                  if f.default is None}
+
+
+def model_config(name: str, path: str, **overrides) -> ml_collections.ConfigDict:
+  """One model to score: its name, its path (HF folder, native checkpoint folder, GGUF file, or
+  "smollm2") and every `engine.ScoringOptions` field with its default (None as `_NONE_DEFAULTS`
+  says)."""
+  defaults = {k: v if k not in _NONE_DEFAULTS else
+              ml_collections.config_dict.placeholder(int)
+              if str(_NONE_DEFAULTS[k]).startswith("int") else ""
+              for k, v in dataclasses.asdict(engine.ScoringOptions()).items()}
+  config = ml_collections.ConfigDict({"name": name, "path": path, **defaults})
+  config.update(overrides)
+  return config
+
+
+def scoring_options(spec: ml_collections.ConfigDict) -> engine.ScoringOptions:
+  """A model config's scoring settings as engine options ("" back to None)."""
+  fields = {f.name for f in dataclasses.fields(engine.ScoringOptions)}
+  return engine.ScoringOptions(**{k: (None if v == "" and k in _NONE_DEFAULTS else v)
+                                  for k, v in spec.items() if k in fields})
+
+
+def models(*specs: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config.models`: the model specs keyed by their name made an identifier, so one field can be
+  overridden from the command line (`--config.models.my_rm.dtype=bfloat16`)."""
+  return ml_collections.ConfigDict({re.sub(r"\W", "_", spec.name): spec for spec in specs})
+
+
+def audit_config(output_dir: str) -> ml_collections.ConfigDict:
+  """An audit of the bundled suite with every default; a config file sets `models`."""
+  config = ml_collections.ConfigDict()
+  config.data_dir = BUNDLED_ALIAS  # the suite shipped in socialrm_jax/bundled, or a folder
+  # A dataset spec, as the converter's --datasets (socialrm_jax.datasets): "all", names, and path
+  # sources such as "preference:data/mine.jsonl:name=mine,domain=safety".
+  config.datasets = "all"
+  config.columns = ""  # path sources' columns by role, as the converter's --columns
+  config.format = "parquet"
+  config.on_error = "raise"
+  # Prompt templates, as the converter's --templates (socialrm_jax.base.templates): "" for each
+  # dataset's default, "all" for every template of every dataset (metrics then use each dataset's
+  # default and the report adds the spread across templates), "bbq=all,xstest=xstest.framed".
+  config.templates = ""
+  config.output_dir = output_dir
+  config.score_datasets = []  # score only these datasets (default: every converted one)
+  config.limit_items = 0  # score only the first N items (0 = all)
+  config.models = models()  # see `models`
+  config.metrics = ml_collections.ConfigDict(
+      {"n_resamples": 1000, "seed": 0, "allow_missing": False})
+  config.probe = lexicon_answers.audit_config()  # the value probe: socialrm_jax/orchestrators/lexicon_answers.py
+  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/token_ranking.py.
+  config.vocab_scan = token_ranking.audit_config()
+  # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
+  config.counterfactuals = True
+  return config
+
+
+def config_args(arg: str | None) -> dict[str, str]:
+  """A config file's argument (`--config=FILE:key=value,...`) as a dict."""
+  args = {}
+  for pair in arg.split(",") if arg else ():
+    key, sep, value = pair.partition("=")
+    if not sep or not key:
+      raise ValueError(f"config argument {pair!r} is not key=value (e.g. hf_model=/path/to/model)")
+    args[key] = value
+  return args
+
+
+def resolve_data_dir(data_dir: str) -> pathlib.Path:
+  return BUNDLED_DATA if data_dir == BUNDLED_ALIAS else pathlib.Path(data_dir)
+
+
+def score_model(spec: ml_collections.ConfigDict, items_dir: pathlib.Path, scores_dir: pathlib.Path,
+                datasets: list[str], limit: int | None) -> dict[str, Any]:
+  """Loads one model as its config says and scores the converted items into `scores_dir`."""
+  return engine.score_model_at(spec.path, items_dir, scores_dir, options=scoring_options(spec),
+                               datasets=datasets, limit=limit)
+
+
+def model_specs(config) -> list[ml_collections.ConfigDict]:
+  """`config.models` as a list; refused unless there is one or more, with distinct names."""
+  specs = list(config.models.values())
+  names = [spec.name for spec in specs]
+  if not specs or len(set(names)) != len(names):
+    raise InputError(f"config.models needs one or more models with distinct names, got {names}")
+  return specs
+
+
+def run_audit(config) -> dict[str, Any]:
+  """Runs every stage the config names; returns {model name: metrics}."""
+  specs = model_specs(config)
+  out = pathlib.Path(config.output_dir)
+  items_dir = out / "converted"
+  start = time.perf_counter()
+  totals = item_tables.convert_to(
+      items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
+      on_error=config.on_error, templates=config.get("templates", ""),
+      path_options={"columns": config.get("columns", "")})["totals"]
+  logging.info("converted %d items, %d pairs in %.1f s", totals["items"],
+               sum(totals["pairs"].values()), time.perf_counter() - start)
+
+  names = [spec.name for spec in specs]
+  score_dirs = []
+  for spec in specs:
+    score_dir = out / "scores" / spec.name
+    run = score_model(spec, items_dir, score_dir, list(config.get("score_datasets", [])),
+                      config.get("limit_items") or None)
+    logging.info("%s: scored %d items in %.1f s", spec.name, run["items"],
+                 run["wall_seconds"])
+    score_dirs.append(str(score_dir))
+
+  options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
+                             allow_missing=config.metrics.allow_missing,
+                             plugins=registry.plugins())
+  sections = lexicon_answers.run_for_audit(
+      config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
+  sections += token_ranking.run_for_audit(
+      config.get("vocab_scan"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs],
+      out)
+  if config.get("counterfactuals", True):
+    sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
+  return runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
+
+
+def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: list[str],
+                          options: evaluate.Options) -> list[str]:
+  """Derives the identity-swap set of the scored items (`socialrm_jax.sources.identity_swaps`) into
+  `counterfactuals/`, scores it with every model into `scores_counterfactual/<model>/`, and writes
+  `<model>/counterfactual.json`; returns the report section."""
+  out = pathlib.Path(config.output_dir)
+  swaps_dir = out / "counterfactuals"
+  # Only the items the main run scored get swaps, so a limited run stays limited.
+  scored = engine.select_items(tables.read_rows(items_dir, "items"),
+                               list(config.get("score_datasets", [])),
+                               config.get("limit_items") or None)
+  swap_set = identity_swaps.derive_all(scored)
+  identity_swaps.write_swap_set(swap_set, swaps_dir, config.format)
+  results = {}
+  for spec, score_dir in zip(specs, score_dirs):
+    swap_scores = out / "scores_counterfactual" / spec.name
+    if swap_set.items:
+      score_model(spec, swaps_dir, swap_scores, [], None)
+    results[spec.name] = swap_effects.compute_at(swaps_dir, score_dir, swap_scores, options)
+    tables.atomic_write_json(out / spec.name / "counterfactual.json", results[spec.name])
+  return swap_effects.report_lines(results)
