@@ -1,26 +1,28 @@
 """socialrm_jax: audit reward models for socially undesirable preferences, in JAX/Flax.
 
-The package reads as its pipeline: `convert` (datasets -> items and pairs), `models` (Flax reward
-models from real checkpoints), `scoring` (one jit-compiled, mesh-sharded scorer), `analysis`
-(metrics and report), and `audit` (all three from one config).
+The package reads as its pipeline: datasets -> items and pairs (`orchestrators/item_tables`),
+`models` (Flax reward models from real checkpoints), `scoring` (one jit-compiled, mesh-sharded
+scorer), `analysis` (metrics and report), and the audit (`orchestrators/pipeline`: all of it from
+one config). The commands are `main/`: `socialrm-score` is `python -m socialrm_jax.main.score`.
 
-The house is one-way. Each module belongs to one layer below; it imports (at module level, inside
-a function or under TYPE_CHECKING alike) only modules of its own layer or of the layers above it
-in this list, and no two modules import each other, directly or around a loop. A module also
-depends on its parent packages, whose `__init__` runs before it. tests/test_layering.py reads this
-table and checks every import against it; docs/architecture.md says why each layer sits where it
-does. An exact name wins over a `prefix.*` pattern.
+The house is one-way, and its folders show it: each layer is one folder of this package, and this
+file, the package's face, is the only module outside them. A module imports (at module level,
+inside a function or under TYPE_CHECKING alike) only modules of its own layer or of the layers
+above it in this list, and no two modules import each other, directly or around a loop. A module
+also depends on its parent packages, whose `__init__` runs before it. tests/test_layering.py reads
+a module's layer from its folder and the order from this list; a module in no layer folder fails
+it. docs/architecture.md says why each layer sits where it does.
 
-Layers, bottom first:
-  base           socialrm_jax errors records tables templates
-  sources        datasets datasets.reading datasets.hf_reading counterfactuals
-  models         default_model models models.*
-  scoring        scoring scoring.*
-  analysis       analysis analysis.*
-  plug-ins       datasets.plugin datasets.*
-  registry       datasets.registry
-  orchestrators  conversion value_probe vocabulary_scan pipeline planning planning.*
-  commands       convert score metrics audit probe vocab_scan convert_checkpoint plan
+Layers, bottom first, one folder each:
+  base           errors, records, tables, templates: the vocabulary, file formats, templates
+  sources        reading and hf_reading (original files row by row), identity_swaps
+  models         Flax model code, weights, tokenizers, default_model
+  scoring        the compiled step, packing, the streaming run
+  analysis       metrics, intervals, report and plots
+  datasets       the plug-in interface and one plug-in per dataset
+  registry       which plug-ins exist; dataset specs
+  orchestrators  item_tables, pipeline, lexicon_answers, token_ranking, tpu_sizing/
+  main           the absl mains, one per console script
 """
 
 __version__ = "0.1.0"

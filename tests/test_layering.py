@@ -1,9 +1,9 @@
 """The house is one-way: every import of the package (module level, inside functions, under
 TYPE_CHECKING, and the parent packages a module's import runs) goes to the importer's own layer or
-one below it, in the order the package docstring writes down, and no import cycle exists."""
+one below it, and no import cycle exists. A module's layer is its folder: the package docstring
+lists the layer folders, bottom first, and a module in no layer folder fails."""
 
 import ast
-import fnmatch
 import pathlib
 import re
 import textwrap
@@ -97,43 +97,49 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
   return found
 
 
-def written_layers(docstring: str) -> list[tuple[str, list[str]]]:
-  """[(layer, [module patterns])], bottom first, from the docstring's 'Layers, bottom first:'
-  table; `socialrm_jax` names the package's own __init__ ('')."""
-  table = docstring.split("Layers, bottom first:\n", 1)[1]
+def written_layers(docstring: str) -> list[str]:
+  """The layer folders, bottom first, from the docstring's 'Layers, bottom first' list: the
+  first word of each indented line."""
+  table = docstring.split("Layers, bottom first, one folder each:\n", 1)[1]
   rows = []
   for line in table.splitlines():
     if not line.startswith("  "):
       break
-    name, *patterns = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0:1] + line.split()[1:]
-    rows.append((name, ["" if p == "socialrm_jax" else p for p in patterns]))
+    rows.append(line.split()[0])
   return rows
 
 
-def layer_of(module: str, layers: list[tuple[str, list[str]]]) -> int | None:
-  """The index of the layer naming `module` exactly, else of the first whose pattern matches."""
-  for exact in (True, False):
-    for i, (_, patterns) in enumerate(layers):
-      for pattern in patterns:
-        if (module == pattern) if exact else ("*" in pattern and fnmatch.fnmatch(module, pattern)):
-          return i
-  return None
+def layer_of(module: str, layers: list[str], packages: set[str]) -> int | None:
+  """The index of the layer folder `module` lives in (a folder's own `__init__` included); -1 for
+  the package's face, below every layer; None for a module in no layer folder."""
+  if module == "":
+    return -1
+  folder = module.split(".")[0]
+  in_folder = "." in module or module in packages
+  return layers.index(folder) if in_folder and folder in layers else None
 
 
-def violations(edges: dict[str, set[str]], layers) -> list[str]:
-  out = [f"{m or 'socialrm_jax'}: no layer names it; add it to the package docstring's table"
-         for m in sorted(edges) if layer_of(m, layers) is None]
+def violations(edges: dict[str, set[str]], layers: list[str], packages: set[str]) -> list[str]:
+  names = ["the package's face"] + layers
+  out = [f"{m}: in no layer folder; move it into one of {', '.join(layers)}"
+         for m in sorted(edges) if layer_of(m, layers, packages) is None]
   for module in sorted(edges):
-    mine = layer_of(module, layers)
+    mine = layer_of(module, layers, packages)
     for dep in sorted(edges[module]):
-      theirs = layer_of(dep, layers)
+      theirs = layer_of(dep, layers, packages)
       if mine is not None and theirs is not None and theirs > mine:
-        out.append(f"{module or 'socialrm_jax'} ({layers[mine][0]}) imports {dep} "
-                   f"({layers[theirs][0]}), a layer above it")
+        out.append(f"{module or 'socialrm_jax'} ({names[mine + 1]}) imports {dep} "
+                   f"({names[theirs + 1]}), a layer above it")
   return out
 
 
+def folders(root: pathlib.Path) -> set[str]:
+  """The package's sub-packages (folders with an `__init__.py`), by dotted name."""
+  return {".".join(p.parent.relative_to(root).parts) for p in root.rglob("__init__.py")} - {""}
+
+
 LAYERS = written_layers(socialrm_jax.__doc__)
+PACKAGES = folders(PACKAGE)
 
 
 def test_the_package_has_no_import_cycle():
@@ -141,13 +147,18 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_every_import_goes_to_the_same_layer_or_below():
-  assert violations(imports(PACKAGE, "socialrm_jax", parents=True), LAYERS) == []
+  assert violations(imports(PACKAGE, "socialrm_jax", parents=True), LAYERS, PACKAGES) == []
 
 
 def test_the_written_order_reads_as_the_pipeline():
-  assert [name for name, _ in LAYERS] == [
-      "base", "sources", "models", "scoring", "analysis", "plug-ins", "registry",
-      "orchestrators", "commands"]
+  assert LAYERS == ["base", "sources", "models", "scoring", "analysis", "datasets", "registry",
+                    "orchestrators", "main"]
+
+
+def test_every_folder_of_the_package_is_a_layer():
+  """`ls socialrm_jax` shows the layer folders, the package's face and its data, nothing else."""
+  top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__"))}
+  assert top == {"__init__.py", "bundled", *LAYERS}, sorted(top)
 
 
 def _package(tmp_path, files: dict[str, str]) -> pathlib.Path:
@@ -182,22 +193,28 @@ def test_a_planted_lazy_or_type_checking_cycle_is_found(tmp_path):
 
 
 def test_an_import_against_the_written_order_is_named(tmp_path):
-  root = _package(tmp_path, {"__init__.py": "", "low.py": "import pkg.high\n",
-                             "high.py": "", "stray.py": ""})
-  layers = [("bottom", ["", "low"]), ("top", ["high"])]
-  assert violations(imports(root, "pkg"), layers) == [
-      "stray: no layer names it; add it to the package docstring's table",
-      "low (bottom) imports high (top), a layer above it"]
+  root = _package(tmp_path, {
+      "__init__.py": "", "low/__init__.py": "", "low/a.py": "import pkg.high.b\n",
+      "high/__init__.py": "", "high/b.py": "", "stray.py": "", "elsewhere/__init__.py": "",
+      "elsewhere/c.py": ""})
+  layers = ["low", "high"]
+  assert violations(imports(root, "pkg", parents=True), layers, folders(root)) == [
+      "elsewhere: in no layer folder; move it into one of low, high",
+      "elsewhere.c: in no layer folder; move it into one of low, high",
+      "stray: in no layer folder; move it into one of low, high",
+      "low.a (low) imports high.b (high), a layer above it"]
 
 
-def test_exact_names_win_over_patterns():
-  layers = written_layers(socialrm_jax.__doc__)
-  names = [name for name, _ in layers]
-  assert names[layer_of("datasets.registry", layers)] == "registry"
-  assert names[layer_of("datasets.reading", layers)] == "sources"
-  assert names[layer_of("datasets.bbq", layers)] == "plug-ins"
-  assert names[layer_of("", layers)] == "base"
-  assert layer_of("nowhere", layers) is None
+def test_a_module_is_in_the_layer_of_its_folder():
+  def layer(module):
+    found = layer_of(module, LAYERS, PACKAGES)
+    return found if found is None or found < 0 else LAYERS[found]
+
+  assert layer("registry") == "registry"  # a layer that is one `__init__`
+  assert layer("sources.reading") == "sources"
+  assert layer("datasets.bbq") == "datasets"
+  assert layer("orchestrators.tpu_sizing.report") == "orchestrators"
+  assert layer("") == -1 and layer("nowhere") is None
 
 
 if __name__ == "__main__":
