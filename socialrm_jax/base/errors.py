@@ -145,6 +145,23 @@ def skip_absent_tpu() -> None:
   jax.config.update("jax_platforms", "cpu")
 
 
+def _help_lists_the_commands_flags(main: Callable[[list[str]], None]) -> None:
+  """absl's `--help` lists the key flags of the module `sys.argv[0]` names, under the docstring of
+  `__main__`. Under `python -m` that is the command's own module; under a console script it is
+  pip's wrapper, which defines no flag and has no docstring, so `--help` printed a bare usage line
+  and "Try --helpfull". Every flag a module of this package defined is the command's (its own,
+  the scoring flags it shares, `--debug`): each becomes a key flag of `sys.argv[0]`, and the
+  command's docstring the wrapper's."""
+  package = __name__.split(".")[0] + "."
+  for module, defined in flags.FLAGS.flags_by_module_dict().items():
+    if module.startswith(package):
+      for flag in defined:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  wrapper, command = sys.modules.get("__main__"), sys.modules.get(main.__module__)
+  if wrapper is not None and command is not None and wrapper is not command and not wrapper.__doc__:
+    wrapper.__doc__ = command.__doc__
+
+
 def run_command(program: str, main: Callable[[list[str]], None], *,
                 exit_codes: Mapping[type[BaseException], int] | None = None,
                 explain_flag_error: Callable[[Exception], str | None] | None = None,
@@ -161,5 +178,6 @@ def run_command(program: str, main: Callable[[list[str]], None], *,
   if not plans_tpu:
     skip_absent_tpu()
   debug = _debug_flag()
+  _help_lists_the_commands_flags(main)
   app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
           flags_parser=functools.partial(_parse_flags, program, explain_flag_error))
