@@ -11,7 +11,6 @@ import os
 import pathlib
 import re
 import subprocess
-import sys
 import tomllib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

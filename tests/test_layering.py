@@ -5,7 +5,6 @@ lists the layer folders, bottom first, and a module in no layer folder fails."""
 
 import ast
 import pathlib
-import re
 import textwrap
 
 import pytest
