@@ -27,11 +27,14 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import gpu_throughput  # pylint: disable=wrong-import-position  # the model builder
+import gpu_throughput  # pylint: disable=wrong-import-position  # its flags
+import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
 from socialrm_jax.orchestrators import item_tables  # pylint: disable=wrong-import-position
 from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
 from socialrm_jax.scoring import engine  # pylint: disable=wrong-import-position
 
+# Its --work_dir (where models are built) is this script's too: --help lists it.
+flags.adopt_module_key_flags(gpu_throughput)
 _ITEMS = flags.DEFINE_list("item_counts", ["1000", "100000"], "Item counts to score.")
 _BUDGETS = flags.DEFINE_list("budgets", [str(engine.ScoringOptions.tokens_per_batch),
                                                   "1000000000"], "Token budgets to score with.")
@@ -64,7 +67,8 @@ def main(argv):
   work = pathlib.Path(flags.FLAGS.work_dir)  # gpu_throughput's flag: one place for built models
   counts = [int(n) for n in _ITEMS.value]
   largest = numbered_items(max(counts))
-  model = gpu_throughput.build_model("tiny", gpu_throughput.corpus(largest[:200]), work / "models")
+  model = gpu_throughput_inputs.build_model("tiny", gpu_throughput_inputs.corpus(largest[:200]),
+                                            work / "models")
   rows = []
   for n in counts:
     items_dir = work / f"items-{n}"

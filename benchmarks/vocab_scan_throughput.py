@@ -46,7 +46,10 @@ for path in (REPO, REPO / "benchmarks"):
   if str(path) not in sys.path:
     sys.path.insert(0, str(path))
 
-import gpu_throughput as gt  # noqa: E402  (its model building and process timing; its flags)
+import gpu_throughput as gt  # noqa: E402  (its flags)
+import gpu_throughput_inputs as inputs  # noqa: E402  (the model builder)
+import gpu_throughput_presets as presets  # noqa: E402
+import gpu_throughput_runs as runs  # noqa: E402  (process timing)
 from socialrm_jax.orchestrators import item_tables  # noqa: E402
 
 # Llama 3.1's chat template, shortened: the system block with the knowledge cutoff and the date
@@ -58,7 +61,7 @@ SENTINEL = "VOCABSCANSENTINEL7f3a"
 
 @dataclasses.dataclass(frozen=True)
 class ScanPreset:
-  size: gt.Size
+  size: presets.Size
   max_tokens: int | None   # None: the whole vocabulary
   device: str
   dtype: str
@@ -66,11 +69,14 @@ class ScanPreset:
 
 
 PRESETS = {
-    "cpu35m": ScanPreset(gt.SIZES["35m"], 8192, "cpu", "float32", 16384),
-    "1b": ScanPreset(dataclasses.replace(gt.SIZES["1b"], vocab=128_256), None, "gpu", "bfloat16",
+    "cpu35m": ScanPreset(presets.SIZES["35m"], 8192, "cpu", "float32", 16384),
+    "1b": ScanPreset(dataclasses.replace(presets.SIZES["1b"], vocab=128_256), None, "gpu", "bfloat16",
                      65536),
 }
 
+# gpu_throughput's flags (--device, --dtype, --torch_batch, ...) are this script's too: --help
+# lists them.
+flags.adopt_module_key_flags(gt)
 _PRESET = flags.DEFINE_enum("scan_preset", None, list(PRESETS), "The run to time.")
 _WORK_DIR = flags.DEFINE_string("scan_work_dir", "runs/vocab_scan_throughput",
                                 "Built models, run outputs and the report.")
@@ -99,36 +105,37 @@ def extend_vocabulary(tokenizer, target: int, seed: int = 0):
   return tokenizers.Tokenizer.from_str(json.dumps(spec))
 
 
-def build_model(size: gt.Size, texts: list[str], models_dir: pathlib.Path) -> pathlib.Path:
+def build_model(size: presets.Size, texts: list[str], models_dir: pathlib.Path) -> pathlib.Path:
   """A random-weight Llama reward model of `size` with the Llama-3-like template, built once."""
-  digest = hashlib.sha256(json.dumps([BUILD_VERSION, gt.SEED, dataclasses.asdict(size), texts,
+  digest = hashlib.sha256(json.dumps([BUILD_VERSION, inputs.SEED, dataclasses.asdict(size), texts,
                                       CHAT_TEMPLATE]).encode()).hexdigest()[:12]
   folder = models_dir / f"llama-scan-{size.hidden}x{size.layers}-v{size.vocab}-{digest}"
   if (folder / "build.json").exists():
-    gt.log(f"model: reusing {folder}")
+    presets.log(f"model: reusing {folder}")
     return folder
   start = time.perf_counter()
   tmp = folder.with_name(folder.name + ".tmp")
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
-  tokenizer = gt.train_tokenizer(texts, size.vocab)
+  tokenizer = inputs.train_tokenizer(texts, size.vocab)
   if tokenizer.get_vocab_size() < size.vocab:
     tokenizer = extend_vocabulary(tokenizer, size.vocab)
   tokenizer.save(str(tmp / "tokenizer.json"))
-  ids = {token: tokenizer.token_to_id(token) for token in gt.SPECIAL_TOKENS}
+  ids = {token: tokenizer.token_to_id(token) for token in inputs.SPECIAL_TOKENS}
   (tmp / "tokenizer_config.json").write_text(json.dumps({
-      "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": gt.BOS, "eos_token": gt.EOS,
-      "pad_token": gt.PAD, "chat_template": CHAT_TEMPLATE,
+      "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": inputs.BOS,
+      "eos_token": inputs.EOS, "pad_token": inputs.PAD, "chat_template": CHAT_TEMPLATE,
       "model_max_length": size.max_positions, "clean_up_tokenization_spaces": False}, indent=2))
   (tmp / "config.json").write_text(json.dumps(
-      gt.hf_config(size, ids[gt.BOS], ids[gt.EOS], ids[gt.PAD]), indent=2, sort_keys=True))
-  gt.write_weights(size, tmp)
+      inputs.hf_config(size, ids[inputs.BOS], ids[inputs.EOS], ids[inputs.PAD]), indent=2,
+      sort_keys=True))
+  inputs.write_weights(size, tmp)
   (tmp / "build.json").write_text(json.dumps({
       **dataclasses.asdict(size), "params": size.params(), "matmul_params": size.matmul_params(),
       "tokenizer_vocab": tokenizer.get_vocab_size()}, indent=2))
   shutil.rmtree(folder, ignore_errors=True)
   tmp.rename(folder)
-  gt.log(f"model: built {folder} in {time.perf_counter() - start:.1f} s "
+  presets.log(f"model: built {folder} in {time.perf_counter() - start:.1f} s "
          f"(tokenizer: {tokenizer.get_vocab_size()} tokens)")
   return folder
 
@@ -196,7 +203,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
   converted = item_tables.convert_all(gt.BUNDLED, ["bbq", "hh_rlhf"])
-  model_dir = build_model(preset.size, gt.corpus(converted.items), work_dir / "models")
+  model_dir = build_model(preset.size, inputs.corpus(converted.items), work_dir / "models")
   cache = run_dir / "xla_cache"
   env = {"XDG_CACHE_HOME": str(run_dir / "xdg"), **({"JAX_PLATFORMS": "cpu"}
                                                       if device == "cpu" else {})}
@@ -204,7 +211,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
               f"--output_dir={run_dir / 'ours'}", f"--dtype={dtype}",
               f"--tokens_per_batch={preset.tokens_per_batch}", f"--compilation_cache={cache}"]
   ours_cmd += [f"--max_tokens={max_tokens}"] if max_tokens else []
-  ok_ours, ours_s = gt.timed("ours", ours_cmd, gt._child_env(env), run_dir / "ours.log")
+  ok_ours, ours_s = runs.timed("ours", ours_cmd, runs._child_env(env), run_dir / "ours.log")
   torch_json = run_dir / "torch.json"
   # The prompts the scan used, for the loop (which imports neither jax nor this package).
   (run_dir / "prompts.json").write_text(json.dumps(scan_prompts()))
@@ -212,7 +219,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
                f"--scan_torch_child={torch_json}", f"--model={model_dir}", f"--device={device}",
                f"--dtype={dtype}", f"--torch_batch={torch_batch()}"]
   torch_cmd += [f"--scan_max_tokens={max_tokens}"] if max_tokens else []
-  ok_torch, torch_s = gt.timed("torch", torch_cmd, gt._child_env(
+  ok_torch, torch_s = runs.timed("torch", torch_cmd, runs._child_env(
       {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}), run_dir / "torch.log")
   if not (ok_ours and ok_torch):
     raise RuntimeError(f"a run failed; logs in {run_dir}")
@@ -224,7 +231,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
     assert sorted(ours[prompt_id]) == reference["tokens"], "the runs scored other tokens"
     diffs += [abs(ours[prompt_id][t] - v) for t, v in zip(reference["tokens"], values)]
   scored = len(diffs)
-  params, matmul = gt.model_params(model_dir)
+  params, matmul = inputs.model_params(model_dir)
   lines = [
       f"preset {name}: {scored:,} (prompt, token) sequences ({scored // 2:,} tokens x 2 prompts), "
       f"model {model_dir.name}: {params:,} parameters, {dtype}, {reference['device_name']}",
@@ -256,7 +263,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
 
 def torch_batch() -> int:
   """The PyTorch loop's sequences a batch: --torch_batch (gpu_throughput's flag), else 64."""
-  return flags.FLAGS.torch_batch or gt.TORCH_BATCH
+  return flags.FLAGS.torch_batch or presets.TORCH_BATCH
 
 
 def main(argv):
