@@ -1,7 +1,7 @@
 """Metrics, report and plots: from scores to `metrics.json`, `report.md` and PNGs.
 
-Reads as its pipeline: `scores` (read a scores set) -> `pairs` (join to items and pairs, ties,
-selections) -> `accuracy`, `distribution`, `calibration`, `confounds` (every dataset) and the
+Reads as its pipeline: `reward_tables` (read a scores set) -> `pairs` (join to items and pairs,
+ties, selections) -> `accuracy`, `distribution`, `calibration`, `confounds` (every dataset) and the
 modules dataset plug-ins take their metrics from (`bias`, `stereotypes`, `safety`, `ethics`,
 `moral_stories`), over the intervals of `bootstrap` -> `evaluate` (the metrics.json tree) ->
 `report` and `plots`; `objectives` (each output of a multi-objective head alone) and `values`

@@ -1,8 +1,9 @@
 """The dataset registry: which dataset plug-ins exist, and the dataset specs that name sources.
 
 It sits above every plug-in (it imports them, by name, the first time it is asked) and below the
-orchestrators that read it and hand it down: conversion, the metrics command and the audit
-pipeline (as `analysis.hooks.Options.plugins`). Analysis and templates never import it.
+orchestrators that read it and hand it down: the item tables (`orchestrators.item_tables`), the
+metrics command and the audit pipeline (as `analysis.hooks.Options.plugins`). Analysis and
+templates never import it.
 
 A plug-in (`plugin.DatasetPlugin`) is a module's `PLUGIN`: its adapter, its metric hook, its
 report rows, findings and figures. The built-in ones are the modules listed in `BUILT_IN`; others

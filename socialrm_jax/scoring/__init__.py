@@ -1,6 +1,6 @@
 """Scoring: every (item, candidate) through a reward model, once, on a device mesh.
 
-templating (items -> token ids) -> packing (ids -> fixed-shape packed batches) -> engine (the one
+item_tokens (items -> token ids) -> packing (ids -> fixed-shape packed batches) -> engine (the one
 jit-compiled step and the streaming loop) -> shards (resumable output) and run_report (run.json);
 proxies turns readouts into rewards (score head and objectives, loglik, implicit, judge); mesh
 builds the device mesh, progress logs, cli_flags holds the flags socialrm-score and the probe
