@@ -52,6 +52,12 @@ def program(command: str) -> tuple[list[str], list[str]]:
   raise AssertionError(f"a command of a form this test does not know: {command}")
 
 
+def module_file(module: str):
+  """The file `python -m module` runs, in this checkout."""
+  path = REPO.joinpath(*module.split("."))
+  return path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def flags_and_paths(args: list[str]) -> tuple[set[str], set[str]]:
   """The flag names (`--config.templates` is `config`) and repository paths among `args`."""
   names, paths = set(), set()
@@ -95,6 +101,11 @@ def test_every_command_the_readme_shows_runs_with_the_flags_it_shows():
     argv, args = program(command)
     if argv[1].endswith(".py") and not (REPO / argv[1]).is_file():
       problems.append(f"{command}: no file {argv[1]}")
+      continue
+    # The module must be this checkout's: an installed copy elsewhere (an editable install of
+    # another checkout) could still answer for a path this one has moved.
+    if argv[1] == "-m" and not module_file(argv[2]).is_file():
+      problems.append(f"{command}: no module {argv[2]} in this checkout")
       continue
     names, paths = flags_and_paths(args)
     problems += [f"{command}: no {p}" for p in sorted(paths) if not (REPO / p).exists()]
