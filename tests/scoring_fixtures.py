@@ -216,15 +216,16 @@ def reference_sequences(tokenizer, item: dict) -> tuple[list[list[int]], list[in
   return sequences, starts
 
 
-def torch_rewards(model, tokenizer, items) -> dict[tuple[str, int], float]:
-  """The score head at the last token of each full sequence, scored alone (batch of one)."""
+def torch_rewards(model, tokenizer, items, appended=()) -> dict[tuple[str, int], float]:
+  """The score head at the last token of each full sequence (followed by `appended`, the tokens a
+  model's own scorer adds), scored alone (batch of one)."""
   import torch
   out = {}
   with torch.no_grad():
     for item in items:
       sequences, _ = reference_sequences(tokenizer, item)
       for c, ids in enumerate(sequences):
-        logits = model(torch.tensor([ids])).logits  # [1, num_labels]
+        logits = model(torch.tensor([ids + list(appended)])).logits  # [1, num_labels]
         out[(item["item_id"], c)] = float(logits[0, 0])
   return out
 

@@ -33,6 +33,7 @@ HF_FAMILIES = {
 FAMILIES = [*HF_FAMILIES, "InternLM2ForRewardModel"]
 # Three candidates sharing each BBQ prompt, and a multi-turn conversation.
 ITEMS = fx.bbq_items()[:3] + fx.hh_items()[:1]
+REWARD_TOKEN = 5  # InternLM2's `reward_token_id` here: an id of the tiny vocabulary
 
 
 def _reward_model(folder, architecture: str):
@@ -42,7 +43,8 @@ def _reward_model(folder, architecture: str):
              bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
              max_position_embeddings=512)
   if architecture == "InternLM2ForRewardModel":
-    return internlm2_reference.save_tiny_internlm2(folder, architecture, **ids), tokenizer
+    return internlm2_reference.save_tiny_internlm2(folder, architecture, **ids,
+                                                   reward_token_id=REWARD_TOKEN), tokenizer
   model_fixtures.save_tiny_hf_model(folder.parent, architecture, subdir=folder.name, **ids,
                                     **HF_FAMILIES[architecture])
   return model_fixtures.hf_reference(folder, architecture), tokenizer
@@ -56,7 +58,9 @@ def test_packed_prefix_shared_scores_match_each_sequence_alone(tmp_path, archite
                            options=OPTIONS)
   got = {k: r["reward"] for k, r in fx.scores_by_key(tables.read_rows(tmp_path / "scores",
                                                                       "scores")).items()}
-  expected = fx.torch_rewards(reference, tokenizer, items)
+  # InternLM2's reward model scores at the reward token its `get_score` appends.
+  appended = [REWARD_TOKEN] if architecture == "InternLM2ForRewardModel" else []
+  expected = fx.torch_rewards(reference, tokenizer, items, appended=appended)
   assert fx.max_abs_diff(expected, got) <= TOLERANCE
   assert np.std(list(expected.values())) > 0.05  # rewards differ: the check is not vacuous
   # The prompts were shared: fewer tokens computed than the candidates' full sequences.

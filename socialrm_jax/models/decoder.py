@@ -32,7 +32,7 @@ from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import heads as heads_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource, identity
+from socialrm_jax.models.weights import WeightSource, identity, linear_to_einsum, reshape_to
 
 IS_CAUSAL = True
 
@@ -118,6 +118,9 @@ class Config(hf_config_lib.JsonConfig):
   final_logit_softcap: float | None = None
   layer_windows: tuple[int | None, ...] = ()  # per layer: sliding window or None (full)
   tie_word_embeddings: bool = False
+  # InternLM2's reward models: their scorer (`get_score`) appends this token to the templated
+  # conversation and reads `v_head` there; None for every other model.
+  reward_token_id: int | None = None
   # A custom reward head (ArmoRM, GRM, ...: `heads.describe`) in place of `score`; None: `score`.
   reward_head: heads_lib.HeadSpec | None = None
 
@@ -255,6 +258,16 @@ def _activation(hf: dict, variant: str) -> str:
   return hf.get("hidden_act") or "silu"
 
 
+def _reward_token_id(hf: dict, architecture: str) -> int | None:
+  """The token InternLM2's reward model appends after the conversation and scores at."""
+  if architecture != "InternLM2ForRewardModel":
+    return None
+  if not isinstance(hf.get("reward_token_id"), int):
+    raise ValueError("InternLM2ForRewardModel needs an integer `reward_token_id` (the token its "
+                     "scorer appends after the conversation and reads the score at)")
+  return hf["reward_token_id"]
+
+
 def config_from_hf(hf_config: dict, architecture: str) -> Config:
   """HF `config.json` dict + architecture name -> Config."""
   variant = _variant_of(architecture)
@@ -282,6 +295,7 @@ def config_from_hf(hf_config: dict, architecture: str) -> Config:
       # InternLM2's reward model has one `v_head` output whatever its config says.
       num_labels=(1 if architecture == "InternLM2ForRewardModel"
                   else hf_config_lib.num_labels(hf_config)),
+      reward_token_id=_reward_token_id(hf_config, architecture),
       pad_token_id=hf_config.get("pad_token_id"),
       variant=variant,
       vocab_size=hf_config["vocab_size"],
@@ -498,22 +512,6 @@ def is_saved_buffer(name: str) -> bool:
   return name.endswith("rotary_emb.inv_freq")
 
 
-def _linear_to_einsum(*shape: int):
-  """HF Linear weight [out, in] -> its transpose reshaped to our kernel `shape`, where -1 stands
-  for the axis split over `model`, so the same transform lays out a slice of rows or columns.
-
-  E.g. q_proj [N*H, D] -> [D, N, H] as (D, -1, H) (rows = heads); o_proj [D, N*H] -> [N, H, D] as
-  (-1, H, D) (columns = heads); down_proj [D, F] -> [F, D] as (-1, D).
-  """
-  def transform(w: np.ndarray) -> np.ndarray:
-    return w.T.reshape(shape)
-  return transform
-
-
-def _reshape(*shape: int):
-  def transform(w: np.ndarray) -> np.ndarray:
-    return w.reshape(shape)
-  return transform
 
 
 def _grouped_qkv(part: str, groups: int, h: int, d: int | None = None):
@@ -542,13 +540,13 @@ def _internlm2_trunk(config: Config, block) -> dict[str, WeightSource]:
       "layers/pre_attn_norm/scale": block("attention_norm.weight"),
       "layers/pre_mlp_norm/scale": block("ffn_norm.weight"),
       "layers/attn/o_proj/kernel": block(  # [L, N, H, D]
-          "attention.wo.weight", _linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1),
+          "attention.wo.weight", linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1),
       "layers/mlp/gate_proj/kernel": block(  # [L, D, F]
-          "feed_forward.w1.weight", _linear_to_einsum(d, -1), model_axis=2, hf_axis=0),
+          "feed_forward.w1.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0),
       "layers/mlp/up_proj/kernel": block(
-          "feed_forward.w3.weight", _linear_to_einsum(d, -1), model_axis=2, hf_axis=0),
+          "feed_forward.w3.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0),
       "layers/mlp/down_proj/kernel": block(  # [L, F, D]
-          "feed_forward.w2.weight", _linear_to_einsum(-1, d), model_axis=1, hf_axis=1),
+          "feed_forward.w2.weight", linear_to_einsum(-1, d), model_axis=1, hf_axis=1),
   }
   for part in ("q", "k", "v"):
     per_block = groups if part == "q" else 1  # one block of rows: a key/value head's group
@@ -612,34 +610,34 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
                "v_proj": (n_rows + k_rows, n_rows + 2 * k_rows)}
       for name, span in spans.items():
         out[f"layers/attn/{name}/kernel"] = block(  # [L, D, N or K, H]
-            "self_attn.qkv_proj.weight", _linear_to_einsum(d, -1, h), 2, 0, span)
+            "self_attn.qkv_proj.weight", linear_to_einsum(d, -1, h), 2, 0, span)
       for name, span in (("gate_proj", (0, f)), ("up_proj", (f, 2 * f))):
         out[f"layers/mlp/{name}/kernel"] = block(  # [L, D, F]
-            "mlp.gate_up_proj.weight", _linear_to_einsum(d, -1), 2, 0, span)
+            "mlp.gate_up_proj.weight", linear_to_einsum(d, -1), 2, 0, span)
     else:
       for name in ("q_proj", "k_proj", "v_proj"):
         out[f"layers/attn/{name}/kernel"] = block(  # [L, D, N or K, H]
-            f"self_attn.{name}.weight", _linear_to_einsum(d, -1, h), model_axis=2, hf_axis=0)
+            f"self_attn.{name}.weight", linear_to_einsum(d, -1, h), model_axis=2, hf_axis=0)
         if config.qkv_bias:
           out[f"layers/attn/{name}/bias"] = block(  # [L, N or K, H]
-              f"self_attn.{name}.bias", _reshape(-1, h), model_axis=1, hf_axis=0)
+              f"self_attn.{name}.bias", reshape_to(-1, h), model_axis=1, hf_axis=0)
       for name in ("gate_proj", "up_proj"):
         out[f"layers/mlp/{name}/kernel"] = block(  # [L, D, F]
-            f"mlp.{name}.weight", _linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
+            f"mlp.{name}.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
         if config.mlp_bias:
           out[f"layers/mlp/{name}/bias"] = block(f"mlp.{name}.bias", model_axis=1, hf_axis=0)
     out["layers/attn/o_proj/kernel"] = block(  # [L, N, H, D]
-        "self_attn.o_proj.weight", _linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
+        "self_attn.o_proj.weight", linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
     if config.out_bias:
       out["layers/attn/o_proj/bias"] = block("self_attn.o_proj.bias")
     if config.qk_norm_over_heads:  # [N x H] and [K x H] -> [L, N, H] and [L, K, H]
-      out["layers/attn/q_norm/scale"] = block("self_attn.q_norm.weight", _reshape(-1, h), 1, 0)
-      out["layers/attn/k_norm/scale"] = block("self_attn.k_norm.weight", _reshape(-1, h), 1, 0)
+      out["layers/attn/q_norm/scale"] = block("self_attn.q_norm.weight", reshape_to(-1, h), 1, 0)
+      out["layers/attn/k_norm/scale"] = block("self_attn.k_norm.weight", reshape_to(-1, h), 1, 0)
     elif config.qk_norm:
       out["layers/attn/q_norm/scale"] = block("self_attn.q_norm.weight")
       out["layers/attn/k_norm/scale"] = block("self_attn.k_norm.weight")
     out["layers/mlp/down_proj/kernel"] = block(  # [L, F, D]
-        "mlp.down_proj.weight", _linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
+        "mlp.down_proj.weight", linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
     if config.mlp_bias:
       out["layers/mlp/down_proj/bias"] = block("mlp.down_proj.bias")
   head_tensors = _HEAD_TENSORS.get(config.variant, {})
@@ -647,9 +645,9 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
     out.update(heads_lib.weight_sources(config.reward_head))
   elif config.head == "score":
     out["score/kernel"] = WeightSource(head_tensors.get("score", "score.weight"),
-                                       _linear_to_einsum(d, config.num_labels))
+                                       linear_to_einsum(d, config.num_labels))
   elif config.head == "lm" and not config.tie_word_embeddings:
     out["lm_head/kernel"] = WeightSource(  # [D, V]
-        head_tensors.get("lm", "lm_head.weight"), _linear_to_einsum(d, -1), model_axis=1,
+        head_tensors.get("lm", "lm_head.weight"), linear_to_einsum(d, -1), model_axis=1,
         hf_axis=0)
   return out

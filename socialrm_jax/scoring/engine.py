@@ -151,7 +151,8 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
   tokenizer must match the model's."""
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
   templater = item_tokens.Templater(tokenizer, is_causal=model.is_causal,
-                                    max_length=options.max_length, truncation=options.truncation)
+                                    max_length=options.max_length, truncation=options.truncation,
+                                    appended_ids=item_tokens.appended_token_ids(model.config))
   name = proxies.resolve(model.config.head, options.proxy)
   reference = None
   if name == "implicit":

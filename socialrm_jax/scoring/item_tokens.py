@@ -40,13 +40,20 @@ import tokenizers
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["EncodedItem", "PINNED_DATE", "Templater", "TRUNCATION_MODES", "load_tokenizer",
-           "plain_messages"]
+__all__ = ["EncodedItem", "PINNED_DATE", "Templater", "TRUNCATION_MODES", "appended_token_ids",
+           "load_tokenizer", "plain_messages"]
 
 # What a template that prints today's date prints instead, so scores are reproducible.
 PINNED_DATE = "26 Jul 2024"
 PLAIN_ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 TRUNCATION_MODES = ("left", "error")
+
+
+def appended_token_ids(model_config) -> tuple[int, ...]:
+  """What a model's own scorer appends after the templated conversation: InternLM2's reward
+  token (`reward_token_id`), nothing for any other model."""
+  token = getattr(model_config, "reward_token_id", None)
+  return () if token is None else (int(token),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +110,9 @@ class Templater:
   """
 
   def __init__(self, tokenizer: Any, *, is_causal: bool, max_length: int,
-               truncation: str = "left"):
+               truncation: str = "left", appended_ids: Sequence[int] = ()):
+    """`appended_ids`: tokens the model's own scorer appends after every templated conversation
+    (InternLM2's reward token, `appended_token_ids`); the score is read at the last of them."""
     if truncation not in TRUNCATION_MODES:
       raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
     if not isinstance(tokenizer, Tokenizer):
@@ -113,6 +122,7 @@ class Templater:
     self.max_length = max_length
     self.truncation = truncation
     self.has_chat_template = bool(tokenizer.chat_template)
+    self.appended_ids = np.asarray(appended_ids, np.int32)
 
   # Text.
   def render(self, messages: Sequence[dict], add_generation_prompt: bool) -> str:
@@ -166,7 +176,7 @@ class Templater:
 
   def _causal_item(self, index, item_id, prompt_encoding, full_encodings) -> EncodedItem:
     prompt_ids = _ids(prompt_encoding)
-    sequences = [_ids(e) for e in full_encodings]
+    sequences = [np.concatenate([_ids(e), self.appended_ids]) for e in full_encodings]
     # The response starts after the templated prompt with its generation prompt; where a
     # template renders the two differently (e.g. Qwen3's empty think block), after their
     # longest common prefix instead.

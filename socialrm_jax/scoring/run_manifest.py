@@ -95,7 +95,8 @@ def rendered_example(templater: item_tokens.Templater, item: Mapping[str, Any]) 
   tokenizer = templater.tokenizer
   first = {**item, "candidates": list(item["candidates"])[:1]}
   # Untruncated: the example shows the template and the special tokens, whatever --max_length.
-  whole = item_tokens.Templater(tokenizer, is_causal=templater.is_causal, max_length=sys.maxsize)
+  whole = item_tokens.Templater(tokenizer, is_causal=templater.is_causal, max_length=sys.maxsize,
+                                appended_ids=templater.appended_ids)
   ids = whole.encode(0, first).sequences[0]
   bos_id, eos_id = tokenizer.bos_token_id, tokenizer.eos_token_id
   example = {"item_id": str(item["item_id"]), "candidate": 0}

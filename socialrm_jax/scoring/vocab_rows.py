@@ -119,7 +119,8 @@ def answer_suffix(templater: item_tokens.Templater, prompt: str) -> tuple[np.nda
   # the answer as `loglik` reads any response; where it has no generation-prompt branch (the
   # prompt rendering stops at the user's turn) or renders the turn otherwise, the answer goes
   # where the template puts a finished one: the rendering cut at the sentinel.
-  return templater.tokenize(before), templater.tokenize(after)
+  return templater.tokenize(before), np.concatenate([templater.tokenize(after),
+                                                     templater.appended_ids])
 
 
 def row_length_for(prefix_lengths: Sequence[int], branch_length: int, buckets: Sequence[int],
