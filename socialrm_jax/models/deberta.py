@@ -34,7 +34,7 @@ from flax import nnx
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource, identity
+from socialrm_jax.models.weights import WeightSource, identity, linear_to_einsum, reshape_to
 
 ARCHITECTURES = {
     "DebertaV2ForSequenceClassification": "score",
@@ -343,18 +343,6 @@ class Model(nnx.Module):
     return self.classifier(pooled)  # [..., L]
 
 
-def _linear_to_einsum(*shape: int):
-  """HF Linear weight [out, in] -> its transpose reshaped to `shape` (-1: the axis split over
-  `model`, so the same transform lays out a slice of rows or columns)."""
-  def transform(w: np.ndarray) -> np.ndarray:
-    return w.T.reshape(shape)
-  return transform
-
-
-def _reshape(*shape: int):
-  def transform(w: np.ndarray) -> np.ndarray:
-    return w.reshape(shape)
-  return transform
 
 
 def weight_sources(config: Config) -> dict[str, WeightSource]:
@@ -385,7 +373,7 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
     out["token_type_embed/embedding"] = WeightSource(f"{embeddings}.token_type_embeddings.weight")
   if config.embedding_size != config.hidden_size:
     out["embed_proj/kernel"] = WeightSource(f"{embeddings}.embed_proj.weight",
-                                            _linear_to_einsum(config.embedding_size, d))
+                                            linear_to_einsum(config.embedding_size, d))
   if config.relative_attention:
     out["rel_embed/embedding"] = WeightSource(f"{trunk}encoder.rel_embeddings.weight")
     if config.norm_rel_embeddings:
@@ -398,26 +386,26 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
                                                     ("pos_query_proj", "p2c")) if term in uses]
   for ours, theirs in projections:
     out[f"layers/attn/{ours}/kernel"] = block(  # [L, D, N, H]
-        f"attention.self.{theirs}.weight", _linear_to_einsum(d, -1, h), model_axis=2, hf_axis=0)
+        f"attention.self.{theirs}.weight", linear_to_einsum(d, -1, h), model_axis=2, hf_axis=0)
     out[f"layers/attn/{ours}/bias"] = block(  # [L, N, H]
-        f"attention.self.{theirs}.bias", _reshape(-1, h), model_axis=1, hf_axis=0)
+        f"attention.self.{theirs}.bias", reshape_to(-1, h), model_axis=1, hf_axis=0)
   out["layers/attn/o_proj/kernel"] = block(  # [L, N, H, D]
-      "attention.output.dense.weight", _linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
+      "attention.output.dense.weight", linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
   out["layers/attn/o_proj/bias"] = block("attention.output.dense.bias")
   out["layers/attn_norm/scale"] = block("attention.output.LayerNorm.weight")
   out["layers/attn_norm/bias"] = block("attention.output.LayerNorm.bias")
   out["layers/mlp/up/kernel"] = block(  # [L, D, F]
-      "intermediate.dense.weight", _linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
+      "intermediate.dense.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
   out["layers/mlp/up/bias"] = block("intermediate.dense.bias", model_axis=1, hf_axis=0)
   out["layers/mlp/down/kernel"] = block(  # [L, F, D]
-      "output.dense.weight", _linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
+      "output.dense.weight", linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
   out["layers/mlp/down/bias"] = block("output.dense.bias")
   out["layers/mlp_norm/scale"] = block("output.LayerNorm.weight")
   out["layers/mlp_norm/bias"] = block("output.LayerNorm.bias")
   if config.head == "score":
-    out["pooler/kernel"] = WeightSource("pooler.dense.weight", _linear_to_einsum(d, d))
+    out["pooler/kernel"] = WeightSource("pooler.dense.weight", linear_to_einsum(d, d))
     out["pooler/bias"] = WeightSource("pooler.dense.bias")
     out["classifier/kernel"] = WeightSource("classifier.weight",
-                                            _linear_to_einsum(d, config.num_labels))
+                                            linear_to_einsum(d, config.num_labels))
     out["classifier/bias"] = WeightSource("classifier.bias")
   return out

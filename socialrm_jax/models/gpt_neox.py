@@ -30,7 +30,7 @@ from flax import nnx
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource, identity
+from socialrm_jax.models.weights import WeightSource, identity, linear_to_einsum
 
 ARCHITECTURES = {
     "GPTNeoXForSequenceClassification": "score",
@@ -249,13 +249,6 @@ class Model(nnx.Module):
     return hidden
 
 
-def _linear_to_einsum(*shape: int):
-  """HF Linear weight [out, in] -> its transpose reshaped to `shape` (-1: the axis split over
-  `model`, so the same transform lays out a slice of rows)."""
-  def transform(w: np.ndarray) -> np.ndarray:
-    return w.T.reshape(shape)
-  return transform
-
 
 def _fused_qkv_kernel(part: int, head_dim: int, hidden: int):
   """query_key_value.weight [N*3H, D] (heads outermost, then q/k/v, then H) -> part `part`
@@ -304,21 +297,21 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
       out[f"layers/attn/{name}/bias"] = block(  # [L, N, H]
           "attention.query_key_value.bias", _fused_qkv_bias(part, h), model_axis=1, hf_axis=0)
   out["layers/attn/o_proj/kernel"] = block(  # [L, N, H, D]
-      "attention.dense.weight", _linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
+      "attention.dense.weight", linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
   if config.attention_bias:
     out["layers/attn/o_proj/bias"] = block("attention.dense.bias")
   out["layers/mlp/up/kernel"] = block(  # [L, D, F]
-      "mlp.dense_h_to_4h.weight", _linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
+      "mlp.dense_h_to_4h.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
   out["layers/mlp/up/bias"] = block("mlp.dense_h_to_4h.bias", model_axis=1, hf_axis=0)
   out["layers/mlp/down/kernel"] = block(  # [L, F, D]
-      "mlp.dense_4h_to_h.weight", _linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
+      "mlp.dense_4h_to_h.weight", linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
   out["layers/mlp/down/bias"] = block("mlp.dense_4h_to_h.bias")
   if config.head == "score":
     head = "out_proj" if config.architecture == "GPTNeoXRewardModel" else "score"
-    out["score/kernel"] = WeightSource(f"{head}.weight", _linear_to_einsum(d, config.num_labels))
+    out["score/kernel"] = WeightSource(f"{head}.weight", linear_to_einsum(d, config.num_labels))
     if config.score_bias:
       out["score/bias"] = WeightSource(f"{head}.bias")
   elif config.head == "lm" and not config.tie_word_embeddings:
     out["lm_head/kernel"] = WeightSource(  # [D, V]
-        "embed_out.weight", _linear_to_einsum(d, -1), model_axis=1, hf_axis=0)
+        "embed_out.weight", linear_to_einsum(d, -1), model_axis=1, hf_axis=0)
   return out

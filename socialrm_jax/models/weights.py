@@ -36,6 +36,25 @@ def identity(x: np.ndarray) -> np.ndarray:
   return x
 
 
+def linear_to_einsum(*shape: int):
+  """HF Linear weight [out, in] -> its transpose reshaped to our kernel `shape`, where -1 stands
+  for the axis split over `model`, so the same transform lays out a slice of rows or columns.
+
+  E.g. q_proj [N*H, D] -> [D, N, H] as (D, -1, H) (rows = heads); o_proj [D, N*H] -> [N, H, D] as
+  (-1, H, D) (columns = heads); down_proj [D, F] -> [F, D] as (-1, D).
+  """
+  def transform(w: np.ndarray) -> np.ndarray:
+    return w.T.reshape(shape)
+  return transform
+
+
+def reshape_to(*shape: int):
+  """A tensor -> the same values in `shape` (-1 as in `linear_to_einsum`)."""
+  def transform(w: np.ndarray) -> np.ndarray:
+    return w.reshape(shape)
+  return transform
+
+
 @dataclasses.dataclass(frozen=True)
 class WeightSource:
   """Where one of our parameters comes from in a HF checkpoint.
