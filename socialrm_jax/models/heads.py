@@ -241,7 +241,10 @@ REWARD_CLASSES = {
     "LlamaRewardModel": _value("regression_head"),   # UltraRM
     "EurusRewardModel": _value("regression_head"),   # Eurus-RM (Mistral)
     "LlamaForScore": _beaver,                    # Beaver reward and cost
+    # The same class under safe-rlhf's earlier name, as some published configs spell it.
+    "LlamaModelForScore": _beaver,
 }
+BEAVER_CLASSES = ("LlamaForScore", "LlamaModelForScore")
 STARLING = "Starling (LlamaForSequenceClassification with transformer.* and v_head)"
 
 
@@ -277,7 +280,7 @@ def ignored_tensors(spec: HeadSpec, names) -> set[str]:
   """Tensors of the checkpoint the head saves but never computes with: BatchNorm's batch counts,
   and Beaver's normalizer when `do_normalize` is off (its reference never reads it then)."""
   out = {n for n in names if _SAVED_BUFFERS.search(n)}
-  if spec.architecture == "LlamaForScore" and not spec.normalize:
+  if spec.architecture in BEAVER_CLASSES and not spec.normalize:
     out |= {n for n in names if n.startswith("normalizer.")}
   return out
 
