@@ -214,7 +214,7 @@ def test_splash_under_a_mesh_runs_per_device():
       import jax, numpy as np
       from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
       from socialrm_jax.models import attention
-      from tests.test_attention_kernels import SCALE, random_case, reference
+      from test_attention_kernels import SCALE, random_case, reference
       mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
       put = lambda x: jax.device_put(x, NamedSharding(mesh, P("data")))
       splash = jax.jit(lambda q, k, v, layout: attention.splash_attention(
@@ -229,9 +229,13 @@ def test_splash_under_a_mesh_runs_per_device():
         expected = reference(q, k, v, layout, positions)
         print(float(np.max(np.abs(np.asarray(got) - np.asarray(expected)))))
   """)
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  # This folder first: `import tests` would find any site-packages `tests` package before it
+  # (the rewardbench wheel ships one).
+  env = {**os.environ, "JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+         "PYTHONPATH": os.pathsep.join(
+             p for p in (os.path.join(root, "tests"), os.environ.get("PYTHONPATH")) if p)}
   done = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True,
                         text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
