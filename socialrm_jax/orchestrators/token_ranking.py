@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 from absl import logging
 
-from socialrm_jax.analysis import bootstrap, report, values, vocab_stats
+from socialrm_jax.analysis import bootstrap, values, vocab_stats
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import lexicon_answers

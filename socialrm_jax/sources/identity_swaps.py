@@ -108,7 +108,7 @@ SWAPS_SCHEMA = pa.schema([
 # "60-year-old"); an apostrophe after it does not ("grandfather's").
 _BEFORE = r"(?<![\w-])"
 _AFTER = r"(?![\w-])"
-_ARTICLE = rf"(?:(?<![\w'-])(?P<article>an?)(?P<space>\s+))?"
+_ARTICLE = r"(?:(?<![\w'-])(?P<article>an?)(?P<space>\s+))?"
 # Spellings that the vowel-letter rule gets wrong.
 _A_BEFORE = ("eu", "one", "once", "uni", "use", "usu", "ut", "ug", "uk", "ur")
 _AN_BEFORE = ("hour", "honest", "honor", "heir")
