@@ -65,13 +65,19 @@ def test_bad_input_exits_nonzero_and_writes_nothing(tmp_path, args, message):
 
 
 def test_skip_mode_writes_and_counts(tmp_path):
+  # The broken row, then a good one: the good one is converted, the broken one counted. (A
+  # skip that keeps no row is an error: tests/test_bad_inputs.py.)
   out = tmp_path / "out"
-  proc = _convert(f"--data_dir={_broken_bbq(tmp_path)}", f"--output_dir={out}", "--datasets=bbq",
+  data = _broken_bbq(tmp_path)
+  good = (BUNDLED / "bbq" / "data" / "Age.jsonl").read_text().splitlines()[0]
+  with open(data / "bbq" / "Age.jsonl", "a") as f:
+    f.write(good + "\n")
+  proc = _convert(f"--data_dir={data}", f"--output_dir={out}", "--datasets=bbq",
                   "--on_error=skip", "--format=jsonl")
   assert proc.returncode == 0, proc.stderr
   report = json.loads((out / "conversion_report.json").read_text())
   assert report["datasets"]["bbq"]["drops"] == {"malformed_row": 1}
-  assert (out / "items.jsonl").read_text() == ""
+  assert len((out / "items.jsonl").read_text().splitlines()) == report["totals"]["items"] == 1
   assert sorted(p.name for p in out.iterdir()) == [
       "conversion_report.json", "items.jsonl", "pairs.jsonl"]
 
