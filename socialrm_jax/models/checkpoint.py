@@ -19,7 +19,6 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
-import orbax.checkpoint as ocp
 from flax import nnx
 
 from socialrm_jax.base import tables
@@ -30,6 +29,13 @@ MANIFEST = "socialrm_model.json"
 PARAMS_DIR = "params"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+
+
+def _checkpointer():
+  """orbax's StandardCheckpointer. orbax (with tensorstore) is imported here, not with this module:
+  it adds about 0.5 s to the start of every command, and only native checkpoints use it."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  return ocp.StandardCheckpointer()
 
 
 def is_native(path: str) -> bool:
@@ -74,7 +80,7 @@ def save(folder: str, module: nnx.Module, family_name: str, config) -> None:
   dtypes = {str(jnp.dtype(a.dtype)) for a in params.values()}
   if len(dtypes) != 1:
     raise ValueError(f"parameters have mixed dtypes {sorted(dtypes)}")
-  with ocp.StandardCheckpointer() as checkpointer:
+  with _checkpointer() as checkpointer:
     checkpointer.save(os.path.join(folder, PARAMS_DIR), params, force=True)
     checkpointer.wait_until_finished()
   manifest = {"format_version": FORMAT_VERSION, "family": family_name,
@@ -102,7 +108,7 @@ def restore_params(folder: str, module: nnx.Module, sources: Mapping[str, weight
             shape[1:], stored_dtype, sharding=layer_sharding)
     else:
       target[_flat_key(path)] = jax.ShapeDtypeStruct(shape, stored_dtype, sharding=shardings[path])
-  with ocp.StandardCheckpointer() as checkpointer:
+  with _checkpointer() as checkpointer:
     try:
       restored = checkpointer.restore(os.path.join(folder, PARAMS_DIR), target)
     except (ValueError, KeyError) as e:
