@@ -1,4 +1,5 @@
-"""Progress lines through absl logging: items, pairs/s, tokens/s, ETA."""
+"""Progress lines through absl logging: items, pairs/s (items/s where no item has a pair),
+tokens/s, ETA."""
 
 from __future__ import annotations
 
@@ -44,5 +45,7 @@ class Progress:
     left = self.total_items - done
     rate = self.items / elapsed
     eta = f"{left / rate:.0f}s" if rate > 0 else "?"
-    return (f"items {done:.0f}/{self.total_items} | {self.pairs / elapsed:.1f} pairs/s | "
+    # Items of one candidate (a vocabulary scan's tokens, a reward table's rows) form no pair.
+    speed = f"{self.pairs / elapsed:.1f} pairs/s" if self.pairs else f"{rate:.1f} items/s"
+    return (f"items {done:.0f}/{self.total_items} | {speed} | "
             f"{self.tokens / elapsed:.0f} tokens/s | ETA {eta}")
