@@ -34,7 +34,8 @@ from flax import nnx
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource, identity, linear_to_einsum, reshape_to
+from socialrm_jax.models.weights import (WeightSource, linear_to_einsum, reshape_to,
+                                         stacked_sources)
 
 ARCHITECTURES = {
     "DebertaV2ForSequenceClassification": "score",
@@ -355,10 +356,7 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   d, h = config.hidden_size, config.head_dim
   trunk = BASE_MODEL_PREFIX
 
-  def block(name: str, transform=identity, model_axis: int | None = None,
-            hf_axis: int | None = None) -> WeightSource:
-    names = tuple(f"{trunk}encoder.layer.{i}.{name}" for i in range(config.num_layers))
-    return WeightSource(names, transform, model_axis, hf_axis)
+  block = stacked_sources(f"{trunk}encoder.layer.{{layer}}.", config.num_layers)
 
   embeddings = f"{trunk}embeddings"
   out: dict[str, WeightSource] = {

@@ -32,7 +32,8 @@ from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import heads as heads_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource, identity, linear_to_einsum, reshape_to
+from socialrm_jax.models.weights import (WeightSource, linear_to_einsum, reshape_to,
+                                         stacked_sources)
 
 IS_CAUSAL = True
 
@@ -579,13 +580,7 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   d, h = config.hidden_size, config.head_dim
   n_rows, k_rows, f = config.num_heads * h, config.num_kv_heads * h, config.intermediate_size
 
-  def per_layer(name: str) -> tuple[str, ...]:
-    return tuple(f"model.layers.{i}.{name}" for i in range(config.num_layers))
-
-  def block(name: str, transform=identity, model_axis: int | None = None,
-            hf_axis: int | None = None, hf_span: tuple[int, int] | None = None,
-            hf_block: int = 1) -> WeightSource:
-    return WeightSource(per_layer(name), transform, model_axis, hf_axis, hf_span, hf_block)
+  block = stacked_sources("model.layers.{layer}.", config.num_layers)
 
   if config.variant == "internlm2":
     out = _internlm2_trunk(config, block)

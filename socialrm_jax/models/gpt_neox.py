@@ -30,7 +30,8 @@ from flax import nnx
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource, identity, linear_to_einsum
+from socialrm_jax.models.weights import (WeightSource, linear_to_einsum,
+                                         stacked_sources)
 
 ARCHITECTURES = {
     "GPTNeoXForSequenceClassification": "score",
@@ -275,10 +276,7 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   d, h = config.hidden_size, config.head_dim
   trunk = BASE_MODEL_PREFIX
 
-  def block(name: str, transform=identity, model_axis: int | None = None,
-            hf_axis: int | None = None) -> WeightSource:
-    names = tuple(f"{trunk}layers.{i}.{name}" for i in range(config.num_layers))
-    return WeightSource(names, transform, model_axis, hf_axis)
+  block = stacked_sources(f"{trunk}layers.{{layer}}.", config.num_layers)
 
   out: dict[str, WeightSource] = {
       "embed/embedding": WeightSource(f"{trunk}embed_in.weight", model_axis=0, hf_axis=0),

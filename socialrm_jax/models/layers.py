@@ -19,8 +19,7 @@ import numpy as np
 from flax import nnx
 
 from socialrm_jax.models import attention
-# soft_cap is not used here: decoder.py caps its final logits with `layers.soft_cap`.
-from socialrm_jax.models.attention import matmul_precision, soft_cap  # noqa: F401
+from socialrm_jax.models.attention import matmul_precision
 
 _normal_init = nnx.initializers.normal(stddev=0.02)
 

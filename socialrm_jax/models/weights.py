@@ -90,6 +90,19 @@ class WeightSource:
     return self.hf_name if self.stacked else (self.hf_name,)
 
 
+def stacked_sources(layer_prefix: str, num_layers: int) -> Callable[..., WeightSource]:
+  """The sources of a family's scanned block: `block = stacked_sources("model.layers.{layer}.",
+  L)`, then `block("mlp.up_proj.weight", transform, model_axis, hf_axis, ...)` is the
+  WeightSource of the L tensors `model.layers.0.mlp.up_proj.weight`, ... (further arguments as
+  WeightSource's)."""
+
+  def block(name: str, *args, **kwargs) -> WeightSource:
+    names = tuple(f"{layer_prefix.format(layer=i)}{name}" for i in range(num_layers))
+    return WeightSource(names, *args, **kwargs)
+
+  return block
+
+
 class TensorSource(Protocol):
   """Named tensors of a checkpoint (float32, float16 or ml_dtypes.bfloat16 numpy arrays)."""
 
