@@ -92,13 +92,26 @@ def random_batch(batch_lengths: list[int], seq_len: int, *, padding_side: str, s
                  vocab_size: int = PAD_TOKEN_ID) -> tuple[np.ndarray, np.ndarray]:
   """int32 ids [B, T] (pad id where padded) and mask [B, T], padded on `padding_side`."""
   rng = np.random.default_rng(seed)
-  ids = np.full((len(batch_lengths), seq_len), PAD_TOKEN_ID, dtype=np.int32)
-  mask = np.zeros((len(batch_lengths), seq_len), dtype=np.int32)
-  for row, length in enumerate(batch_lengths):
-    span = slice(0, length) if padding_side == "right" else slice(seq_len - length, seq_len)
-    ids[row, span] = rng.integers(3, vocab_size, size=length)
-    mask[row, span] = 1
+  return pad_rows([rng.integers(3, vocab_size, size=length) for length in batch_lengths], seq_len,
+                  padding_side)
+
+
+def pad_rows(sequences: list[np.ndarray], seq_len: int, side: str,
+             pad_id: int = PAD_TOKEN_ID) -> tuple[np.ndarray, np.ndarray]:
+  """Sequences padded on `side` to `seq_len`: int32 ids [B, T] (`pad_id` where padded), mask
+  [B, T] (1 = real token)."""
+  ids = np.full((len(sequences), seq_len), pad_id, np.int32)
+  mask = np.zeros((len(sequences), seq_len), np.int32)
+  for row, seq in enumerate(sequences):
+    span = slice(0, len(seq)) if side == "right" else slice(seq_len - len(seq), seq_len)
+    ids[row, span], mask[row, span] = seq, 1
   return ids, mask
+
+
+def hf_alone(model: torch.nn.Module, seq: np.ndarray):
+  """The transformers model's output for one unpadded sequence [T] (a batch of one)."""
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(seq[None], dtype=torch.long))
 
 
 def save_tiny_tokenizer(folder: str | os.PathLike, vocab_size: int = VOCAB_SIZE) -> None:

@@ -25,6 +25,7 @@ import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+import model_fixtures as mf  # noqa: E402
 import scoring_fixtures as fx  # noqa: E402
 from scoring_fixtures import one_torch_thread  # noqa: E402,F401  (autouse: one torch thread)
 from socialrm_jax.base import tables  # noqa: E402
@@ -139,18 +140,6 @@ def _sequences(seed: int) -> list[np.ndarray]:
   return [rng.integers(1, PAD_ID, size=length) for length in LENGTHS]
 
 
-def _pad(sequences, side: str) -> tuple[np.ndarray, np.ndarray]:
-  ids = np.full((len(sequences), SEQ_LEN), PAD_ID, np.int32)
-  mask = np.zeros((len(sequences), SEQ_LEN), np.int32)
-  for row, seq in enumerate(sequences):
-    span = slice(0, len(seq)) if side == "right" else slice(SEQ_LEN - len(seq), SEQ_LEN)
-    ids[row, span], mask[row, span] = seq, 1
-  return ids, mask
-
-
-def _hf_alone(model, seq: np.ndarray):
-  with torch.no_grad():
-    return model(input_ids=torch.tensor(seq[None], dtype=torch.long))
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
@@ -158,9 +147,9 @@ def _hf_alone(model, seq: np.ndarray):
 def test_rewards_match_the_pytorch_class(tiny_models, load, case, padding_side):
   hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=1)
-  ids, mask = _pad(sequences, padding_side)
+  ids, mask = mf.pad_rows(sequences, SEQ_LEN, padding_side, PAD_ID)
   rewards = np.asarray(load(case)(jnp.asarray(ids), jnp.asarray(mask)))
-  expected = np.stack([_hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
+  expected = np.stack([mf.hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
   if expected.shape[-1] == 1:
     expected = expected[:, 0]
   assert rewards.shape == expected.shape
@@ -174,11 +163,11 @@ def test_rewards_match_the_pytorch_class(tiny_models, load, case, padding_side):
 def test_gpt_neox_token_logprobs_match_the_pytorch_class(tiny_models, load, case, padding_side):
   hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=2)
-  ids, mask = _pad(sequences, padding_side)
+  ids, mask = mf.pad_rows(sequences, SEQ_LEN, padding_side, PAD_ID)
   logprobs = np.asarray(load(case).token_logprobs(jnp.asarray(ids), jnp.asarray(mask)))
   expected = np.zeros(ids.shape, np.float32)
   for row, seq in enumerate(sequences):
-    log_softmax = torch.log_softmax(_hf_alone(hf_model, seq).logits[0], dim=-1).numpy()
+    log_softmax = torch.log_softmax(mf.hf_alone(hf_model, seq).logits[0], dim=-1).numpy()
     start = 0 if padding_side == "right" else SEQ_LEN - len(seq)
     expected[row, start + 1:start + len(seq)] = log_softmax[np.arange(len(seq) - 1), seq[1:]]
   np.testing.assert_allclose(logprobs, expected, rtol=0, atol=TOLERANCE)
@@ -296,7 +285,7 @@ def test_native_checkpoint_gives_identical_deberta_rewards(tiny_models, load, tm
   convert_checkpoint.convert(str(tiny_models[case][1]), str(tmp_path / "native"))
   native = load_reward_model(tmp_path / "native")
   assert native.config == load(case).config and native.attention == "xla"
-  ids, mask = _pad(_sequences(seed=5), "left")
+  ids, mask = mf.pad_rows(_sequences(seed=5), SEQ_LEN, "left", PAD_ID)
   np.testing.assert_array_equal(np.asarray(native(ids, mask)), np.asarray(load(case)(ids, mask)))
 
 

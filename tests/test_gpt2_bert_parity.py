@@ -21,6 +21,8 @@ import transformers  # noqa: E402
 from flax import nnx  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
+import model_fixtures as mf  # noqa: E402
+
 from socialrm_jax.models import attention, bert, families, gpt2, masks  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 
@@ -97,20 +99,6 @@ def _sequences(seed: int) -> list[np.ndarray]:
   return [rng.integers(1, PAD_ID, size=length) for length in LENGTHS]
 
 
-def _pad(sequences: list[np.ndarray], side: str) -> tuple[np.ndarray, np.ndarray]:
-  """-> input_ids [B, T] int32 (PAD_ID where padded), attention_mask [B, T] int32."""
-  ids = np.full((len(sequences), SEQ_LEN), PAD_ID, np.int32)
-  mask = np.zeros((len(sequences), SEQ_LEN), np.int32)
-  for row, seq in enumerate(sequences):
-    span = slice(0, len(seq)) if side == "right" else slice(SEQ_LEN - len(seq), SEQ_LEN)
-    ids[row, span] = seq
-    mask[row, span] = 1
-  return ids, mask
-
-
-def _hf_alone(model, seq: np.ndarray):
-  with torch.no_grad():
-    return model(input_ids=torch.tensor(seq[None], dtype=torch.long))
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
@@ -120,12 +108,12 @@ def _hf_alone(model, seq: np.ndarray):
 def test_rewards_match_transformers(tiny_models, load, case, padding_side):
   hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=1)
-  ids, mask = _pad(sequences, padding_side)
+  ids, mask = mf.pad_rows(sequences, SEQ_LEN, padding_side, PAD_ID)
 
   reward_model = load(case)
   rewards = np.asarray(reward_model(jnp.asarray(ids), jnp.asarray(mask)))
 
-  expected = np.stack([_hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
+  expected = np.stack([mf.hf_alone(hf_model, seq).logits[0].numpy() for seq in sequences])
   if CASES[case][1] == 1:
     expected = expected[:, 0]  # a single-score head gives rewards [B]
   assert rewards.shape == expected.shape
@@ -137,13 +125,13 @@ def test_rewards_match_transformers(tiny_models, load, case, padding_side):
 def test_gpt2_token_logprobs_match_transformers(tiny_models, load, case, padding_side):
   hf_model, _ = tiny_models[case]
   sequences = _sequences(seed=2)
-  ids, mask = _pad(sequences, padding_side)
+  ids, mask = mf.pad_rows(sequences, SEQ_LEN, padding_side, PAD_ID)
 
   logprobs = np.asarray(load(case).token_logprobs(jnp.asarray(ids), jnp.asarray(mask)))
 
   expected = np.zeros(ids.shape, np.float32)  # 0 at padding and at each first real token
   for row, seq in enumerate(sequences):
-    log_softmax = torch.log_softmax(_hf_alone(hf_model, seq).logits[0], dim=-1).numpy()  # [L, V]
+    log_softmax = torch.log_softmax(mf.hf_alone(hf_model, seq).logits[0], dim=-1).numpy()  # [L, V]
     per_token = log_softmax[np.arange(len(seq) - 1), seq[1:]]  # log p(seq[t] | seq[:t]), t >= 1
     start = 0 if padding_side == "right" else SEQ_LEN - len(seq)
     expected[row, start + 1:start + len(seq)] = per_token
@@ -155,7 +143,7 @@ def test_bert_encoder_states_and_pooled_output_match_transformers(tiny_models, l
                                                                   padding_side):
   hf_model, _ = tiny_models["BertModel"]
   sequences = _sequences(seed=3)
-  ids, mask = _pad(sequences, padding_side)
+  ids, mask = mf.pad_rows(sequences, SEQ_LEN, padding_side, PAD_ID)
 
   reward_model = load("BertModel")
   hidden = np.asarray(_hidden(
@@ -166,7 +154,7 @@ def test_bert_encoder_states_and_pooled_output_match_transformers(tiny_models, l
       jnp.asarray(hidden[np.arange(len(sequences)), first_real])))  # [B, D]
 
   for row, seq in enumerate(sequences):
-    reference = _hf_alone(hf_model, seq)
+    reference = mf.hf_alone(hf_model, seq)
     real = mask[row].astype(bool)
     np.testing.assert_allclose(hidden[row, real], reference.last_hidden_state[0].numpy(),
                                rtol=0, atol=TOLERANCE)
@@ -305,7 +293,7 @@ def test_saved_buffers_are_told_apart_from_weights(tiny_models, family, buffers)
 def test_native_checkpoint_gives_identical_outputs(tiny_models, load, tmp_path, case):
   """HF folder -> `convert_checkpoint` -> orbax folder: the config and every output survive."""
   from socialrm_jax.main import convert_checkpoint  # defines absl flags; only this test needs it
-  ids, mask = _pad(_sequences(seed=5), "left")
+  ids, mask = mf.pad_rows(_sequences(seed=5), SEQ_LEN, "left", PAD_ID)
   source = load(case)
   convert_checkpoint.convert(str(tiny_models[case][1]), str(tmp_path / "native"))
   native = load_reward_model(tmp_path / "native")
@@ -329,7 +317,7 @@ def test_base_model_checkpoint_without_prefix_loads(tiny_models, load, tmp_path)
   (tmp_path / "bare").mkdir()
   save_file(bare, tmp_path / "bare" / "model.safetensors")
   (tmp_path / "bare" / "config.json").write_text((folder / "config.json").read_text())
-  ids, mask = _pad(_sequences(seed=7), "right")
+  ids, mask = mf.pad_rows(_sequences(seed=7), SEQ_LEN, "right", PAD_ID)
   np.testing.assert_array_equal(
       np.asarray(load_reward_model(tmp_path / "bare").token_logprobs(ids, mask)),
       np.asarray(load("GPT2LMHeadModel").token_logprobs(ids, mask)))
@@ -338,9 +326,9 @@ def test_base_model_checkpoint_without_prefix_loads(tiny_models, load, tmp_path)
 def test_bare_encoder_call_returns_pooled_output(tiny_models, load):
   """`BertModel` has no score head: calling it gives the pooler's output at [CLS], [B, D]."""
   model, _ = tiny_models["BertModel"]
-  ids, mask = _pad(_sequences(seed=8), "right")
+  ids, mask = mf.pad_rows(_sequences(seed=8), SEQ_LEN, "right", PAD_ID)
   got = np.asarray(load("BertModel")(ids, mask))
   assert got.shape == (len(LENGTHS), 32)
   for row, seq in enumerate(_sequences(seed=8)):
-    np.testing.assert_allclose(got[row], _hf_alone(model, seq).pooler_output[0].numpy(),
+    np.testing.assert_allclose(got[row], mf.hf_alone(model, seq).pooler_output[0].numpy(),
                                atol=TOLERANCE)
