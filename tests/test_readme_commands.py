@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -18,7 +19,17 @@ import pytest
 import command_help
 
 REPO = command_help.REPO
-TOP = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+
+def tracked_top_folders() -> set[str]:
+  """The top-level folders git tracks. Not what the checkout holds: `runs/`, where the README's
+  commands write, exists once the demo has run, and its paths are outputs, not the repository's."""
+  listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout
+  return {line.split("/")[0] for line in listed.splitlines() if "/" in line}
+
+
+TOP = tracked_top_folders()
 
 
 def bash_commands(markdown: str) -> list[str]:
