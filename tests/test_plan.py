@@ -7,6 +7,7 @@ else so that it compiles in seconds: v5e:2x2 (4 chips, one host), mesh data:2,mo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -15,12 +16,13 @@ import sys
 import jax.numpy as jnp
 import pytest
 
+import reward_head_fixtures as rh
 import scoring_fixtures as fx
 from socialrm_jax.base import records, tables
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators.tpu_sizing import (compiler, cost, hardware, projection, report,
                                                    shapes)
-from socialrm_jax.scoring import engine, packing
+from socialrm_jax.scoring import engine
 
 pytest.importorskip("libtpu", reason="the TPU compiler comes with libtpu (the test extra)")
 
@@ -167,3 +169,46 @@ def test_an_unknown_model_shape_is_one_line_and_exit_2(tmp_path):
   assert done.returncode == 2
   assert done.stderr.strip().splitlines()[-1].startswith("socialrm-plan: error")
   assert "--model_shape" in done.stderr and not (tmp_path / "plan").exists()
+
+
+@pytest.fixture(scope="module")
+def armorm_folder(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("plan") / "armorm"
+  rh.make_armorm(folder, llama3_ids=False)
+  return folder
+
+
+def test_a_custom_head_is_planned_from_the_checkpoints_tensor_names(armorm_folder):
+  hf_config = tables.read_json_object(armorm_folder / "config.json")
+  options = dataclasses.replace(OPTIONS, mesh="data:4,model:1", max_length=128)
+  setup = compiler.build(hardware.topology("v5e:2x2"), hf_config, str(armorm_folder), options,
+                         weights.SafetensorsSource(armorm_folder))
+  head = setup.config.reward_head
+  assert (head.kind, head.num_outputs) == ("gated", 20)  # the score, then 19 objectives
+  # The head's matrices: regression [D, 19], gating D -> 16 -> 16 -> 16 -> 19 (D = 32).
+  assert setup.counts.head_params == 32 * 19 + 32 * 16 + 16 * 16 + 16 * 16 + 16 * 19
+  (entry,) = [compiler.compile_shape(setup, shape) for shape in compiler.shapes(setup)]
+  assert entry["compiled"] and entry["fits"]
+
+
+def test_plan_command_describes_a_custom_head_from_its_folder(armorm_folder, tmp_path):
+  done = _plan_command("--topology=v5e:2x2", f"--model={armorm_folder}", "--mesh=data:4,model:1",
+                       "--max_length=128", "--tokens_per_batch=512",
+                       f"--output_dir={tmp_path / 'plan'}")
+  assert done.returncode == 0, done.stderr[-2000:]
+  plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+  assert plan["model"]["reward_head"] == {"class": "LlamaForRewardModelWithGating",
+                                          "kind": "gated", "outputs": 20}
+  assert "LlamaForRewardModelWithGating's gated reward head (20 outputs)" in (
+      tmp_path / "plan" / "plan.md").read_text()
+
+
+def test_a_custom_heads_config_alone_is_one_line_asking_for_its_folder(armorm_folder, tmp_path):
+  (tmp_path / "config_only").mkdir()
+  (tmp_path / "config_only" / "config.json").write_bytes((armorm_folder / "config.json").read_bytes())
+  done = _plan_command("--topology=v5e:2x2", f"--model={tmp_path / 'config_only'}",
+                       f"--output_dir={tmp_path / 'plan'}")
+  assert done.returncode == 2
+  (line,) = [l for l in done.stderr.splitlines() if "socialrm-plan: error" in l]
+  assert "config_only" in line and "*.safetensors" in line, line
+  assert not (tmp_path / "plan").exists()

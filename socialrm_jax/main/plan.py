@@ -3,7 +3,8 @@ and says what fits and how long it would take (a roofline estimate).
 
   python -m socialrm_jax.main.plan --topology=v5e:4x4 --model_shape=llama3.1-8b \
       --output_dir=plans/8b-v5e-16 [--chips_per_host=2x2] [--num_slices=1] \
-      [--model=PATH (a config.json, or a folder holding one: weights are never read)] \
+      [--model=PATH (a config.json, or a folder holding one; of its *.safetensors only the
+      tensor names and shapes are read, for a custom reward head)] \
       [--mesh=data:4,model:4] [--max_length=2048] [--tokens_per_batch=16384] \
       [--dtype=bfloat16] [--proxy=none|loglik|implicit|judge] [--attention=auto] \
       [--items=CONVERTED --tokenizer=PATH]
@@ -22,7 +23,7 @@ from absl import flags
 
 from socialrm_jax.base import errors, tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.models import default_model
+from socialrm_jax.models import default_model, heads, weights
 from socialrm_jax.orchestrators.tpu_sizing import compiler, hardware, projection, report, shapes
 from socialrm_jax.scoring import engine
 
@@ -34,8 +35,9 @@ _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice as libtpu names it:
 _CHIPS_PER_HOST = flags.DEFINE_string("chips_per_host", None, "Chips per host, e.g. 2x4 (default: "
                                       "libtpu's for the chip, 2x2 for v5e).")
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices of --topology in the job.")
-_MODEL = flags.DEFINE_string("model", None, "A model's config.json, or its folder (only "
-                             "config.json is read).")
+_MODEL = flags.DEFINE_string("model", None, "A model's config.json, or its folder (config.json, "
+                             "and the tensor names of its *.safetensors where it has a custom "
+                             "reward head; no weight is read).")
 _MODEL_SHAPE = flags.DEFINE_enum("model_shape", None, list(shapes.MODEL_SHAPES),
                                  "A real model's shape as a reward model (one-output score head).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where plan.json and plan.md go.",
@@ -60,20 +62,33 @@ _TOKENIZER = flags.DEFINE_string("tokenizer", None, "With --items: the tokenizer
                                  "a .gguf file or 'smollm2'; default: --model's folder).")
 
 
-def _model_config() -> tuple[str, str, dict]:
-  """(name, source, config.json dict) of --model or --model_shape."""
+def _model_config() -> tuple[str, str, dict, weights.TensorSource | None]:
+  """(name, source, config.json dict, the checkpoint's tensor headers or None) of --model or
+  --model_shape. A custom reward head (ArmoRM, GRM, ...) is described from its tensors' names and
+  shapes (`heads.describe`), so such a model needs its folder with the *.safetensors."""
   if (_MODEL.value is None) == (_MODEL_SHAPE.value is None):
     raise InputError("give exactly one of --model (a config.json or its folder) and "
                      f"--model_shape ({', '.join(shapes.MODEL_SHAPES)})")
   if _MODEL_SHAPE.value is not None:
     return _MODEL_SHAPE.value, f"shape:{_MODEL_SHAPE.value}", shapes.reward_model_config(
-        _MODEL_SHAPE.value)
+        _MODEL_SHAPE.value), None
   path = _MODEL.value
   config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
   errors.check_exists(config_path, "model")
   name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path)
                                            or path))
-  return name, path, tables.read_json_object(config_path)
+  hf_config = tables.read_json_object(config_path)
+  architecture = (hf_config.get("architectures") or [None])[0]
+  tensors = None
+  if architecture is not None and heads.may_carry_custom_head(architecture):
+    folder = os.path.dirname(config_path) or "."
+    if any(n.endswith(".safetensors") for n in os.listdir(folder)):
+      tensors = weights.SafetensorsSource(folder)
+    elif architecture in heads.REWARD_CLASSES:
+      raise InputError(f"{architecture} has a custom reward head, which is described from its "
+                       "checkpoint's tensor names: give --model the folder with its "
+                       "*.safetensors (only their headers are read)", path)
+  return name, path, hf_config, tensors
 
 
 def _tokenizer_path() -> str:
@@ -92,7 +107,7 @@ def main(argv):
     errors.check_exists(_ITEMS.value, "items")
     tokenizer = _tokenizer_path()
     errors.check_exists(tokenizer, "tokenizer")
-  name, source, hf_config = _model_config()
+  name, source, hf_config, tensors = _model_config()
   options = engine.ScoringOptions(
       max_length=_MAX_LENGTH.value, tokens_per_batch=_TOKENS_PER_BATCH.value,
       chunk_size=_CHUNK_SIZE.value, dtype=_DTYPE.value, proxy=_PROXY.value, mesh=_MESH.value,
@@ -100,12 +115,13 @@ def main(argv):
       ref_model="(the model's own shape)" if _PROXY.value == "implicit" else None)
   topology = hardware.topology(_TOPOLOGY.value, _CHIPS_PER_HOST.value, _NUM_SLICES.value)
   start = time.perf_counter()
-  setup = compiler.build(topology, hf_config, source, options)
+  setup = compiler.build(topology, hf_config, source, options, tensors)
   batches = [compiler.compile_shape(setup, shape) for shape in compiler.shapes(setup)]
   fitting = None
   if not all(entry["fits"] for entry in batches):
     fitting = compiler.smallest_fitting_model_axis(topology, hf_config, source, options,
-                                                   larger_than=setup.mesh.shape["model"])
+                                                   larger_than=setup.mesh.shape["model"],
+                                                   tensors=tensors)
   projected = None
   if _ITEMS.value is not None:
     projected = projection.project(setup, _ITEMS.value, tokenizer, options)

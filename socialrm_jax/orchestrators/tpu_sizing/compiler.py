@@ -60,11 +60,12 @@ class Setup:
 
 
 def build(topology: hardware.Topology, hf_config: dict, source: str,
-          options: engine.ScoringOptions) -> Setup:
+          options: engine.ScoringOptions, tensors: weights.TensorSource | None = None) -> Setup:
   """The abstract model, step and batch shapes a run with `options` would use on `topology`'s
-  first data-parallel group (every group compiles the same program)."""
+  first data-parallel group (every group compiles the same program). `tensors`: the checkpoint's
+  tensor headers, which describe a custom reward head (`reward_model.family_and_config`)."""
   options.validate()
-  family, config = reward_model.family_and_config(hf_config, source)
+  family, config = reward_model.family_and_config(hf_config, source, tensors=tensors)
   proxy = proxies.resolve(config.head, options.proxy)
   readout = proxies.ScoreHead.readout if proxy == "none" else proxies.LogLik.readout
   devices = mesh_lib.group_devices(options.mesh, topology.devices, process_index=0)
@@ -169,14 +170,15 @@ def model_axis_choices(topology: hardware.Topology) -> list[int]:
 
 
 def smallest_fitting_model_axis(topology: hardware.Topology, hf_config: dict, source: str,
-                                options: engine.ScoringOptions, larger_than: int) -> dict | None:
+                                options: engine.ScoringOptions, larger_than: int,
+                                tensors: weights.TensorSource | None = None) -> dict | None:
   """The smallest model axis above `larger_than` whose every batch shape fits a chip's HBM:
   {"mesh": ..., "model": m, "hbm_bytes_per_chip": the largest shape's}; None when none does.
   Longest rows are tried first, and a mesh is left at its first shape that does not fit."""
   for model_axis in (m for m in model_axis_choices(topology) if m > larger_than):
     trial = dataclasses.replace(options, mesh=f"data:-1,model:{model_axis}")
     try:
-      setup = build(topology, hf_config, source, trial)
+      setup = build(topology, hf_config, source, trial, tensors)
     except InputError:
       continue
     worst = 0

@@ -32,8 +32,8 @@ from flax import nnx
 
 from socialrm_jax.models import attention, weights
 
-# Parameter path prefixes of the heads (decoder, GPT-2 and BERT families).
-HEAD_PREFIXES = ("score/", "lm_head/", "classifier/")
+# Parameter path prefixes of the heads (decoder, GPT-2 and BERT families; custom reward heads).
+HEAD_PREFIXES = ("score/", "lm_head/", "classifier/", "reward_head/")
 # The one kind of parameter a matmul multiplies activations by.
 MATMUL_SUFFIX = "/kernel"
 

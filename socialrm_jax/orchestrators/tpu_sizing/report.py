@@ -42,6 +42,10 @@ def build_plan(setup: compiler.Setup, model_name: str, source: str, options,
       "estimate": f"estimated_seconds: {ESTIMATE}, max(analytic_flops / chips / peak bf16 "
                   "FLOP/s, bytes moved / HBM bandwidth); no communication, no inefficiency",
   }
+  head = getattr(setup.config, "reward_head", None)
+  if head is not None:  # a custom head (heads.py), read from the checkpoint's tensor names
+    plan["model"]["reward_head"] = {"class": head.architecture, "kind": head.kind,
+                                    "outputs": head.num_outputs}
   if not fits:
     plan["fitting_mesh"] = fitting
   if projected is not None:
@@ -90,7 +94,10 @@ def render_markdown(plan: dict) -> str:
       f"Mesh `{mesh_text}`: one data-parallel group is {plan['group_devices']} chips on "
       f"{plan['group_hosts']} host{'s' if plan['group_hosts'] > 1 else ''}, and the job has "
       f"{plan['groups']} such group{'s' if plan['groups'] > 1 else ''}.",
-      f"Model: {model['architecture']}, {model['parameters']:,} parameters "
+      f"Model: {model['architecture']}"
+      + (f" with {model['reward_head']['class']}'s {model['reward_head']['kind']} reward head "
+         f"({model['reward_head']['outputs']} outputs)" if "reward_head" in model else "")
+      + f", {model['parameters']:,} parameters "
       f"({model['matmul_params']:,} in the trunk's matmuls), {model['dtype']}, attention "
       f"`{model['attention']}`, proxy `{model['proxy']}`.",
       "",
