@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Sequence
 
 import jax
 
@@ -101,7 +100,3 @@ def topology(name: str, chips_per_host: str | None = None, num_slices: int = 1) 
   devices = sorted(described.devices, key=lambda d: (d.process_index, d.id))
   return Topology(name, chip, tuple(devices), num_slices)
 
-
-def describe_devices(devices: Sequence[jax.Device]) -> str:
-  hosts = len({d.process_index for d in devices})
-  return f"{len(devices)} chips on {hosts} host{'s' if hosts > 1 else ''}"
