@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -126,3 +127,17 @@ def save_tiny_tokenizer(folder: str | os.PathLike, vocab_size: int = VOCAB_SIZE)
   tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>",
                                                    unk_token="<unk>")
   tokenizer.save_pretrained(folder)
+
+
+def cached_reward_models(folders: dict) -> Callable[[str], Any]:
+  """case -> its RewardModel via `load_reward_model` from `folders[case][1]` (a tiny_models
+  fixture's (reference, folder)), each loaded once so that its compilations are shared."""
+  # Imported here: importing this module imports no jax (tests set JAX flags before that).
+  from socialrm_jax.models import reward_model  # pylint: disable=import-outside-toplevel
+  loaded = {}
+
+  def load_case(case: str):
+    if case not in loaded:
+      loaded[case] = reward_model.load_reward_model(folders[case][1])
+    return loaded[case]
+  return load_case

@@ -126,13 +126,8 @@ def tiny_models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def load(tiny_models):
-  loaded = {}
-
-  def load_case(case: str):
-    if case not in loaded:
-      loaded[case] = load_reward_model(tiny_models[case][1])
-    return loaded[case]
-  return load_case
+  """case -> its RewardModel, loaded once so compilations are shared."""
+  return mf.cached_reward_models(tiny_models)
 
 
 def _sequences(seed: int) -> list[np.ndarray]:
