@@ -42,8 +42,8 @@ def check_config(config) -> None:
   scan = config.get("vocab_scan")
   if scan is not None and scan.enabled:
     errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
-    if scan.max_tokens < 0:
-      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (0: the whole "
+    if scan.max_tokens is not None and scan.max_tokens < 0:
+      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (unset or 0: the whole "
                               f"vocabulary), got {scan.max_tokens}")
 
 

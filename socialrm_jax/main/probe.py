@@ -17,7 +17,6 @@ import pathlib
 import dataclasses
 import pathlib
 
-from socialrm_jax.analysis import values
 from socialrm_jax.base import errors, settings
 from socialrm_jax.orchestrators import lexicon_answers
 from socialrm_jax.scoring import engine
@@ -28,14 +27,7 @@ class ProbeSettings:
   """socialrm-probe's settings (each a flag of the same name)."""
   model: str = settings.field(None, engine.MODEL_HELP, required=True)
   output_dir: str = settings.field(None, "Where the probe's files go.", required=True)
-  words_per_category: int = settings.field(lexicon_answers.DEFAULT_WORDS_PER_CATEGORY,
-                                           "Words sampled per lexicon category (0 = every word).")
-  seed: int = settings.field(lexicon_answers.SEED, "Seed of the word sample, the bootstrap and "
-                             "the permutations.")
-  n_resamples: int = settings.field(values.bootstrap.N_RESAMPLES,
-                                    "Bootstrap resamples over words and prompts.")
-  n_permutations: int = settings.field(values.N_PERMUTATIONS,
-                                       "Permutations of the contrasts' tests.")
+  probe: lexicon_answers.ProbeOptions = settings.group(lexicon_answers.ProbeOptions)
   scoring: engine.ScoringOptions = settings.group(
       engine.ScoringOptions, tokens_per_batch=lexicon_answers.TOKENS_PER_BATCH)
 
@@ -49,8 +41,7 @@ def main(argv):
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
   lexicon_answers.run(config.model, config.output_dir, config.scoring,
-                      words_per_category=config.words_per_category, seed=config.seed,
-                      n_resamples=config.n_resamples, n_permutations=config.n_permutations)
+                      **dataclasses.asdict(config.probe))
   out = pathlib.Path(config.output_dir)
   print((out / "value_probe.md").read_text(encoding="utf-8"))
   print(f"Probe: {out / 'probe.json'}\nPlot: {out / 'value_probe.png'}")

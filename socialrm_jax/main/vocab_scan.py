@@ -19,7 +19,6 @@ import pathlib
 import dataclasses
 import pathlib
 
-from socialrm_jax.analysis import bootstrap, values
 from socialrm_jax.base import errors, settings
 from socialrm_jax.orchestrators import token_ranking
 from socialrm_jax.scoring import engine
@@ -32,8 +31,6 @@ class VocabScanSettings:
   output_dir: str = settings.field(None, "Where the scan's files go.", required=True)
   prompts: str | None = settings.field(None, "A file of prompts, one per line (default: the two "
                                        "of the FAccT study, vocab_scan.prompts/1).")
-  max_tokens: int | None = settings.field(None, "Only the first N tokens, by id (default: every "
-                                          "token but the special ones).")
   compare_with: list[str] = settings.field(
       default_factory=list, help="Folders of finished scans of other models (any tokenizer: "
       "compared through decoded words where the tokens differ): rank agreement overall and in "
@@ -42,10 +39,7 @@ class VocabScanSettings:
       None, "A family label per scan, this one first, then each --compare_with scan (e.g. "
       "llama,llama,gemma): the lexicon contrasts family against family, permutation test over "
       "models.")
-  seed: int = settings.field(token_ranking.SEED, "Seed of the bootstrap and the permutations.")
-  n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
-  n_permutations: int = settings.field(values.N_PERMUTATIONS,
-                                       "Permutations of the contrasts' tests.")
+  scan: token_ranking.ScanOptions = settings.group(token_ranking.ScanOptions)
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
                                                   chunk_size=token_ranking.CHUNK_SIZE)
 
@@ -56,15 +50,14 @@ _SETTINGS = settings.define_flags(VocabScanSettings)
 def main(argv):
   del argv
   config = _SETTINGS.value
-  token_ranking.check_settings(config.scoring, config.max_tokens)
+  token_ranking.check_settings(config.scoring, config.scan.max_tokens)
   prompts = (token_ranking.read_prompts(config.prompts) if config.prompts is not None
              else token_ranking.DEFAULT_PROMPTS)
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
   token_ranking.run(config.model, config.output_dir, config.scoring, prompts=prompts,
-                    max_tokens=config.max_tokens, seed=config.seed,
-                    n_resamples=config.n_resamples, n_permutations=config.n_permutations,
-                    compare_with=config.compare_with, families=config.families)
+                    compare_with=config.compare_with, families=config.families,
+                    **dataclasses.asdict(config.scan))
   out = pathlib.Path(config.output_dir)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"

@@ -41,7 +41,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from socialrm_jax.base import tables
+from socialrm_jax.base import settings, tables
 from socialrm_jax.analysis import values
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import engine
@@ -203,12 +203,25 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   return result
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbeOptions:
+  """The probe's own settings (beside the scoring ones): socialrm-probe's flags and the audit's
+  `config.probe`, as `run`'s keyword arguments."""
+  words_per_category: int = settings.field(DEFAULT_WORDS_PER_CATEGORY, "Words sampled per "
+                                           "lexicon category (0 = every word).")
+  seed: int = settings.field(SEED, "Seed of the word sample, the bootstrap and the permutations.")
+  n_resamples: int = settings.field(values.bootstrap.N_RESAMPLES,
+                                    "Bootstrap resamples over words and prompts.")
+  n_permutations: int = settings.field(values.N_PERMUTATIONS,
+                                       "Permutations of the contrasts' tests.")
+
+
 def audit_config() -> ml_collections.ConfigDict:
   """`config.probe` of an audit (`pipeline.audit_config`): the probe runs on every model unless
-  `enabled` is off; the rest as the probe command's flags."""
-  return ml_collections.ConfigDict({
-      "enabled": True, "words_per_category": DEFAULT_WORDS_PER_CATEGORY, "seed": SEED,
-      "n_resamples": values.bootstrap.N_RESAMPLES, "n_permutations": values.N_PERMUTATIONS})
+  `enabled` is off; the rest is `ProbeOptions`."""
+  config = settings.config_dict(ProbeOptions)
+  config.enabled = True
+  return config
 
 
 def run_for_audit(config: ml_collections.ConfigDict | None,
@@ -225,10 +238,8 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
     if options.proxy == "judge":
       skipped.append(name)
       continue
-    results[name] = run(path, out / "probe" / name, options,
-                        words_per_category=config.words_per_category, seed=config.seed,
-                        n_resamples=config.n_resamples, n_permutations=config.n_permutations,
-                        name=name)
+    results[name] = run(path, out / "probe" / name, options, name=name,
+                        **dataclasses.asdict(settings.from_config(ProbeOptions, config)))
   figure = values.plot(results, out / "value_probe.png")
   section = (values.report_section(results, figure and pathlib.Path(figure).name)
              or ["## Value probes", ""])
