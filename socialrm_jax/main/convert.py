@@ -2,7 +2,7 @@
 
   python -m socialrm_jax.main.convert --data_dir=DIR --datasets=all --output_dir=OUT [--format=jsonl]
 
-`--datasets` takes the dataset spec `socialrm_jax.datasets` describes; it may be repeated.
+`--datasets` takes the dataset spec `socialrm_jax.registry` describes; it may be repeated.
 `--templates` the template selection `socialrm_jax.base.templates` describes (`--templates=all`: every
 prompt template of every dataset, into the same tables).
 """
@@ -17,7 +17,8 @@ from absl import logging
 
 from socialrm_jax import registry
 from socialrm_jax.base import errors, settings, tables
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import convert
 from socialrm_jax.sources.reading import ON_ERROR
 
 
@@ -53,7 +54,7 @@ def main(argv):
   config = _SETTINGS.value
   errors.check_output_folder(config.output_dir, "output_dir")
   start = time.perf_counter()
-  report = item_tables.convert_to(config.output_dir, config.data_dir, config.datasets,
+  report = convert.convert_to(config.output_dir, config.data_dir, config.datasets,
                                   config.format, on_error=config.on_error,
                                   templates=config.templates,
                                   path_options={"columns": config.columns})
@@ -64,7 +65,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-convert", main)
+  command.run_command("socialrm-convert", main)
 
 
 if __name__ == "__main__":

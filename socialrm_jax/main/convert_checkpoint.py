@@ -16,6 +16,7 @@ import shutil
 import time
 
 from socialrm_jax.base import errors, settings
+from socialrm_jax.main import command
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-convert-checkpoint", main)
+  command.run_command("socialrm-convert-checkpoint", main)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from socialrm_jax.base import errors, settings, tables
+from socialrm_jax.base import settings, tables
+from socialrm_jax.main import command
 from socialrm_jax.sources import identity_swaps
 
 
@@ -36,7 +37,7 @@ def run() -> None:
     summary = {k: report[k] for k in ("items_read", "records", "generated_items", "pairs")}
     print(json.dumps({"output_dir": config.output_dir, **summary}, indent=2))
 
-  errors.run_command("socialrm-counterfactuals", main)
+  command.run_command("socialrm-counterfactuals", main)
 
 
 if __name__ == "__main__":

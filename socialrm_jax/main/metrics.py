@@ -19,6 +19,7 @@ from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate
 from socialrm_jax.analysis.runner import evaluate_all, model_names
 from socialrm_jax.base import errors, settings, tables
+from socialrm_jax.main import command
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-metrics", main)
+  command.run_command("socialrm-metrics", main)
 
 
 if __name__ == "__main__":

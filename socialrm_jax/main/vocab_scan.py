@@ -8,7 +8,7 @@
       (default 8192 here), ...]
 
 Writes OUT/vocab_scores.parquet, OUT/scan.json, OUT/vocab_scan.md, OUT/vocab_scan.png and the
-scores under OUT/scores (a rerun resumes). What is scanned and how: socialrm_jax/orchestrators/token_ranking.py
+scores under OUT/scores (a rerun resumes). What is scanned and how: socialrm_jax/orchestrators/vocab_scan.py
 and socialrm_jax/scoring/vocab_rows.py; the statistics: socialrm_jax/analysis/vocab_stats.py.
 """
 
@@ -20,7 +20,8 @@ import dataclasses
 import pathlib
 
 from socialrm_jax.base import errors, settings
-from socialrm_jax.orchestrators import token_ranking
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import vocab_scan
 from socialrm_jax.scoring import engine
 
 
@@ -39,9 +40,9 @@ class VocabScanSettings:
       None, "A family label per scan, this one first, then each --compare_with scan (e.g. "
       "llama,llama,gemma): the lexicon contrasts family against family, permutation test over "
       "models.")
-  scan: token_ranking.ScanOptions = settings.group(token_ranking.ScanOptions)
+  scan: vocab_scan.ScanOptions = settings.group(vocab_scan.ScanOptions)
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
-                                                  chunk_size=token_ranking.CHUNK_SIZE)
+                                                  chunk_size=vocab_scan.CHUNK_SIZE)
 
 
 _SETTINGS = settings.define_flags(VocabScanSettings)
@@ -50,12 +51,12 @@ _SETTINGS = settings.define_flags(VocabScanSettings)
 def main(argv):
   del argv
   config = _SETTINGS.value
-  token_ranking.check_settings(config.scoring, config.scan.max_tokens)
-  prompts = (token_ranking.read_prompts(config.prompts) if config.prompts is not None
-             else token_ranking.DEFAULT_PROMPTS)
+  vocab_scan.check_settings(config.scoring, config.scan.max_tokens)
+  prompts = (vocab_scan.read_prompts(config.prompts) if config.prompts is not None
+             else vocab_scan.DEFAULT_PROMPTS)
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
-  token_ranking.run(config.model, config.output_dir, config.scoring, prompts=prompts,
+  vocab_scan.run(config.model, config.output_dir, config.scoring, prompts=prompts,
                     compare_with=config.compare_with, families=config.families,
                     **dataclasses.asdict(config.scan))
   out = pathlib.Path(config.output_dir)
@@ -65,7 +66,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-vocab-scan", main)
+  command.run_command("socialrm-vocab-scan", main)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from absl import logging
 from socialrm_jax.analysis import bootstrap, values, vocab_stats
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import lexicon_answers
+from socialrm_jax.orchestrators import probe
 from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
@@ -212,7 +212,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
                                 make=vocab_rows.scorer_factory(pairs))
   rewards = rewards_by_prompt(out / "scores", prompts.ids, vocab.ids)
   _write_parquet(out / "vocab_scores.parquet", scores_table(rewards, prompts, vocab))
-  categories = lexicon_answers.load_lexicons()
+  categories = probe.load_lexicons()
   statistics = vocab_stats.summarise(rewards, vocab.ids, vocab.texts, categories,
                                      n_resamples=n_resamples, n_permutations=n_permutations,
                                      seed=seed)
@@ -293,7 +293,7 @@ class ScanOptions:
 
 
 def audit_config() -> ml_collections.ConfigDict:
-  """`config.vocab_scan` of an audit (`pipeline.audit_config`): off unless `enabled`; the rest is
+  """`config.vocab_scan` of an audit (`audit.audit_config`): off unless `enabled`; the rest is
   `ScanOptions` (`max_tokens` unset or 0: the whole vocabulary)."""
   config = settings.config_dict(ScanOptions)
   config.enabled = False
