@@ -50,7 +50,8 @@ import numpy as np
 from scipy import stats
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import accuracy, bootstrap, confounds, estimates, evaluate, report
+from socialrm_jax.analysis import (accuracy, bootstrap, confounds, estimates, evaluate, hooks,
+                                   report)
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored, item_chunks
 from socialrm_jax.base.errors import InputError
@@ -136,21 +137,21 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
   found: dict[tuple[str, str], dict[str, dict[str, np.ndarray]]] = {}
   for name in a.dataset.distinct():
     index = np.flatnonzero(a.dataset == name)                            # [n]
-    plugin = options.plugin(name)
+    analysis = hooks.for_dataset(name)
 
-    def both(chunk: np.ndarray, plugin=plugin) -> tuple[bootstrap.Columns, bootstrap.Columns]:
+    def both(chunk: np.ndarray, analysis=analysis) -> tuple[bootstrap.Columns, bootstrap.Columns]:
       """Both models' per-item values of items `chunk`, and evaluate's own strata, so the
       intervals' strata (they depend on the items only: A's are B's)."""
       return ({f"{side}/{k}": v for side, scored in sides.items()
-               for k, v in evaluate.dataset_columns(scored, plugin, chunk).items()},
-              evaluate.strata(a, chunk, plugin))
+               for k, v in evaluate.dataset_columns(scored, analysis, chunk).items()},
+              evaluate.strata(a, chunk, analysis))
     joint = bootstrap.stratified_sums_in_chunks(
         map(both, item_chunks(index)), options.n_resamples,
         bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)
       with estimates.keeping_rows() as kept:
-        node, own = evaluate.summaries(scored, plugin, index, sums[side][name], options)
+        node, own = evaluate.summaries(scored, analysis, index, sums[side][name], options)
       found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
                                                       **_rows_of(kept, own)}
   for side in sides:

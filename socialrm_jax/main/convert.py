@@ -2,7 +2,7 @@
 
   python -m socialrm_jax.main.convert --data_dir=DIR --datasets=all --output_dir=OUT [--format=jsonl]
 
-`--datasets` takes the dataset spec `socialrm_jax.datasets` describes; it may be repeated.
+`--datasets` takes the dataset spec `socialrm_jax.datasets.registry` describes; it may be repeated.
 `--templates` the template selection `socialrm_jax.base.templates` describes (`--templates=all`: every
 prompt template of every dataset, into the same tables).
 """
@@ -14,7 +14,7 @@ import time
 
 from absl import flags, logging
 
-from socialrm_jax import registry
+from socialrm_jax.datasets import registry
 from socialrm_jax.base import errors, tables
 from socialrm_jax.orchestrators import item_tables
 from socialrm_jax.sources.reading import ON_ERROR
@@ -23,7 +23,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder with one sub-folder pe
                                 "(needed when a folder dataset is named).")
 _DATASETS = flags.DEFINE_multi_string(
     "datasets", ["all"], f"'all', or a comma-separated list of: {', '.join(registry.folder_names())}; "
-    "and path sources, <plugin>:PATH[:name=...,key=value,...] (preference:my.jsonl). Repeatable.")
+    "and path sources, <adapter>:PATH[:name=...,key=value,...] (preference:my.jsonl). Repeatable.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where items, pairs and the report go.",
                                   required=True)
 _FORMAT = flags.DEFINE_enum("format", "parquet", tables.FORMATS,

@@ -16,7 +16,6 @@ import time
 
 from absl import flags
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate
 from socialrm_jax.analysis.runner import evaluate_all, model_names
 from socialrm_jax.base import errors, tables
@@ -45,7 +44,7 @@ def main(argv):
     errors.check_exists(path, "scores")
   model_names(_SCORES.value, _NAMES.value)  # refuses a --names of another length
   options = evaluate.Options(n_resamples=_N_RESAMPLES.value, seed=_SEED.value,
-                             allow_missing=_ALLOW_MISSING.value, plugins=registry.plugins())
+                             allow_missing=_ALLOW_MISSING.value)
   start = time.perf_counter()
   with tables.staged_folder(_OUTPUT_DIR.value) as stage:
     models = evaluate_all(_ITEMS.value, _SCORES.value, str(stage), _NAMES.value, options)

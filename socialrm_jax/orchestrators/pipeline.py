@@ -19,7 +19,6 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner, swap_effects
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
@@ -148,8 +147,7 @@ def run_audit(config) -> dict[str, Any]:
     score_dirs.append(str(score_dir))
 
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
-                             allow_missing=config.metrics.allow_missing,
-                             plugins=registry.plugins())
+                             allow_missing=config.metrics.allow_missing)
   sections = lexicon_answers.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
   sections += token_ranking.run_for_audit(
