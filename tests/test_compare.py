@@ -13,7 +13,7 @@ from socialrm_jax.base.errors import InputError
 
 
 
-FIELDS = evaluate.Options().item_fields  # what the items' plug-ins read of them
+FIELDS = evaluate.Options().item_fields  # what the items' dataset analyses read of them
 
 
 def options(n_resamples: int) -> evaluate.Options:
@@ -119,7 +119,7 @@ def outcome_rewards(outcomes):
 
 
 def test_items_given_as_rows_need_their_plug_ins_fields():
-  """Rows without the plug-ins' fields would silently lose StereoSet's strata and BBQ's facts."""
+  """Rows without the analyses' fields would silently lose StereoSet's strata and BBQ's facts."""
   with pytest.raises(ValueError, match="Options.item_fields"):
     pairs.join(*length_case())
 

@@ -7,8 +7,8 @@ metrics.json gives a 95% interval at the domain level (`domains.<domain>`) or th
 (`datasets.<dataset>`) and that has a value for both models there: gold-pair accuracy and its
 length-matched variant, control accuracy, and each dataset's own rates and scores (BBQ's
 accuracies and bias scores, stereotype rates, StereoSet's ss / lms / icat, XSTest's rates,
-ETHICS' group accuracy, Moral Stories' accuracies and norm sensitivity, and whatever a plug-in
-adds). Subsets, categories and labels are left out: they would
+ETHICS' group accuracy, Moral Stories' accuracies and norm sensitivity, and whatever a dataset's
+analysis adds). Subsets, categories and labels are left out: they would
 multiply the comparisons, and with them the correction, many times over for values the per-model
 tables already show. A dataset's statistic that is its domain's, resample for resample (the
 domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
@@ -17,7 +17,7 @@ domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the
   models' per-item values are resampled together: one stratified resample of the common items,
   with the strata, generator (seed, dataset) and number of resamples of the single-model
   intervals, and each statistic computed on each model's sums over that same resample by the code
-  that computes metrics.json (the dataset plug-ins' summaries and `accuracy`). Because
+  that computes metrics.json (the datasets' analyses' summaries and `accuracy`). Because
   `bootstrap` draws a resample over the distinct rows of the values it is given, here both
   models' values at once, a model's resampled values are distributed as in its own intervals but
   are not the same draws.

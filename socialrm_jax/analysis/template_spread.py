@@ -10,8 +10,8 @@ values per template and their spread (max - min) are kept in metrics.json under
   {"templates": [primary, ...], "n_items": {template: n},
    "metrics": {metric: {"values": {template: value}, "ci95": {template: [lo, hi]},
                         "spread": max - min (null with fewer than two values),
-                        # only for metrics with a null value (the plug-in's `null_values`, and
-                        # 1/2 for accuracy):
+                        # only for metrics with a null value (the dataset
+                        # analysis's `null_values`, and 1/2 for accuracy):
                         "null_value": v, "finding": {template: "above" | "below" | null},
                         "holds_under_every_template": bool}},
    "fragile_findings": [metric, ...]}
