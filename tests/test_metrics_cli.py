@@ -160,8 +160,8 @@ def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
 
 def test_items_are_kept_as_columns_without_texts(converted):
   """The metrics keep no row: one array per column, a repeated string a one-byte code into its
-  column's few distinct values, the dataset analysis's fields (BBQ's facts) computed as the table is
-  read."""
+  column's few distinct values, the dataset analysis's fields (BBQ's facts) computed as the table
+  is read."""
   folder, items = converted
   table = pairs_module.read_items(folder, evaluate.Options().item_fields)
   assert list(table.item_id) == [it["item_id"] for it in items]
