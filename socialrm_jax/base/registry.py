@@ -21,7 +21,7 @@ from typing import Any
 
 from socialrm_jax.base.errors import InputError
 
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MODULE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")  # not `__init__` or a private module
 _UNSET = object()
 
 
