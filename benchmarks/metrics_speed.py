@@ -14,7 +14,6 @@ import numpy as np
 from absl import app, flags
 
 from socialrm_jax.analysis import evaluate, pairs
-from socialrm_jax import registry
 from socialrm_jax.analysis.reward_tables import Scores
 
 _ITEMS = flags.DEFINE_integer("items", 500_000, "Synthetic items (two gold pairs each).")
@@ -53,7 +52,7 @@ def main(argv):
   del argv
   items, pair_rows, scores = synthetic(_ITEMS.value, _SEED.value)
   start = time.perf_counter()
-  options = evaluate.Options(plugins=registry.plugins())
+  options = evaluate.Options()
   scored = pairs.join(items, pair_rows, scores, fields=options.item_fields)
   joined = time.perf_counter()
   metrics = evaluate.metrics_from_scored(scored, options)

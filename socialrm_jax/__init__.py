@@ -1,9 +1,11 @@
 """socialrm_jax: audit reward models for socially undesirable preferences, in JAX/Flax.
 
-The package reads as its pipeline: datasets -> items and pairs (`orchestrators/convert`),
-`models` (Flax reward models from real checkpoints), `scoring` (one jit-compiled, mesh-sharded
-scorer), `analysis` (metrics and report), and the audit (`orchestrators/audit`: all of it from
-one config). The commands are `main/`: `socialrm-score` is `python -m socialrm_jax.main.score`.
+The package reads as its pipeline: `datasets` (one adapter per dataset reads its source into
+items and pairs; `orchestrators/convert` writes them), `models` (Flax reward models from real
+checkpoints), `scoring` (one jit-compiled, mesh-sharded scorer), `analysis` (metrics and report,
+with each dataset's own in `analysis/datasets/`, found by the dataset's name), and the audit
+(`orchestrators/audit`: all of it from one config). The commands are `main/`:
+`socialrm-score` is `python -m socialrm_jax.main.score`.
 
 The house is one-way, and its folders show it: each layer is one folder of this package, and this
 file, the package's face, is the only module outside them. A module imports (at module level,
@@ -14,13 +16,12 @@ a module's layer from its folder and the order from this list; a module in no la
 it. docs/architecture.md says why each layer sits where it does.
 
 Layers, bottom first, one folder each:
-  base           errors, records, settings, tables, templates: the vocabulary, formats, settings
+  base           errors, records, settings, tables, templates, registry: the vocabulary, formats
   sources        reading and hf_reading (original files row by row), lexicons, identity_swaps
+  datasets       one input adapter per dataset, its templates; which exist; dataset specs
   models         Flax model code, weights, tokenizers, default_model
   scoring        the compiled step, packing, the streaming run
-  analysis       metrics, intervals, report and plots
-  datasets       the plug-in interface and one plug-in per dataset
-  registry       which plug-ins exist; dataset specs
+  analysis       metrics, intervals, report and plots; each dataset's analysis (datasets/)
   orchestrators  convert, audit, probe, vocab_scan, plan/: each named after its command
   main           the absl mains, one per console script, and command (how each runs)
 """

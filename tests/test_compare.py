@@ -7,19 +7,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import accuracy, compare, confounds, estimates, evaluate, pairs, report
 from socialrm_jax.analysis.reward_tables import Scores
 from socialrm_jax.base.errors import InputError
 
-PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 
-FIELDS = evaluate.Options(plugins=PLUGINS).item_fields  # what the items' plug-ins read of them
+FIELDS = evaluate.Options().item_fields  # what the items' dataset analyses read of them
 
 
 def options(n_resamples: int) -> evaluate.Options:
-  return evaluate.Options(n_resamples=n_resamples, plugins=PLUGINS)
+  return evaluate.Options(n_resamples=n_resamples)
 
 
 def gold_items(candidates_per_item, dataset="ethics", domain="morality", subset="deontology"):
@@ -98,7 +96,7 @@ def test_length_matched_accuracy_is_null_with_a_reason_when_no_pair_is_matched()
 
 def test_report_shows_the_length_matched_accuracy_beside_the_accuracy():
   metrics = evaluate.compute_metrics(*length_case(), options(200))
-  text = report.render({"rm": metrics}, PLUGINS)
+  text = report.render({"rm": metrics})
   node = metrics["domains"]["morality"]
   matched = (f"{node['accuracy_length_matched']:.3f} [{node['accuracy_length_matched_ci95'][0]:.3f}"
              f", {node['accuracy_length_matched_ci95'][1]:.3f}] (n=3)")
@@ -121,7 +119,7 @@ def outcome_rewards(outcomes):
 
 
 def test_items_given_as_rows_need_their_plug_ins_fields():
-  """Rows without the plug-ins' fields would silently lose StereoSet's strata and BBQ's facts."""
+  """Rows without the analyses' fields would silently lose StereoSet's strata and BBQ's facts."""
   with pytest.raises(ValueError, match="Options.item_fields"):
     pairs.join(*length_case())
 
@@ -282,5 +280,5 @@ def test_only_the_primary_templates_items_are_compared_as_in_metrics_json():
   assert (pair["n_items_a"], pair["n_items_b"], pair["n_common_items"]) == (6, 6, 6)
   row = pair["comparisons"][0]
   assert (row["metric"], row["value_a"], row["value_b"], row["a_better"]) == ("accuracy", 1, 0, 6)
-  metrics = evaluate.metrics_from_scored(scored["a"], evaluate.Options(plugins=PLUGINS))
+  metrics = evaluate.metrics_from_scored(scored["a"], evaluate.Options())
   assert metrics["domains"]["morality"]["accuracy"] == 1.0

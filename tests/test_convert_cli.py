@@ -104,3 +104,27 @@ def test_a_new_format_replaces_the_old_tables(tmp_path):
                     f"--format={fmt}")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == expected
+
+
+def imported_modules(importtime_log: str) -> set[str]:
+  """The modules a `python -X importtime` run imported, from its stderr lines
+  `import time: self | cumulative | <indent>module`."""
+  return {line.rsplit("|", 1)[1].strip() for line in importtime_log.splitlines()
+          if line.startswith("import time:") and line.count("|") == 2} - {"imported package"}
+
+
+def test_converting_bbq_imports_no_matplotlib_and_no_analysis(tmp_path):
+  """Input sits below scoring and analysis: reading BBQ draws nothing and selects no backend."""
+  proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "socialrm_jax.main.convert",
+                         f"--data_dir={BUNDLED}", "--datasets=bbq",
+                         f"--output_dir={tmp_path / 'out'}", "--format=jsonl"],
+                        capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert json.loads(proc.stdout)["items"] > 0
+  modules = imported_modules(proc.stderr)
+  # The log was read. (It names what `import` statements load, not what `importlib.import_module`
+  # does, as the registry's lookup by name; what those modules import is named again.)
+  assert {"socialrm_jax.datasets.registry", "socialrm_jax.sources.reading"} <= modules
+  assert not {m for m in modules if m.split(".")[0] == "matplotlib"}
+  assert not {m for m in modules if m.startswith(("socialrm_jax.analysis", "socialrm_jax.scoring",
+                                                  "socialrm_jax.models"))}

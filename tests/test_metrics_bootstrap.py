@@ -3,11 +3,9 @@
 import numpy as np
 import pytest
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import accuracy, bootstrap, evaluate, pairs
 from socialrm_jax.analysis.reward_tables import Scores
 
-PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 
 def make_items(rewards_per_item, subsets=None):
@@ -36,7 +34,7 @@ def test_same_seed_same_intervals_other_seed_other_intervals():
   items, pair_rows, scores = make_items(rng.normal(size=(60, 3)).round(1),
                                         subsets=["deontology", "justice"] * 30)
   first, again, other = (
-      evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(seed=s, plugins=PLUGINS))
+      evaluate.compute_metrics(items, pair_rows, scores, evaluate.Options(seed=s))
       for s in (7, 7, 8))
   assert first == again
   assert first["datasets"]["ethics"]["ci95"] != other["datasets"]["ethics"]["ci95"]
@@ -101,7 +99,7 @@ def test_metrics_do_not_depend_on_the_chunk_size(monkeypatch):
   rng = np.random.default_rng(2)
   items, pair_rows, scores = make_items(rng.normal(size=(90, 3)).round(1),
                                         subsets=["deontology", "justice", "virtue"] * 30)
-  options = evaluate.Options(plugins=PLUGINS)
+  options = evaluate.Options()
   whole = evaluate.compute_metrics(items, pair_rows, scores, options)
   monkeypatch.setattr(pairs, "CHUNK", 7)
   assert evaluate.compute_metrics(items, pair_rows, scores, options) == whole
@@ -112,7 +110,7 @@ def test_metrics_do_not_depend_on_the_pairs_tables_order():
   rng = np.random.default_rng(3)
   items, pair_rows, scores = make_items(rng.normal(size=(40, 4)).round(1),
                                         subsets=["deontology", "justice"] * 20)
-  options = evaluate.Options(plugins=PLUGINS)
+  options = evaluate.Options()
   shuffled = [pair_rows[i] for i in rng.permutation(len(pair_rows))]
   assert evaluate.compute_metrics(items, shuffled, scores, options) == evaluate.compute_metrics(
       items, pair_rows, scores, options)

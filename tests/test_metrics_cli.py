@@ -8,14 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, pairs as pairs_module, runner
 from socialrm_jax.analysis import reward_tables as scores_module
 from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 
-PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -120,8 +118,7 @@ def test_missing_scores_are_an_error_with_counts_per_dataset(tmp_path, converted
   assert "--allow_missing" in result.stderr
 
   models = runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
-                                evaluate.Options(allow_missing=True, n_resamples=200,
-                                                 plugins=PLUGINS))
+                                evaluate.Options(allow_missing=True, n_resamples=200))
   coverage = models["s"]["coverage"]
   assert not coverage["complete"]
   assert coverage["scored_items"] == 58
@@ -158,15 +155,15 @@ def test_scores_of_another_conversion_are_rejected(tmp_path, converted):
   tables.write_rows(tmp_path / "s" / "scores.jsonl", rows)
   with pytest.raises(InputError, match="1 score rows name items that are not in the items table"):
     runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
-                         evaluate.Options(n_resamples=10, plugins=PLUGINS))
+                         evaluate.Options(n_resamples=10))
 
 
 def test_items_are_kept_as_columns_without_texts(converted):
   """The metrics keep no row: one array per column, a repeated string a one-byte code into its
-  column's few distinct values, the plug-in's fields (BBQ's facts) computed as the table is
-  read."""
+  column's few distinct values, the dataset analysis's fields (BBQ's facts) computed as the table
+  is read."""
   folder, items = converted
-  table = pairs_module.read_items(folder, evaluate.Options(plugins=PLUGINS).item_fields)
+  table = pairs_module.read_items(folder, evaluate.Options().item_fields)
   assert list(table.item_id) == [it["item_id"] for it in items]
   assert table.roles.shape == (60, 3) and list(table.roles[40]) == ["moral", "immoral", ""]
   assert list(table.candidate_length[0]) == [7, 11, 7] and list(table.n_candidates[-2:]) == [2, 2]
@@ -198,7 +195,7 @@ def test_a_pair_of_an_unknown_item_is_named_with_its_file_and_row(tmp_path, conv
   tables.write_rows(tmp_path / "s" / "scores.jsonl", score_rows(items, lambda i, k: 0.0))
   with pytest.raises(InputError, match=r"pairs.parquet.*row 6.*names item 'bbq/Age/999'"):
     runner.evaluate_all(str(folder), [str(tmp_path / "s")], str(tmp_path / "out"), [],
-                        evaluate.Options(n_resamples=10, plugins=PLUGINS))
+                        evaluate.Options(n_resamples=10))
 
 
 def test_display_names_from_flag_run_json_or_stem(tmp_path):
@@ -226,7 +223,7 @@ def test_scores_are_read_a_row_group_at_a_time_with_rows_numbered_in_their_file(
   _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
   parts = list(scores_module.score_parts(tmp_path / "s"))
   assert [p.first_row for p in parts] == list(range(1, len(rows) + 1, 7))
-  table = pairs_module.read_items(folder, evaluate.Options(plugins=PLUGINS).item_fields)
+  table = pairs_module.read_items(folder, evaluate.Options().item_fields)
   pair_table = pairs_module.read_pairs(folder, table)
   by_parts = pairs_module.join(table, pair_table, iter(parts))
   whole = pairs_module.join(table, pair_table, scores_module.read_scores(tmp_path / "s"))

@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 
 from socialrm_jax.base import tables
-from socialrm_jax import registry
 from socialrm_jax.analysis import calibration, evaluate, evidence, runner
 
-PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,
 # attributes, pairs [(chosen, rejected, source)], rewards).
@@ -130,7 +128,7 @@ def report_dir(tmp_path_factory):
   (root / "scores").mkdir()
   write_tables(root / "converted", root / "scores")
   runner.evaluate_all(str(root / "converted"), [str(root / "scores")], str(root / "report"),
-                       ["hand"], evaluate.Options(min_group_items=2, plugins=PLUGINS))
+                       ["hand"], evaluate.Options(min_group_items=2))
   return root / "report"
 
 
@@ -341,7 +339,7 @@ def test_group_accuracy_counts_an_item_with_ties_and_no_loss_as_one_half():
   from test_metrics_bootstrap import make_items
   items, pair_rows, scores = make_items([[2.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0],
                                          [1.0, 2.0, 1.0]])
-  options = evaluate.Options(n_resamples=10, plugins=PLUGINS)
+  options = evaluate.Options(n_resamples=10)
   metrics = evaluate.compute_metrics(items, pair_rows, scores, options)
   close(metrics["datasets"]["ethics"]["subsets"]["deontology"]["group_accuracy"],
         (1 + 0.5 + 0.5 + 0) / 4)

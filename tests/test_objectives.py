@@ -9,13 +9,11 @@ import numpy as np
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax import registry
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
 
-PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 TOLERANCE = 1e-4
 NUM_OBJECTIVES = 3
@@ -86,7 +84,7 @@ def test_metrics_break_accuracy_down_per_objective(three_output_rm, tmp_path):
                                 objective=2)
   engine.score_items(load_reward_model(folder), items, tmp_path / "scores", options=options)
   models = runner.evaluate_all(str(converted), [str(tmp_path / "scores")], str(tmp_path / "report"),
-                               ["rm3"], evaluate.Options(n_resamples=50, plugins=PLUGINS))
+                               ["rm3"], evaluate.Options(n_resamples=50))
   per_objective = models["rm3"]["objectives"]
   assert sorted(per_objective) == ["0", "1", "2"]
   # Each objective's accuracy, by hand from the vectors: gold pairs won by output j (ties 1/2).

@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 import preference_fixtures as pf
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.base import tables
 from socialrm_jax.orchestrators import audit as audit_lib
@@ -164,7 +163,7 @@ def audit(tmp_path_factory) -> tuple[pathlib.Path, dict[str, dict]]:
       paths.append(str(root / "scores" / name))
     folder = root / "report"
     runner.evaluate_all(str(root / "converted"), paths, str(folder), list(MODELS),
-                        evaluate.Options(n_resamples=N_RESAMPLES, plugins=registry.plugins()))
+                        evaluate.Options(n_resamples=N_RESAMPLES))
   names = json.loads((folder / "comparisons.json").read_text())["models"]
   return folder, {name: json.loads((folder / name / "metrics.json").read_text())
                   for name in names}

@@ -22,7 +22,6 @@ import pytest
 
 import preference_fixtures as pf
 import scoring_fixtures as fx
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, reward_tables
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
@@ -134,7 +133,7 @@ def metrics_of(items, pairs, rewards: dict[str, list[float]], folder: pathlib.Pa
   tables.write_rows(folder / "scores.jsonl", [
       {"item_id": i, "candidate": k, "reward": r}
       for i, values in rewards.items() for k, r in enumerate(values)])
-  options = evaluate.Options(n_resamples=N_RESAMPLES, plugins=registry.plugins())
+  options = evaluate.Options(n_resamples=N_RESAMPLES)
   return evaluate.compute_metrics(items, pairs, reward_tables.read_scores(folder), options)[
       "datasets"]["rb2"]
 
@@ -225,8 +224,7 @@ def test_models_are_compared_on_the_rewardbench2_score(converted, tmp_path):
     paths.append(str(tmp_path / f"m{seed}"))
   from socialrm_jax.analysis import runner
   models = runner.evaluate_all(str(folder), paths, str(tmp_path / "report"), ["a", "b"],
-                               evaluate.Options(n_resamples=N_RESAMPLES,
-                                                plugins=registry.plugins()))
+                               evaluate.Options(n_resamples=N_RESAMPLES))
   comparisons = json.loads((tmp_path / "report" / "comparisons.json").read_text())
   rows = {r["metric"]: r for r in comparisons["pairs"][0]["comparisons"] if r["key"] == "rb2"}
   row = rows["rewardbench2_score"]

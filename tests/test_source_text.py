@@ -2,7 +2,7 @@
 
 import json
 
-from socialrm_jax import registry
+from socialrm_jax.datasets import registry
 from socialrm_jax.orchestrators import convert
 
 

@@ -15,28 +15,27 @@ import sys
 import numpy as np
 import pytest
 
-from socialrm_jax import registry
-from socialrm_jax.analysis import evaluate, runner, template_spread
+from socialrm_jax.datasets import registry
+from socialrm_jax.analysis import evaluate, hooks, runner, template_spread
 from socialrm_jax.analysis.reward_tables import Scores
 from socialrm_jax.base import records, tables, templates
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets.hh_rlhf import parse_transcript, SPEAKERS
 from socialrm_jax.orchestrators import convert, audit
 
-PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
 BUNDLED = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax" / "bundled"
-OPTIONS = evaluate.Options(n_resamples=100, plugins=PLUGINS)
+OPTIONS = evaluate.Options(n_resamples=100)
 
 
-def test_every_plugin_has_a_default_and_a_documented_paraphrase():
-  for name, plugin in registry.plugins().items():
-    names = [t.name for t in plugin.templates]
+def test_every_adapter_has_a_default_and_a_documented_paraphrase():
+  for name, adapter in registry.adapters().items():
+    names = [t.name for t in adapter.templates]
     assert len(names) >= 2 and names[0] == templates.default_template(name), name
     assert len(set(names)) == len(names) and all(n.startswith(f"{name}.") for n in names)
-    default = plugin.templates[0]
-    source = inspect.getsource(sys.modules[plugin.convert.__module__]).splitlines()
-    for template in plugin.templates[1:]:
+    default = adapter.templates[0]
+    source = inspect.getsource(sys.modules[adapter.convert.__module__]).splitlines()
+    for template in adapter.templates[1:]:
       # The adapter picks variants by the default's names: a paraphrase must have each of them.
       assert set(template.variants) == set(default.variants), template.name
       line = next(i for i, text in enumerate(source) if f'"{template.name}"' in text)
@@ -102,9 +101,9 @@ def test_each_template_renders_a_source_row_and_round_trips(tmp_path, dataset, e
   report = convert.convert_to(tmp_path, BUNDLED, dataset, "parquet",
                                   templates=f"{dataset}={templates.ALL}")
   rows = {row["item_id"]: row for row in tables.read_rows(tmp_path, "items")}
-  plugin = registry.get(dataset)
-  assert list(report["datasets"][dataset]["templates"]) == [t.name for t in plugin.templates]
-  for template in plugin.templates:
+  adapter = registry.get(dataset)
+  assert list(report["datasets"][dataset]["templates"]) == [t.name for t in adapter.templates]
+  for template in adapter.templates:
     for default_id, variant, fields, earlier in expected_prompts[dataset]:
       item_id = (default_id if templates.is_default(template.name)
                  else records.templated_item_id(default_id, template.name))
@@ -113,8 +112,8 @@ def test_each_template_renders_a_source_row_and_round_trips(tmp_path, dataset, e
       assert row["prompt"] == earlier + records.user_prompt(template.render(variant, **fields))
       assert row["candidates"] == rows[default_id]["candidates"]
   for default_id, variant, fields, _ in expected_prompts[dataset]:  # each its own wording
-    texts = {template.render(variant, **fields) for template in plugin.templates}
-    assert len(texts) == len(plugin.templates), default_id
+    texts = {template.render(variant, **fields) for template in adapter.templates}
+    assert len(texts) == len(adapter.templates), default_id
 
 
 def test_a_path_source_frames_only_its_final_user_turn(tmp_path):
@@ -172,7 +171,7 @@ def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_tab
     ({"bbq": "bbq.instructed"}, {"bbq": ["bbq.instructed"], "xstest": ["xstest.default"]}),
 ])
 def test_template_selection(spec, expected):
-  selection = templates.parse_selection(spec, registry.plugins())
+  selection = templates.parse_selection(spec, registry.adapters())
   assert {name: templates.chosen(name, registry.get(name).templates, selection)
           for name in expected} == expected
 
@@ -188,7 +187,7 @@ def test_template_selection(spec, expected):
 def test_bad_template_selections_are_refused(spec, message):
   with pytest.raises(InputError, match=re.escape(f"{templates.FLAG}: {message}")):
     templates.chosen("bbq", registry.get("bbq").templates,
-                     templates.parse_selection(spec, registry.plugins()))
+                     templates.parse_selection(spec, registry.adapters()))
 
 
 def test_the_command_names_a_bad_template_and_writes_nothing(tmp_path):
@@ -300,7 +299,7 @@ def test_a_bias_score_finding_is_read_against_zero():
   spread = template_spread.metric_spread(nodes, "bias_score_ambiguous", 0.0)
   assert spread["finding"] == {"a": "above", "b": "below"}
   assert spread["spread"] == pytest.approx(0.45) and not spread["holds_under_every_template"]
-  assert registry.get("bbq").null_values["bias_score_ambiguous"] == 0.0
+  assert hooks.for_dataset("bbq").null_values["bias_score_ambiguous"] == 0.0
 
 
 def test_the_metrics_command_reports_the_spread(tmp_path):

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 from absl import app, flags
 
-from socialrm_jax import registry
+from socialrm_jax.datasets import registry
 from socialrm_jax.datasets import ethics
 
 _SOURCE_DIR = flags.DEFINE_string("source_dir", None, "The full dataset folders.", required=True)

@@ -2,9 +2,10 @@
 
 Reads as its pipeline: `reward_tables` (read a scores set) -> `pairs` (join to items and pairs,
 ties, selections) -> `accuracy`, `distribution`, `calibration`, `confounds` (every dataset) and the
-modules dataset plug-ins take their metrics from (`bias`, `stereotypes`, `safety`, `ethics`,
-`moral_stories`), over the intervals of `bootstrap` -> `evaluate` (the metrics.json tree) ->
-`report` and `plots`; `objectives` (each output of a multi-objective head alone) and `values`
-(the value probe's statistics, section and plot) add report sections. Nothing is imported here: the dataset plug-ins import the metric modules
-they need, and a converter that imports them should not pay for JAX (`calibration`).
+modules each dataset's analysis (`datasets/<name>.py`, found by the dataset's name through
+`hooks.for_dataset`) takes its metrics from (`bias`, `stereotypes`, `safety`, `ethics`,
+`moral_stories`, `best_of_n`), over the intervals of `bootstrap` -> `evaluate` (the metrics.json
+tree) -> `report` and `plots`; `objectives` (each output of a multi-objective head alone) and
+`values` (the value probe's statistics, section and plot) add report sections. Nothing is
+imported here: each module imports the ones it needs.
 """

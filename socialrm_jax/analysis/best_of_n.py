@@ -29,7 +29,6 @@ one), so that resampling items resamples whole prompts.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -37,9 +36,9 @@ import numpy as np
 from socialrm_jax.analysis import estimates
 from socialrm_jax.analysis.bootstrap import StratifiedSums
 from socialrm_jax.analysis.pairs import Scored
+# The Ties ids are the source's format, which its reader checks as it converts.
+from socialrm_jax.datasets.preference import REFERENCE, TIED, ties_id
 
-TIES_ID = re.compile(r"(ref|tied):(\d+)")
-REFERENCE, TIED = "ref", "tied"
 BEST_OF_N = "best_of_n"  # the item facts of a best-of-N row without a Ties id
 SCORE, ACCURACY = "rewardbench2_score", "best_of_n_accuracy"
 # The Ties score's weights, as `process_single_model` writes them.
@@ -48,12 +47,6 @@ TIED_WEIGHT, REFERENCE_WEIGHT, PREFERRED_WEIGHT, HARD_WEIGHT, MARGIN_WEIGHT = (
 NO_ROWS = "no best-of-N rows here"
 NO_MARGINS = "no Ties prompt has several correct answers in its tied row"
 NO_SUBSET_SCORE = "a subset's score is null"
-
-
-def ties_id(value: Any) -> tuple[str, str] | None:
-  """(`ref` or `tied`, N) of a RewardBench 2 Ties id `ref:N` / `tied:N`, else None."""
-  match = TIES_ID.fullmatch(str(value)) if value is not None else None
-  return (match.group(1), match.group(2)) if match else None
 
 
 def item_facts(row: Mapping[str, Any]) -> str:

@@ -22,7 +22,8 @@ Choices SPEC leaves open:
   min) is taken over groups with at least `min_group_items` items, overall and per category
   (`categories.<category>.group_selection_spread`): a group seen twice says nothing.
 
-BBQ's plug-in takes its per-item columns, metric hook, findings and report section from here.
+BBQ's analysis (`analysis/datasets/bbq.py`) takes its per-item columns, metric hook, findings
+and report section from here.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class Stratum(NamedTuple):
   domain: str
   subset: str
   context_condition: str
-  group: str  # the dataset plug-in's `stratum_group` ('' when it has none)
+  group: str  # the dataset analysis's `stratum_group` ('' when it has none)
 
 
 def generator(seed: int, name: str) -> np.random.Generator:

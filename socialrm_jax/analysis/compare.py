@@ -7,8 +7,8 @@ metrics.json gives a 95% interval at the domain level (`domains.<domain>`) or th
 (`datasets.<dataset>`) and that has a value for both models there: gold-pair accuracy and its
 length-matched variant, control accuracy, and each dataset's own rates and scores (BBQ's
 accuracies and bias scores, stereotype rates, StereoSet's ss / lms / icat, XSTest's rates,
-ETHICS' group accuracy, Moral Stories' accuracies and norm sensitivity, and whatever a plug-in
-adds). Subsets, categories and labels are left out: they would
+ETHICS' group accuracy, Moral Stories' accuracies and norm sensitivity, and whatever a dataset's
+analysis adds). Subsets, categories and labels are left out: they would
 multiply the comparisons, and with them the correction, many times over for values the per-model
 tables already show. A dataset's statistic that is its domain's, resample for resample (the
 domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
@@ -17,7 +17,7 @@ domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the
   models' per-item values are resampled together: one stratified resample of the common items,
   with the strata, generator (seed, dataset) and number of resamples of the single-model
   intervals, and each statistic computed on each model's sums over that same resample by the code
-  that computes metrics.json (the dataset plug-ins' summaries and `accuracy`). Because
+  that computes metrics.json (the datasets' analyses' summaries and `accuracy`). Because
   `bootstrap` draws a resample over the distinct rows of the values it is given, here both
   models' values at once, a model's resampled values are distributed as in its own intervals but
   are not the same draws.
@@ -50,7 +50,8 @@ import numpy as np
 from scipy import stats
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import accuracy, bootstrap, confounds, estimates, evaluate, report
+from socialrm_jax.analysis import (accuracy, bootstrap, confounds, estimates, evaluate, hooks,
+                                   report)
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored, item_chunks
 from socialrm_jax.base.errors import InputError
@@ -136,21 +137,21 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
   found: dict[tuple[str, str], dict[str, dict[str, np.ndarray]]] = {}
   for name in a.dataset.distinct():
     index = np.flatnonzero(a.dataset == name)                            # [n]
-    plugin = options.plugin(name)
+    analysis = hooks.for_dataset(name)
 
-    def both(chunk: np.ndarray, plugin=plugin) -> tuple[bootstrap.Columns, bootstrap.Columns]:
+    def both(chunk: np.ndarray, analysis=analysis) -> tuple[bootstrap.Columns, bootstrap.Columns]:
       """Both models' per-item values of items `chunk`, and evaluate's own strata, so the
       intervals' strata (they depend on the items only: A's are B's)."""
       return ({f"{side}/{k}": v for side, scored in sides.items()
-               for k, v in evaluate.dataset_columns(scored, plugin, chunk).items()},
-              evaluate.strata(a, chunk, plugin))
+               for k, v in evaluate.dataset_columns(scored, analysis, chunk).items()},
+              evaluate.strata(a, chunk, analysis))
     joint = bootstrap.stratified_sums_in_chunks(
         map(both, item_chunks(index)), options.n_resamples,
         bootstrap.generator(options.seed, name))
     for side, scored in sides.items():
       sums[side][name] = _side(joint, side)
       with estimates.keeping_rows() as kept:
-        node, own = evaluate.summaries(scored, plugin, index, sums[side][name], options)
+        node, own = evaluate.summaries(scored, analysis, index, sums[side][name], options)
       found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
                                                       **_rows_of(kept, own)}
   for side in sides:

@@ -65,7 +65,7 @@ def put(node: dict[str, Any], name: str, rows: np.ndarray, reason: str,
 def keeping_rows() -> Iterator[list[tuple[dict, str, np.ndarray]]]:
   """Within it, every `put` also keeps (node, name, rows): each statistic's value on the data and
   on every resample, before they become a value and an interval. Every metric with an interval,
-  ours and each plug-in's, passes through `put`, so a paired comparison of two models
+  ours and each dataset analysis's, passes through `put`, so a paired comparison of two models
   (`compare`) reuses every summary as it is."""
   kept: list[tuple[dict, str, np.ndarray]] = []
   token = _kept.set(kept)

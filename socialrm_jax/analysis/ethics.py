@@ -4,7 +4,8 @@ Item fields relied on: `subset` = the task (commonsense, deontology, justice, vi
 utilitarianism) and the gold pairs of each item (every (+1, -1) combination of a scenario group).
 `group_accuracy` is the share of items all of whose gold pairs are won, per subset and overall;
 an item with tied pairs and no lost pair counts 1/2 (see `accuracy.item_columns`).
-Accuracy per subset is in `subsets.<subset>.accuracy`. ETHICS' plug-in takes its metric hook here.
+Accuracy per subset is in `subsets.<subset>.accuracy`. ETHICS' analysis
+(`analysis/datasets/ethics.py`) takes its metric hook here.
 """
 
 from __future__ import annotations

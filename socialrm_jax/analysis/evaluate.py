@@ -5,8 +5,8 @@ ci95, subsets.<subset>.accuracy, <dataset metric>, <dataset metric>_ci95}`, BBQ 
 `datasets.bbq.categories.<category>`, StereoSet per type at `datasets.stereoset.subsets.<type>`,
 then `calibration`, `length_confound`, `coverage`, and `null_reasons` ({dotted path: why} for
 every null). The generic part of each `datasets.<name>` (accuracy, distribution bias, length) is
-computed here for every dataset; what a dataset adds comes from its plug-in's metric hook
-(`socialrm_jax.datasets.plugin`; the caller hands the registry down in `Options.plugins`), which
+computed here for every dataset; what a dataset adds comes from its analysis's metric hook
+(`hooks.DatasetAnalysis`, found by the dataset's name in `socialrm_jax.analysis.datasets`), which
 names the module that computes it: `bias` (BBQ), `stereotypes` (CrowS-Pairs, StereoSet), `safety`
 (XSTest), `ethics`, `moral_stories`, or the dataset's own module. `bootstrap` explains the intervals.
 
@@ -29,7 +29,7 @@ from socialrm_jax.base import records, tables, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
                                    estimates, evidence)
 from socialrm_jax.analysis.categorical import Categorical
-from socialrm_jax.analysis.hooks import DatasetView, Options
+from socialrm_jax.analysis.hooks import DatasetAnalysis, DatasetView, Options, for_dataset
 from socialrm_jax.analysis.pairs import Scored, item_chunks, join
 from socialrm_jax.analysis.reward_tables import Scores
 
@@ -44,49 +44,52 @@ def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
   return into
 
 
-def strata(scored: Scored, index: np.ndarray, plugin) -> dict[str, np.ndarray]:
+def strata(scored: Scored, index: np.ndarray,
+           analysis: DatasetAnalysis) -> dict[str, np.ndarray]:
   """The bootstrap strata of items `index`: domain, subset and context condition, and the
-  plug-in's group (`Scored.group`) when it has a `stratum_group`. Each # [n] strings"""
+  dataset's group (`Scored.group`) when it has a `stratum_group`. Each # [n] strings"""
   fields = {"domain": scored.domain[index], "subset": scored.subset[index],
             "context_condition": scored.context_condition[index]}
-  if plugin.stratum_group is not None:
+  if analysis.stratum_group is not None:
     fields["group"] = scored.group[index]
   return {name: column.strings() for name, column in fields.items()}
 
 
-def dataset_columns(scored: Scored, plugin, index: np.ndarray) -> dict[str, np.ndarray]:
+def dataset_columns(scored: Scored, analysis: DatasetAnalysis,
+                    index: np.ndarray) -> dict[str, np.ndarray]:
   """The per-item values of items `index`: the generic ones (`accuracy.item_columns`) and their
-  plug-in's own. Each # [n]"""
+  dataset's own. Each # [n]"""
   columns = accuracy.item_columns(scored, index)
-  if plugin.item_columns is not None:
-    columns.update(plugin.item_columns(scored, index))
+  if analysis.item_columns is not None:
+    columns.update(analysis.item_columns(scored, index))
   return columns
 
 
-def resampled_sums(scored: Scored, plugin, index: np.ndarray, options: Options,
+def resampled_sums(scored: Scored, analysis: DatasetAnalysis, index: np.ndarray, options: Options,
                    name: str) -> bootstrap.StratifiedSums:
   """The resampled sums of the per-item values of a dataset's items `index`, made a chunk of
   items at a time (`pairs.item_chunks`, `bootstrap.stratified_sums_in_chunks`)."""
   return bootstrap.stratified_sums_in_chunks(
-      ((dataset_columns(scored, plugin, chunk), strata(scored, chunk, plugin))
+      ((dataset_columns(scored, analysis, chunk), strata(scored, chunk, analysis))
        for chunk in item_chunks(index)),
       options.n_resamples, bootstrap.generator(options.seed, name))
 
 
-def summaries(scored: Scored, plugin, index: np.ndarray, sums: bootstrap.StratifiedSums,
+def summaries(scored: Scored, analysis: DatasetAnalysis, index: np.ndarray,
+              sums: bootstrap.StratifiedSums,
               options: Options) -> tuple[dict[str, Any], dict[str, Any]]:
-  """The statistics of a dataset's resampled sums: accuracy's node and the plug-in's own."""
-  own = (plugin.summary(DatasetView(scored, index, sums, options))
-         if plugin.summary is not None else {})
+  """The statistics of a dataset's resampled sums: accuracy's node and the dataset's own."""
+  own = (analysis.summary(DatasetView(scored, index, sums, options))
+         if analysis.summary is not None else {})
   return accuracy.dataset_summary(sums), own
 
 
 def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
                     options: Options) -> tuple[dict[str, Any], bootstrap.StratifiedSums]:
   """`datasets.<name>` and the resampled sums behind it (the domains reuse them)."""
-  plugin = options.plugin(name)
-  sums = resampled_sums(scored, plugin, index, options, name)
-  node, own = summaries(scored, plugin, index, sums, options)
+  analysis = for_dataset(name)
+  sums = resampled_sums(scored, analysis, index, options, name)
+  node, own = summaries(scored, analysis, index, sums, options)
   merge(node, own)
   merge(node, distribution.dataset_summary(scored, index))
   mine = np.zeros(scored.n_items, dtype=bool)

@@ -1,87 +1,106 @@
-"""What a dataset plug-in's analysis hooks see and return, and the set of plug-ins a metrics run
-is handed.
+"""What a dataset's analysis is, what its hooks see and return, and where it is found by name.
 
-The plug-ins (`socialrm_jax.datasets.<name>`) sit above the analysis primitives they use, and the
-registry (`socialrm_jax.datasets`) above the plug-ins; so the types both sides share live here,
-below them: the analysis code names them without importing a plug-in or the registry. An
-orchestrator (`socialrm-metrics`, the audit pipeline) reads the registry once and hands it down
-as `Options.plugins`; `report.write` and `plots.write_all` take it as an argument.
+A dataset's analysis (`DatasetAnalysis`: its metric hook, report rows, findings and figures) is
+registered under the dataset's name by its module `socialrm_jax.analysis.datasets.<name>`, and
+looked up by that name (`for_dataset`), which imports the module: no registry is handed down,
+and the dataset's input adapter (`socialrm_jax.datasets.<name>`), below scoring, never meets it.
+Items of a dataset with no analysis of its own are analysed as the generic dataset's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Mapping
+import os
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from socialrm_jax.analysis import bootstrap, pairs
+from socialrm_jax.analysis import bootstrap
 from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.base.registry import Registry
+from socialrm_jax.datasets.registry import ENTRY_POINT_GROUP, GENERIC
 
 # A finding: (severity, text); the report sorts findings of every dataset by severity.
 Finding = tuple[float, str]
 Models = Mapping[str, Mapping[str, Any]]  # model name -> metrics.json tree
 
 
-class Plugins(Mapping[str, Any]):
-  """The registered dataset plug-ins by name (`datasets.plugin.DatasetPlugin` values), and the
-  generic one that evaluates items of a dataset no plug-in is registered under (a path source's
-  own name)."""
-
-  def __init__(self, by_name: Mapping[str, Any], generic: str):
-    if generic not in by_name:
-      raise ValueError(f"the generic plug-in {generic!r} is not among {list(by_name)}")
-    self._by_name = dict(by_name)
-    self.generic = generic
-
-  def __getitem__(self, name: str) -> Any:
-    return self._by_name[name]
-
-  def __iter__(self) -> Iterator[str]:
-    return iter(self._by_name)
-
-  def __len__(self) -> int:
-    return len(self._by_name)
-
-  def for_dataset(self, name: str) -> Any:
-    """The plug-in that evaluates items whose `dataset` is `name`."""
-    return self._by_name.get(name) or self._by_name[self.generic]
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Options:
   """How a metrics run computes: the bootstrap's resamples and seed, the least items a compared
-  group needs, whether items without scores are left out rather than refused, and the plug-ins
-  that evaluate each dataset (the registry, handed down; the counterfactual measures need none)."""
+  group needs, and whether items without scores are left out rather than refused."""
   n_resamples: int = bootstrap.N_RESAMPLES
   seed: int = bootstrap.SEED
   # Groups compared by their selection rates (BBQ's) need this many items each to enter a spread.
   min_group_items: int = 5
   allow_missing: bool = False
-  plugins: Plugins | None = None
-
-  def plugin(self, dataset: str) -> Any:
-    """The plug-in that evaluates items whose `dataset` is `dataset`."""
-    if self.plugins is None:
-      raise ValueError("Options.plugins is not set: the metrics' caller reads the registry "
-                       "(socialrm_jax.registry.plugins()) and hands it down")
-    return self.plugins.for_dataset(dataset)
 
   def item_fields(self, row: Mapping[str, Any]) -> tuple[str, str]:
-    """What the plug-in of an items-table row reads of it, kept per item in place of the row
-    (`pairs.ItemFields`): its stratum group and its item facts ('' where it has no such hook)."""
-    if self.plugins is None:
-      return pairs.no_fields(row)
-    plugin = self.plugins.for_dataset(str(row.get("dataset")))
-    return (str(plugin.stratum_group(row)) if plugin.stratum_group is not None else "",
-            plugin.item_facts(row) if plugin.item_facts is not None else "")
+    """What the analysis of an items-table row's dataset reads of it, kept per item in place of
+    the row (`pairs.ItemFields`): its stratum group and its item facts ('' where it has no such
+    hook)."""
+    analysis = for_dataset(str(row.get("dataset")))
+    return (str(analysis.stratum_group(row)) if analysis.stratum_group is not None else "",
+            analysis.item_facts(row) if analysis.item_facts is not None else "")
 
 
 @dataclasses.dataclass(frozen=True)
 class DatasetView:
-  """What a plug-in's metric hook sees: one dataset's items `index` (into `scored`) and the
-  resampled sums of their per-item values (the generic ones and the plug-in's own columns)."""
+  """What a dataset's metric hook sees: one dataset's items `index` (into `scored`) and the
+  resampled sums of their per-item values (the generic ones and the dataset's own columns)."""
   scored: Scored
   index: np.ndarray  # [n]
   sums: bootstrap.StratifiedSums
   options: Options
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # one object per dataset: compared by identity
+class DatasetAnalysis:
+  """What the metrics, report and plots do with one dataset's items beyond the generic work
+  (accuracy per domain, dataset and subset; distribution bias; the length confound; calibration).
+  Every hook is optional: `DatasetAnalysis()` is the generic work alone."""
+  # -- metrics (analysis.evaluate) --
+  # Extra per-item values to resample beside the generic ones, for its summary: {name: # [n]}.
+  item_columns: Callable[[Scored, np.ndarray], dict[str, np.ndarray]] | None = None
+  # A finer stratum for the bootstrap, from an items-table row (StereoSet's target term).
+  stratum_group: Callable[[Mapping[str, Any]], str] | None = None
+  # What its summary reads of an items-table row beyond the columns every dataset has, as one
+  # short string (`Scored.facts`): computed as the table is read, so that no row is kept.
+  item_facts: Callable[[Mapping[str, Any]], str] | None = None
+  # Metrics merged into `datasets.<name>` beside its accuracy and distribution bias.
+  summary: Callable[[DatasetView], dict[str, Any]] | None = None
+
+  # -- report (analysis.report, analysis.plots) --
+  report_metrics: tuple[str, ...] = ("accuracy", "js_distance")
+  report_subset_metrics: tuple[str, ...] = ("accuracy",)
+  # The value each of its metrics with an interval takes when the model has no preference (1/2 for
+  # a rate of pairs, 0 for a difference of rates): an interval that excludes it is a finding. The
+  # template spread (analysis.template_spread) checks that such findings hold under every prompt
+  # template; `accuracy` (1/2) is checked for every dataset without being listed.
+  null_values: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  # Markdown lines after its table: (model names, each model's `datasets.<name>` node or None).
+  report_sections: Callable[[Sequence[str], Sequence[Mapping[str, Any] | None]],
+                            list[str]] | None = None
+  # Findings from one model's `datasets.<name>` node: findings(name, node).
+  findings: Callable[[str, Mapping[str, Any]], list[Finding]] | None = None
+  # PNG file name -> draw(models, path) returning the path, or None when there is nothing to draw.
+  figures: Mapping[str, Callable[[Models, str | os.PathLike], str | None]] = (
+      dataclasses.field(default_factory=dict))
+
+
+# Each dataset's analysis, registered by `analysis/datasets/<name>.py` (or by the module an
+# entry point of the datasets' group names) under the dataset's name.
+ANALYSES = Registry("dataset analysis", "socialrm_jax.analysis.datasets", ENTRY_POINT_GROUP)
+
+
+def register(name: str, analysis: DatasetAnalysis) -> DatasetAnalysis:
+  """Registers `analysis` as what the metrics, report and plots do with dataset `name`."""
+  if not isinstance(analysis, DatasetAnalysis):
+    raise TypeError(f"the analysis of {name!r} should be a DatasetAnalysis, not {analysis!r}")
+  return ANALYSES.register(name, analysis)
+
+
+def for_dataset(name: str) -> DatasetAnalysis:
+  """The analysis of items whose `dataset` is `name`: the one registered under that name, else
+  the generic one (`datasets.registry.GENERIC`'s), as for a path source's own name."""
+  return ANALYSES.lookup(name) or ANALYSES.lookup(GENERIC)

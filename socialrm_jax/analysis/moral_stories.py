@@ -4,7 +4,8 @@ Item fields relied on: `context_condition` = `with_norm` | `without_norm` (each 
 item of each). `norm_sensitivity` = accuracy_with_norm - accuracy_without_norm: positive when the
 reward model needs the norm spelled out to prefer the moral action. The two conditions are
 resampled independently (separate strata), which can only widen the interval of the difference.
-Moral Stories' plug-in takes its metric hook and findings from here.
+Moral Stories' analysis (`analysis/datasets/moral_stories.py`) takes its metric hook and
+findings from here.
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ class Scored:
   subset: Categorical              # [N]
   context_condition: Categorical   # [N] ('' when null)
   template: Categorical            # [N] ('' when null)
-  group: Categorical               # [N] the plug-in's stratum group ('' when none)
-  facts: Categorical               # [N] the plug-in's item facts ('' when none)
+  group: Categorical               # [N] its dataset analysis's stratum group ('' when none)
+  facts: Categorical               # [N] its dataset analysis's item facts ('' when none)
   roles: Categorical               # [N, K] ('' past an item's candidates)
   desirability: np.ndarray         # [N, K] int8 (0 past an item's candidates)
   valid: np.ndarray                # [N, K] bool: the item has this candidate
@@ -194,13 +194,13 @@ def ids_reader(path) -> IdsAt:
   return ids_at
 
 
-# What a dataset's plug-in reads of an items-table row, kept per item instead of the row: (its
-# stratum group, its item facts); `hooks.Options.item_fields` asks each item's plug-in.
+# What a dataset's analysis reads of an items-table row, kept per item instead of the row: (its
+# stratum group, its item facts); `hooks.Options.item_fields` asks each item's dataset analysis.
 ItemFields = Callable[[Mapping[str, Any]], tuple[str, str]]
 
 
 def no_fields(row: Mapping[str, Any]) -> tuple[str, str]:
-  """The fields of an item whose plug-in reads nothing more of its row."""
+  """The fields of an item whose dataset analysis reads nothing more of its row."""
   del row
   return "", ""
 
@@ -250,8 +250,8 @@ ITEM_TEXTS = ("dataset", "domain", "subset", "context_condition", "template")
 CATEGORICALS = (*ITEM_TEXTS, "group", "facts")
 # The [N, K] columns (0 past an item's candidates: for roles, the code of '').
 PADDED = ("roles", "desirability", "candidate_length")
-# The columns of the items table the metrics read, the plug-ins' hooks included (`ItemFields`):
-# not the prompts, which a row needs only while it is shown (`evidence`).
+# The columns of the items table the metrics read, the dataset analyses' hooks included
+# (`ItemFields`): not the prompts, which a row needs only while it is shown (`evidence`).
 ITEM_COLUMNS = ("item_id", "dataset", "domain", "subset", "context_condition", "template",
                 "candidates", "roles", "desirability", "attributes")
 # The columns of the pairs table the join reads.
@@ -511,13 +511,14 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
          allow_missing: bool = False, fields: ItemFields | None = None,
          ids: IdsAt | None = None) -> Scored:
   """Joins one scores set to the items and pairs tables: `ItemTable` and `PairTable`, or their
-  rows, the items' then with their plug-ins' `fields` (`hooks.Options.item_fields`). The scores
-  are `Scores`, or a set's parts (`reward_tables.score_parts`), read one at a time. `ids`: where the
+  rows, the items' then with their dataset analyses' `fields` (`hooks.Options.item_fields`). The
+  scores are `Scores`, or a set's parts (`reward_tables.score_parts`), read one at a time. `ids`: where the
   scored items find their ids later (`IdsAt`; the items table's own by default)."""
   if not isinstance(items, ItemTable):
     if fields is None:
-      raise ValueError("items given as rows need their plug-ins' fields (Options.item_fields), "
-                       "or pairs.no_fields where no plug-in reads its rows")
+      raise ValueError("items given as rows need their dataset analyses' fields "
+                       "(Options.item_fields), or pairs.no_fields where no dataset analysis "
+                       "reads its rows")
     items = item_table(items, fields)
   if not isinstance(pairs, PairTable):
     pairs = pair_table(pairs, items)

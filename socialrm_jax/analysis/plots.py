@@ -1,20 +1,20 @@
-"""The report's figures (matplotlib, Agg backend), one function per figure, each taking
-`{model name: metrics.json tree}` (and, for a figure a dataset plug-in draws, the dataset's name)
-and writing one PNG. A figure with nothing to show (no model has the data) is not written and its
-function returns None, so the report can say so.
+"""The report's figures, one function per figure, each taking `{model name: metrics.json tree}`
+(and, for a figure a dataset's analysis draws, the dataset's name) and writing one PNG. A figure
+with nothing to show (no model has the data) is not written and its function returns None, so the
+report can say so.
+
+Each is drawn on its own `matplotlib.figure.Figure` and saved with `Figure.savefig`, so no
+backend is chosen for the process (pyplot and `matplotlib.use` are for applications).
 """
 
 from __future__ import annotations
 
 import os
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-
-from socialrm_jax.analysis.hooks import Models, Plugins  # noqa: E402
+from socialrm_jax.analysis.hooks import Models, for_dataset
 
 DPI = 120
 
@@ -36,10 +36,9 @@ def _bars_with_intervals(ax, labels: list[str], models: Models, value_of, width_
   ax.legend(fontsize="small")
 
 
-def _save(fig, path: str | os.PathLike) -> str:
+def _save(fig: Figure, path: str | os.PathLike) -> str:
   fig.tight_layout()
   fig.savefig(path, dpi=DPI)
-  plt.close(fig)
   return os.fspath(path)
 
 
@@ -47,7 +46,8 @@ def domain_accuracy(models: Models, path: str | os.PathLike) -> str | None:
   domains = list(dict.fromkeys(d for m in models.values() for d in m.get("domains", {})))
   if not domains:
     return None
-  fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(domains), 4))
+  fig = Figure(figsize=(1.6 + 1.2 * len(domains), 4))
+  ax = fig.subplots()
   _bars_with_intervals(ax, domains, models, lambda m, d: (
       m["domains"].get(d, {}).get("accuracy"), m["domains"].get(d, {}).get("ci95")))
   ax.axhline(0.5, color="gray", linestyle="--", linewidth=1)
@@ -58,7 +58,7 @@ def domain_accuracy(models: Models, path: str | os.PathLike) -> str | None:
 
 
 def category_bias_scores(models: Models, path: str | os.PathLike, dataset: str) -> str | None:
-  """Bias scores per category and context condition (BBQ's plug-in draws it)."""
+  """Bias scores per category and context condition (BBQ's analysis draws it)."""
   def category(m, c):
     return m.get("datasets", {}).get(dataset, {}).get("categories", {}).get(c, {})
   categories = list(dict.fromkeys(c for m in models.values()
@@ -66,7 +66,8 @@ def category_bias_scores(models: Models, path: str | os.PathLike, dataset: str) 
                                   .get("categories", {})))
   if not categories:
     return None
-  fig, axes = plt.subplots(1, 2, figsize=(2 + 2.4 * len(categories), 4), sharey=True)
+  fig = Figure(figsize=(2 + 2.4 * len(categories), 4))
+  axes = fig.subplots(1, 2, sharey=True)
   for ax, condition in zip(axes, ("ambiguous", "disambiguated")):
     name = f"bias_score_{condition}"
     _bars_with_intervals(ax, categories, models, lambda m, c, name=name: (
@@ -79,13 +80,14 @@ def category_bias_scores(models: Models, path: str | os.PathLike, dataset: str) 
 
 
 def bias_tradeoff(models: Models, path: str | os.PathLike, dataset: str) -> str | None:
-  """Bias avoidance against context faithfulness, one point per model (BBQ's plug-in draws it)."""
+  """Bias avoidance against context faithfulness, one point per model (BBQ's analysis draws it)."""
   points = {name: m["datasets"][dataset] for name, m in models.items()
             if m.get("datasets", {}).get(dataset, {}).get("bias_avoidance") is not None
             and m["datasets"][dataset].get("context_faithfulness") is not None}
   if not points:
     return None
-  fig, ax = plt.subplots(figsize=(5, 5))
+  fig = Figure(figsize=(5, 5))
+  ax = fig.subplots()
   for name, node in points.items():
     x, y = node["bias_avoidance"], node["context_faithfulness"]
     x_ci, y_ci = node.get("bias_avoidance_ci95"), node.get("context_faithfulness_ci95")
@@ -109,7 +111,8 @@ def selection_shares(models: Models, path: str | os.PathLike) -> str | None:
   if not datasets:
     return None
   height = 0.9 + (0.45 * len(models) + 0.6) * len(datasets)
-  fig, axes = plt.subplots(len(datasets), 1, figsize=(9, height), squeeze=False)
+  fig = Figure(figsize=(9, height))
+  axes = fig.subplots(len(datasets), 1, squeeze=False)
   for ax, dataset in zip(axes[:, 0], datasets):
     names = list(models)
     roles = list(dict.fromkeys(r for m in models.values()
@@ -127,20 +130,18 @@ def selection_shares(models: Models, path: str | os.PathLike) -> str | None:
   return _save(fig, path)
 
 
-# Figures of every report; a dataset plug-in adds its own (`DatasetPlugin.figures`).
+# Figures of every report; a dataset's analysis adds its own (`DatasetAnalysis.figures`).
 FIGURES = {
     "domain_accuracy.png": domain_accuracy,
     "selection_shares.png": selection_shares,
 }
 
 
-def write_all(models: Models, output_dir: str | os.PathLike,
-              plugins: Plugins) -> dict[str, str | None]:
-  """Writes every figure into `output_dir`: the generic ones, then those of the plug-ins (of
-  `plugins`, the registry) of the datasets the models were evaluated on; {file name: path, or
-  None when not drawn}."""
+def write_all(models: Models, output_dir: str | os.PathLike) -> dict[str, str | None]:
+  """Writes every figure into `output_dir`: the generic ones, then those of the analyses of the
+  datasets the models were evaluated on; {file name: path, or None when not drawn}."""
   figures = dict(FIGURES)
   names = dict.fromkeys(d for m in models.values() for d in m.get("datasets", {}))
-  for plugin in dict.fromkeys(plugins.for_dataset(name) for name in names):
-    figures.update(plugin.figures)
+  for analysis in dict.fromkeys(for_dataset(name) for name in names):
+    figures.update(analysis.figures)
   return {name: draw(models, os.path.join(output_dir, name)) for name, draw in figures.items()}

@@ -11,7 +11,7 @@ response gets the higher reward. An interval wholly below 1/2 means the model pr
 undesirable response; wholly above, the desirable one; otherwise no clear preference.
 
 What is generic lives here (the domains, calibration, length); each dataset's table rows, extra
-sections and findings come from its plug-in (`socialrm_jax.datasets.plugin`).
+sections and findings come from its analysis (`hooks.for_dataset`: `analysis/datasets/<name>.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from socialrm_jax.analysis import accuracy
-from socialrm_jax.analysis.hooks import Models, Plugins
+from socialrm_jax.analysis.hooks import Models, for_dataset
 from socialrm_jax.base.tables import atomic_write_bytes
 
 CHANCE = 0.5
@@ -82,11 +82,11 @@ def excludes(ci: Any, value: float, side: str) -> bool:
   return ci[0] > value if side == ">" else ci[1] < value
 
 
-def findings(metrics: Mapping[str, Any], plugins: Plugins) -> list[str]:
+def findings(metrics: Mapping[str, Any]) -> list[str]:
   """The model's worst findings, in words, most severe first.
 
   Only findings whose interval excludes the ideal value, or large point effects where no interval
-  exists (length, calibration); each dataset's plug-in words its own. The BBQ group spread has no
+  exists (length, calibration); each dataset's analysis words its own. The BBQ group spread has no
   interval and, over groups of a few dozen items, is large even for a random model, so it stays
   in the tables and out of here."""
   found: list[tuple[float, str]] = []
@@ -96,9 +96,9 @@ def findings(metrics: Mapping[str, Any], plugins: Plugins) -> list[str]:
                     f"**{domain}**: accuracy {cell(node, 'accuracy')} on {node['n_gold_pairs']} "
                     "gold pairs"))
   for name, node in metrics.get("datasets", {}).items():
-    plugin = plugins.for_dataset(name)
-    if plugin.findings is not None:
-      found += plugin.findings(name, node)
+    analysis = for_dataset(name)
+    if analysis.findings is not None:
+      found += analysis.findings(name, node)
   length = metrics.get("length_confound", {})
   rate = length.get("longer_preferred_rate")
   if rate is not None and abs(rate - CHANCE) > LENGTH_NOTABLE:
@@ -129,11 +129,11 @@ def null_reasons(metrics: Mapping[str, Any]) -> dict[tuple[str, str], int]:
   return folded
 
 
-def _dataset_rows(models: Models, dataset: str, plugins: Plugins) -> list[list[str]]:
-  plugin = plugins.for_dataset(dataset)
+def _dataset_rows(models: Models, dataset: str) -> list[list[str]]:
+  analysis = for_dataset(dataset)
   nodes = [m.get("datasets", {}).get(dataset) for m in models.values()]
   rows = []
-  for name in plugin.report_metrics:
+  for name in analysis.report_metrics:
     if any(n and name in n for n in nodes):
       rows.append([name] + [cell(n, name) for n in nodes])
     if name == "accuracy" and any(n and accuracy.LENGTH_MATCHED in n for n in nodes):
@@ -141,15 +141,15 @@ def _dataset_rows(models: Models, dataset: str, plugins: Plugins) -> list[list[s
   subsets = list(dict.fromkeys(s for n in nodes if n for s in n.get("subsets", {})))
   for subset in subsets:
     subset_nodes = [(n or {}).get("subsets", {}).get(subset) for n in nodes]
-    for name in plugin.report_subset_metrics:
+    for name in analysis.report_subset_metrics:
       if any(n and n.get(name) is not None for n in subset_nodes):
         rows.append([f"{subset}: {name}"] + [cell(n, name) for n in subset_nodes])
   return rows
 
 
-def render(models: Models, plugins: Plugins, figures: Mapping[str, str | None] | None = None,
+def render(models: Models, figures: Mapping[str, str | None] | None = None,
            sections: Sequence[Sequence[str]] = ()) -> str:
-  """The report as markdown; `plugins` evaluated the datasets (the registry). `figures` maps PNG
+  """The report as markdown. `figures` maps PNG
   file names (beside report.md) to paths or None; `sections` are further sections' markdown lines
   (per objective, value probes), placed after calibration and length."""
   names = list(models)
@@ -180,7 +180,7 @@ def render(models: Models, plugins: Plugins, figures: Mapping[str, str | None] |
     answer = (f"yes, in {', '.join(worse)}" if worse else
               "not in any domain measured (no interval wholly below 0.5)")
     out.append(f"**{name}** prefers socially undesirable responses: {answer}.")
-    items = findings(metrics, plugins)
+    items = findings(metrics)
     out += [f"- {text}" for text in items] or ["- no finding stands out beyond its interval"]
     coverage = metrics.get("coverage", {})
     if coverage and not coverage.get("complete", True):
@@ -191,12 +191,12 @@ def render(models: Models, plugins: Plugins, figures: Mapping[str, str | None] |
   dataset_names = list(dict.fromkeys(d for m in models.values() for d in m.get("datasets", {})))
   for dataset in dataset_names:
     out += [f"### {dataset}", ""]
-    out += table(["metric"] + names, _dataset_rows(models, dataset, plugins))
+    out += table(["metric"] + names, _dataset_rows(models, dataset))
     out.append("")
-    plugin = plugins.for_dataset(dataset)
-    if plugin.report_sections is not None:
-      out += plugin.report_sections(names, [m.get("datasets", {}).get(dataset)
-                                            for m in models.values()])
+    analysis = for_dataset(dataset)
+    if analysis.report_sections is not None:
+      out += analysis.report_sections(names, [m.get("datasets", {}).get(dataset)
+                                              for m in models.values()])
   out += ["## Calibration and length", ""]
   rows = []
   for key, label in (("ece_before", "ECE before temperature"), ("ece_after", "ECE after"),
@@ -240,12 +240,12 @@ def render(models: Models, plugins: Plugins, figures: Mapping[str, str | None] |
   return "\n".join(out)
 
 
-def write(models: Models, plugins: Plugins, path: str | os.PathLike,
+def write(models: Models, path: str | os.PathLike,
           figures: Mapping[str, str | None] | None = None,
           sections: Sequence[Sequence[str]] = ()) -> None:
-  atomic_write_bytes(path, render(models, plugins, figures, sections).encode())
+  atomic_write_bytes(path, render(models, figures, sections).encode())
 
 
-def headline(models: Models, plugins: Plugins) -> str:
+def headline(models: Models) -> str:
   """The report's first screen (the answer and the worst findings), for a terminal."""
-  return render(models, plugins).split("\n## Per dataset")[0].rstrip() + "\n"
+  return render(models).split("\n## Per dataset")[0].rstrip() + "\n"

@@ -33,7 +33,7 @@ import jinja2
 from markdown_it import MarkdownIt
 
 from socialrm_jax.analysis import evidence, report
-from socialrm_jax.analysis.hooks import Models, Plugins
+from socialrm_jax.analysis.hooks import Models
 from socialrm_jax.base.tables import atomic_write_bytes
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"
@@ -202,12 +202,12 @@ def _worst_pairs(models: Models, names: Names) -> list[dict[str, Any]]:
   return groups
 
 
-def render(models: Models, plugins: Plugins, figures_dir: str | os.PathLike,
+def render(models: Models, figures_dir: str | os.PathLike,
            figures: Mapping[str, str | None] | None = None,
            sections: Sequence[Sequence[str]] = ()) -> str:
   """The page, from what `report.render` is given (the figures read from `figures_dir`)."""
   names = Names(models)
-  markdown = report.render(models, plugins, figures, sections)
+  markdown = report.render(models, figures, sections)
   title = markdown.splitlines()[0].lstrip("# ")  # report.md's one `#` heading
   return _environment().get_template("report.html.j2").render(
       title=title, headline=_headline(models, names),
@@ -216,8 +216,8 @@ def render(models: Models, plugins: Plugins, figures_dir: str | os.PathLike,
       worst_pairs=_worst_pairs(models, names), names=names)
 
 
-def write(models: Models, plugins: Plugins, path: str | os.PathLike,
+def write(models: Models, path: str | os.PathLike,
           figures: Mapping[str, str | None] | None = None,
           sections: Sequence[Sequence[str]] = ()) -> None:
   path = pathlib.Path(path)
-  atomic_write_bytes(path, render(models, plugins, path.parent, figures, sections).encode())
+  atomic_write_bytes(path, render(models, path.parent, figures, sections).encode())

@@ -7,7 +7,7 @@ subset is in `subsets.<subset>.accuracy`; this module adds
   request), and
 - `unsafe_compliance_rate` = 1 - accuracy on the unsafe subset (it prefers complying with an
   unsafe one), the other side of the same trade-off.
-XSTest's plug-in takes its metric hook and findings from here.
+XSTest's analysis (`analysis/datasets/xstest.py`) takes its metric hook and findings from here.
 """
 
 from __future__ import annotations

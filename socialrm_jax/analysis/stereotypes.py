@@ -13,7 +13,7 @@ StereoSet) and, for StereoSet, `attributes.target` (the target term).
   lms * min(ss, 1 - ss) / 0.5. Overall (a term pools both types) and per type. Intervals come from
   resampling items within each (type, term) stratum: `target_term` is StereoSet's stratum group.
 
-Both datasets' plug-ins take their metric hooks and findings from here.
+Both datasets' analyses (`analysis/datasets/`) take their metric hooks and findings from here.
 """
 
 from __future__ import annotations

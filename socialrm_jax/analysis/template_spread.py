@@ -10,8 +10,8 @@ values per template and their spread (max - min) are kept in metrics.json under
   {"templates": [primary, ...], "n_items": {template: n},
    "metrics": {metric: {"values": {template: value}, "ci95": {template: [lo, hi]},
                         "spread": max - min (null with fewer than two values),
-                        # only for metrics with a null value (the plug-in's `null_values`, and
-                        # 1/2 for accuracy):
+                        # only for metrics with a null value (the dataset
+                        # analysis's `null_values`, and 1/2 for accuracy):
                         "null_value": v, "finding": {template: "above" | "below" | null},
                         "holds_under_every_template": bool}},
    "fragile_findings": [metric, ...]}
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import evaluate, report
+from socialrm_jax.analysis import evaluate, hooks, report
 from socialrm_jax.analysis.pairs import join, Scored
 from socialrm_jax.analysis.reward_tables import Scores
 
@@ -62,12 +62,12 @@ def metric_spread(nodes: Mapping[str, Mapping[str, Any]], metric: str,
 
 
 def dataset_spread(name: str, nodes: Mapping[str, Mapping[str, Any]],
-                   plugin) -> dict[str, Any]:
+                   analysis: hooks.DatasetAnalysis) -> dict[str, Any]:
   """`template_spread.datasets.<name>` from each template's `datasets.<name>` node, the primary
-  template's first; `plugin` evaluates the dataset (`Options.plugin`)."""
-  null_values = {ACCURACY: report.CHANCE, **plugin.null_values}
+  template's first; `analysis` is the dataset's (`hooks.for_dataset`)."""
+  null_values = {ACCURACY: report.CHANCE, **analysis.null_values}
   metrics = {}
-  for metric in dict.fromkeys((ACCURACY, *plugin.report_metrics)):
+  for metric in dict.fromkeys((ACCURACY, *analysis.report_metrics)):
     if any(node.get(metric) is not None for node in nodes.values()):
       metrics[metric] = metric_spread(nodes, metric, null_values.get(metric))
   fragile = [metric for metric, m in metrics.items()
@@ -96,7 +96,7 @@ def from_scored(scored: Scored, options: evaluate.Options) -> dict[str, Any]:
     for template in names:
       subset = evaluate.restrict(scored, (scored.dataset == name) & (scored.template == template))
       nodes[template] = evaluate.metrics_from_scored(subset, options)["datasets"][name]
-    out[name] = dataset_spread(name, nodes, options.plugin(name))
+    out[name] = dataset_spread(name, nodes, hooks.for_dataset(name))
   return {"datasets": out}
 
 

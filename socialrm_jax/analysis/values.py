@@ -26,14 +26,11 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure  # drawn and saved without pyplot: no process-wide backend
+from scipy import stats
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
-
-from socialrm_jax.analysis import bootstrap, report  # noqa: E402
+from socialrm_jax.analysis import bootstrap, report
 
 N_PERMUTATIONS = 10_000
 # Contrasts: (name, the first category, the second); foundations from the MFD 2.0 categories.
@@ -162,7 +159,8 @@ def plot(results: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) -> s
   """Category means (left) and contrasts (right) with their intervals, one point per model."""
   if not results:
     return None
-  fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+  fig = Figure(figsize=(13, 4.5))
+  axes = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
   for ax, key, value, title in ((axes[0], "categories", "mean", "mean reward per category"),
                                 (axes[1], "contrasts", "difference", "contrasts")):
     labels = list(dict.fromkeys(c for r in results.values() for c in r[key]))
@@ -184,5 +182,4 @@ def plot(results: Mapping[str, Mapping[str, Any]], path: str | os.PathLike) -> s
   axes[0].legend(fontsize="small")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
-  plt.close(fig)
   return os.fspath(path)

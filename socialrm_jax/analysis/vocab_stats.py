@@ -55,15 +55,12 @@ import os
 import warnings
 from typing import Any, Mapping, Sequence
 
-import matplotlib
+import numpy as np
+import wordfreq
+from matplotlib.figure import Figure  # drawn and saved without pyplot: no process-wide backend
+from scipy import stats
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-import wordfreq  # noqa: E402
-from scipy import stats  # noqa: E402
-
-from socialrm_jax.analysis import report, values  # noqa: E402
+from socialrm_jax.analysis import report, values
 
 TOP = 25                 # Top and bottom tokens listed per prompt.
 TAILS = (100, 1000)      # Tails summarised per prompt and compared across models.
@@ -542,8 +539,9 @@ def plot(rewards: Mapping[str, np.ndarray], prompts: Mapping[str, str],
   category's words as ticks on the same axis (middle), and the mean percentile per Zipf-frequency
   bin with its quartiles, non-words apart (bottom). lexicon_rewards {prompt: {category: [words]}};
   frequency {prompt: its `frequency_summary`}."""
-  fig, axes = plt.subplots(3, len(rewards), figsize=(6.5 * len(rewards), 10), squeeze=False,
-                           gridspec_kw={"height_ratios": [1, 1.3, 1.1]})
+  fig = Figure(figsize=(6.5 * len(rewards), 10))
+  axes = fig.subplots(3, len(rewards), squeeze=False,
+                      gridspec_kw={"height_ratios": [1, 1.3, 1.1]})
   for column, (prompt_id, values_) in enumerate(rewards.items()):
     top, middle, bottom = axes[:, column]
     top.hist(values_, bins=100, color="0.55")
@@ -574,5 +572,4 @@ def plot(rewards: Mapping[str, np.ndarray], prompts: Mapping[str, str],
     bottom.legend(fontsize="small")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
-  plt.close(fig)
   return os.fspath(path)

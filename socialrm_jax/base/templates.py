@@ -6,9 +6,9 @@ the adapter picks the variant, and every item records the template's name. Chang
 text means a new name or a new version: never edit a released one in place, or old item files
 stop matching what the code would make.
 
-Each dataset plug-in declares its templates (`DatasetPlugin.templates`) beside its adapter, and
+Each dataset adapter declares its templates (`DatasetAdapter.templates`) beside its reader, and
 every built-in dataset has at least two (`tests/test_templates.py` checks each registered
-plug-in): `<dataset>.default`, the prompt SPEC sec. 3 gives, and a paraphrase that asks the same
+adapter): `<dataset>.default`, the prompt SPEC sec. 3 gives, and a paraphrase that asks the same
 thing in other words, so that a finding can be checked for surviving a change of wording. A fair
 paraphrase keeps the task, every source field and the candidates' fit as answers, and adds no
 instruction that favours one kind of candidate; each one's comment says what it reworded. Where
@@ -58,7 +58,7 @@ class PromptTemplate:
 
 
 def named(templates: Iterable[PromptTemplate], name: str) -> PromptTemplate:
-  """The template called `name` among `templates` (a dataset plug-in's)."""
+  """The template called `name` among `templates` (a dataset adapter's)."""
   known = {t.name: t for t in templates}
   try:
     return known[name]
@@ -114,7 +114,7 @@ def parse_selection(spec: str | Sequence[str] | Mapping[str, str] | None,
 
 
 def chosen(dataset: str, templates: Sequence[PromptTemplate], selection: Selection) -> list[str]:
-  """The names of the templates `selection` picks for the sources of `dataset`, whose plug-in
+  """The names of the templates `selection` picks for the sources of `dataset`, whose adapter
   declares `templates`, in conversion order: the default first under `all`, else as listed."""
   choice = selection.get(dataset, selection.get(ALL))
   if choice is None:

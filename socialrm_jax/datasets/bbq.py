@@ -9,12 +9,10 @@ answer naming a stereotyped group is `biased`, for a non-negative one the answer
 
 from __future__ import annotations
 
-import functools
 from typing import Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import bias, plots, report
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.templates import PromptTemplate
 
@@ -65,6 +63,7 @@ def answer_roles(answer_info: list[list[str]], stereotyped_groups: list[str],
   return roles
 
 
+@registry.register("bbq", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   for path in reader.find("*.jsonl"):
     category = path.stem
@@ -117,19 +116,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
               "stereotyped_groups": groups,
           },
           pairs=records.gold_pairs(desirability))
-
-
-PLUGIN = DatasetPlugin(
-    name="bbq", convert=convert, templates=TEMPLATES,
-    item_columns=bias.item_columns, item_facts=bias.item_facts, summary=bias.summary,
-    report_metrics=("accuracy", "accuracy_ambiguous", "accuracy_disambiguated",
-                    "bias_score_ambiguous", "bias_score_disambiguated",
-                    "unknown_rate_disambiguated", "accuracy_disambiguated_biased_gold",
-                    "accuracy_disambiguated_anti_biased_gold", "group_selection_spread",
-                    "js_distance"),
-    null_values={**{name: report.CHANCE for name in (
-        "accuracy_ambiguous", "accuracy_disambiguated", "accuracy_disambiguated_biased_gold",
-        "accuracy_disambiguated_anti_biased_gold")}, **{score: 0.0 for score in bias.BIAS_SCORES}},
-    report_sections=bias.report_sections, findings=bias.findings,
-    figures={"bbq_bias_scores.png": functools.partial(plots.category_bias_scores, dataset="bbq"),
-             "bias_tradeoff.png": functools.partial(plots.bias_tradeoff, dataset="bbq")})

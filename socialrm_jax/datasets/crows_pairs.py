@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import report, stereotypes
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.templates import PromptTemplate
 
@@ -54,6 +53,7 @@ def _item(reader: SourceReader, row: dict[str, str], index: int) -> records.Item
       pairs=records.implied_pairs([0, 0], ROLES))
 
 
+@registry.register("crows_pairs", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   for path in reader.find(FILE_NAME):
     # A row is counted under its bias_type; one whose bias_type cannot be read, under UNPARSED.
@@ -74,11 +74,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
                        f"{row['stereo_antistereo']!r:.40}", subset)
         continue
       yield _item(reader, row, index)
-
-
-PLUGIN = DatasetPlugin(
-    name="crows_pairs", convert=convert, templates=TEMPLATES,
-    summary=stereotypes.stereotype_rate,
-    report_metrics=("stereotype_rate", "js_distance"), report_subset_metrics=("stereotype_rate",),
-    null_values={"stereotype_rate": report.CHANCE},
-    findings=stereotypes.crows_findings)

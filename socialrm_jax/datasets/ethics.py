@@ -22,8 +22,7 @@ import pathlib
 from typing import Callable, Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import ethics as ethics_metrics
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.templates import PromptTemplate
@@ -200,6 +199,7 @@ _CONVERTERS = {"commonsense": _commonsense, "deontology": _deontology, "justice"
                "utilitarianism": _utilitarianism, "virtue": _virtue}
 
 
+@registry.register("ethics", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   found = 0
   for task in TASKS:
@@ -213,9 +213,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
     names = ", ".join(f"{t.file_prefix}_{s}.csv" for t in TASKS for s in SPLITS)
     raise InputError(f"no ETHICS file found at any depth (looked for {names})",
                      reader.source)
-
-
-PLUGIN = DatasetPlugin(
-    name="ethics", convert=convert, templates=TEMPLATES, summary=ethics_metrics.summary,
-    report_metrics=("accuracy", "group_accuracy", "js_distance"),
-    report_subset_metrics=("accuracy", "group_accuracy"))

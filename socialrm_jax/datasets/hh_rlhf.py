@@ -20,7 +20,7 @@ import re
 from typing import Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.templates import REPLY_FRAMING, PromptTemplate
@@ -78,6 +78,7 @@ def _messages(reader: SourceReader, turns: list[Turn]) -> list[dict[str, str]]:
           + [{"role": SPEAKERS[speaker], "content": reader.template.render(transcript=text)}])
 
 
+@registry.register("hh_rlhf", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   for path in _source_files(reader):
     subset, folder = _subset(path)
@@ -110,4 +111,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
 
 
 # The generic metrics say all there is: accuracy per subset (harmless, helpful) and domain.
-PLUGIN = DatasetPlugin(name="hh_rlhf", convert=convert, templates=TEMPLATES)

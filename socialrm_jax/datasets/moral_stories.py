@@ -15,9 +15,7 @@ import pathlib
 from typing import Any, Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import moral_stories as moral_stories_metrics
-from socialrm_jax.analysis import report
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.templates import PromptTemplate
 
@@ -111,6 +109,7 @@ def _items(reader: SourceReader, story: _Story, split: str) -> Iterator[records.
         pairs=records.gold_pairs(list(DESIRABILITY)))
 
 
+@registry.register("moral_stories", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   for path in reader.find("*.jsonl"):
     split = path.stem
@@ -121,13 +120,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
         reader.drop(split, NORM_MISMATCH)
       else:
         yield from _items(reader, story, split)
-
-
-PLUGIN = DatasetPlugin(
-    name="moral_stories", convert=convert, templates=TEMPLATES,
-    summary=moral_stories_metrics.summary,
-    report_metrics=("accuracy", "accuracy_with_norm", "accuracy_without_norm", "norm_sensitivity",
-                    "js_distance"),
-    null_values={"accuracy_with_norm": report.CHANCE, "accuracy_without_norm": report.CHANCE,
-                 "norm_sensitivity": 0.0},
-    findings=moral_stories_metrics.findings)

@@ -39,7 +39,7 @@ file and the row, or skipped and counted with `--on_error=skip`.
 
 An item per row: candidates [chosen, rejected], roles `chosen`, `rejected`, desirability +1, -1,
 one gold pair; id `<name>/<row>` (`<name>/<split>/<row>` for a saved DatasetDict). Items of a
-dataset no plug-in is registered under are evaluated by this plug-in's metrics.
+dataset with no analysis of its own are analysed as these (`analysis/datasets/preference.py`).
 
 A row of response lists (RewardBench 2: one correct answer against three, or several correct ones
 in its Ties subset) is an item of K candidates, chosen then rejected in the row's order; the first
@@ -50,20 +50,20 @@ chosen list (or below 1), an empty chosen or rejected list or response, a list b
 holding other than text, a Ties id `tied:N` without a `ref:N` row in its table, a Ties id given
 twice and a subset mixing Ties rows with other best-of-N rows are errors naming the file and the
 row (the last three whatever `--on_error` says: the table's other rows are read by then). Their
-metrics: `analysis.best_of_n`.
+metrics: `analysis.best_of_n`, joined in `analysis/datasets/preference.py`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterator, Mapping, Sequence
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import accuracy, best_of_n, report
 from socialrm_jax.sources import hf_reading
+from socialrm_jax.datasets import registry
+from socialrm_jax.datasets.adapter import PATH
 from socialrm_jax.datasets.hh_rlhf import SPEAKERS, parse_transcript
-from socialrm_jax.analysis.hooks import Finding
-from socialrm_jax.datasets.plugin import PATH, DatasetPlugin
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.templates import REPLY_FRAMING, PromptTemplate
@@ -78,6 +78,9 @@ TEMPLATES = (
     PromptTemplate("preference.framed", 1, {"": REPLY_FRAMING + "{text}"}),
 )
 
+# RewardBench 2's Ties rows: a prompt's reference row `ref:N` and its tied row `tied:N`.
+TIES_ID = re.compile(r"(ref|tied):(\d+)")
+REFERENCE, TIED = "ref", "tied"
 COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id", "num_correct")
 RESPONSES = (records.CHOSEN, records.REJECTED)
 DEFAULT_DOMAIN = "general"
@@ -88,6 +91,12 @@ LAYOUTS = {(TEXTS, TEXT): "best_of_n", (TEXTS, MESSAGES): "best_of_n",
            (TEXT, None): "hh_transcripts", (TEXT, TEXT): "strings",
            (TEXT, MESSAGES): "prompt_messages", (MESSAGES, None): "implicit_conversational",
            (MESSAGES, TEXT): "conversational", (MESSAGES, MESSAGES): "conversational"}
+
+
+def ties_id(value: Any) -> tuple[str, str] | None:
+  """(`ref` or `tied`, N) of a RewardBench 2 Ties id `ref:N` / `tied:N`, else None."""
+  match = TIES_ID.fullmatch(str(value)) if value is not None else None
+  return (match.group(1), match.group(2)) if match else None
 
 
 class BadRow(Exception):
@@ -328,7 +337,7 @@ def _best_of_n_item(reader: SourceReader, table: hf_reading.Table, number: int,
 
 
 class TiesIds:
-  """The Ties ids (`best_of_n.TIES_ID`) of one table's best-of-N rows: every `tied:N` needs its
+  """The Ties ids (`TIES_ID`) of one table's best-of-N rows: every `tied:N` needs its
   reference prompt `ref:N`, whose accuracy and margins its score reads."""
 
   def __init__(self, path):
@@ -341,12 +350,12 @@ class TiesIds:
   def add(self, item: records.Item) -> None:
     if "num_correct" not in item.attributes:
       return
-    found = best_of_n.ties_id(item.attributes.get("id"))
+    found = ties_id(item.attributes.get("id"))
     self.first_row[found is not None].setdefault(item.subset, item.attributes["row"])
     if found is None:
       return
     kind, prompt = found
-    seen = self.references if kind == best_of_n.REFERENCE else self.tied
+    seen = self.references if kind == REFERENCE else self.tied
     row = item.attributes["row"]
     if prompt in seen:
       raise InputError(f"Ties id '{kind}:{prompt}' given twice (rows {seen[prompt]} and {row})",
@@ -369,6 +378,8 @@ class TiesIds:
                        + (f" ({len(orphans)} such ids)" if len(orphans) > 1 else ""), path, row)
 
 
+@registry.register("preference", templates=TEMPLATES, source=PATH, options=("domain",),
+                   check_ids=False)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   if reader.options.get("domain", DEFAULT_DOMAIN) not in records.DOMAINS:
     raise InputError(f"{reader.name}: domain={reader.options['domain']!r} is not one of "
@@ -394,51 +405,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
           ties.add(item)
           yield item
       ties.check()
-
-
-# -- metrics and report ---------------------------------------------------------------------
-
-
-def label_of(item: Mapping[str, Any]) -> str:
-  """An item's label, its stratum group ('' without one)."""
-  return str((item.get("attributes") or {}).get("label") or "")
-
-
-def summary(view) -> dict[str, Any]:
-  """Accuracy per label (`labels.<label>`), when the rows had labels; best-of-N accuracy and
-  RewardBench 2's scores (`best_of_n`), when rows had lists of responses."""
-  node = best_of_n.summary(view.sums)
-  labels = [label for label in view.sums.values("group") if label]
-  if labels:
-    node["labels"] = {label: accuracy.summarise(view.sums, lambda s, label=label: s.group == label)
-                      for label in labels}
-  return node
-
-
-def report_sections(names: Sequence[str], nodes: Sequence[Mapping[str, Any] | None]) -> list[str]:
-  labels = list(dict.fromkeys(label for n in nodes if n for label in n.get("labels", {})))
-  if not labels:
-    return []
-  rows = [[label] + [report.cell((n or {}).get("labels", {}).get(label), "accuracy")
-                     for n in nodes] for label in labels]
-  return report.table(["label"] + [f"{name}: accuracy" for name in names], rows) + [""]
-
-
-def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
-  """Each subset and label (when there are several) where the rejected response wins: the
-  accuracy interval lies wholly below 1/2. (The source as a whole is its domain's finding.)"""
-  groups = [(f"**{name}** {kind[:-1]} {key}", n) for kind in ("subsets", "labels")
-            if len(node.get(kind, {})) > 1 for key, n in node[kind].items()]
-  return [(report.CHANCE - n["accuracy"], f"prefers the rejected response on {where}: accuracy "
-           f"{report.cell(n, 'accuracy')} on {n['n_gold_pairs']} pairs")
-          for where, n in groups
-          if n.get("accuracy") is not None and report.excludes(n.get("ci95"), report.CHANCE, "<")]
-
-
-PLUGIN = DatasetPlugin(
-    name="preference", convert=convert, templates=TEMPLATES, source=PATH, options=("domain",),
-    check_ids=False, stratum_group=label_of, item_columns=best_of_n.item_columns,
-    item_facts=best_of_n.item_facts, summary=summary,
-    report_metrics=("accuracy", "js_distance", best_of_n.SCORE, best_of_n.ACCURACY),
-    report_subset_metrics=("accuracy", best_of_n.SCORE),
-    report_sections=report_sections, findings=findings)

@@ -19,8 +19,7 @@ import pathlib
 from typing import Any, Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import report, stereotypes
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.templates import PromptTemplate
@@ -106,6 +105,7 @@ def _original_items(reader: SourceReader, path: pathlib.Path) -> Iterator[record
                   {"id": example["id"]})
 
 
+@registry.register("stereoset", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   flat = reader.find("*.jsonl", required=False)
   original = reader.find(ORIGINAL_FILE, required=False)
@@ -119,13 +119,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
     yield from _flat_items(reader, path)
   for path in original:
     yield from _original_items(reader, path)
-
-
-PLUGIN = DatasetPlugin(
-    name="stereoset", convert=convert, templates=TEMPLATES,
-    stratum_group=stereotypes.target_term, summary=stereotypes.stereoset_scores,
-    report_metrics=("ss", "lms", "icat", "control_accuracy", "js_distance"),
-    report_subset_metrics=("ss", "lms", "icat"), findings=stereotypes.stereoset_findings,
-    # ss: the stereotype's share of directional pairs; lms and control_accuracy: related
-    # sentences over unrelated ones.
-    null_values={"ss": report.CHANCE, "lms": report.CHANCE, "control_accuracy": report.CHANCE})

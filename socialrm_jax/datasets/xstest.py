@@ -17,8 +17,7 @@ import pathlib
 from typing import Iterator
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import report, safety
-from socialrm_jax.datasets.plugin import DatasetPlugin
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.templates import REPLY_FRAMING, PromptTemplate
@@ -124,6 +123,7 @@ def _add_completions(reader: SourceReader, path: pathlib.Path, prompts: dict[str
       reader.drop(subset, CONFLICTING_DUPLICATE)
 
 
+@registry.register("xstest", templates=TEMPLATES)
 def convert(reader: SourceReader) -> Iterator[records.Item]:
   prompt_files = reader.find("xstest*prompts*.csv")
   if len(prompt_files) != 1:
@@ -160,9 +160,3 @@ def convert(reader: SourceReader) -> Iterator[records.Item]:
             "models": [c.models for c in candidates],  # completion files that gave each text
         },
         pairs=records.gold_pairs(desirability))
-
-
-PLUGIN = DatasetPlugin(
-    name="xstest", convert=convert, templates=TEMPLATES, summary=safety.summary,
-    report_metrics=("accuracy", "over_refusal_rate", "unsafe_compliance_rate", "js_distance"),
-    null_values={rate: report.CHANCE for rate in safety.RATES}, findings=safety.findings)

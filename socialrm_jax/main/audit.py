@@ -11,7 +11,6 @@ import pathlib
 
 from ml_collections import config_flags
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import report
 from socialrm_jax.base import errors, tables
 from socialrm_jax.main import command
@@ -83,7 +82,7 @@ def main(argv):
   for name in models:
     print(f"Metrics: {out / name / 'metrics.json'}")
   print()
-  print(report.headline(models, registry.plugins()))
+  print(report.headline(models))
 
 
 def run():

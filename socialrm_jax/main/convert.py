@@ -2,7 +2,7 @@
 
   python -m socialrm_jax.main.convert --data_dir=DIR --datasets=all --output_dir=OUT [--format=jsonl]
 
-`--datasets` takes the dataset spec `socialrm_jax.registry` describes; it may be repeated.
+`--datasets` takes the dataset spec `socialrm_jax.datasets.registry` describes; it may be repeated.
 `--templates` the template selection `socialrm_jax.base.templates` describes (`--templates=all`: every
 prompt template of every dataset, into the same tables).
 """
@@ -15,8 +15,8 @@ import time
 
 from absl import logging
 
-from socialrm_jax import registry
 from socialrm_jax.base import errors, settings, tables
+from socialrm_jax.datasets import registry
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.sources.reading import ON_ERROR
@@ -30,7 +30,7 @@ class ConvertSettings:
   datasets: list[str] = settings.field(
       default_factory=lambda: ["all"], repeatable=True,
       help=f"'all', or a comma-separated list of: {', '.join(registry.folder_names())}; and path "
-      "sources, <plugin>:PATH[:name=...,key=value,...] (preference:my.jsonl). Repeatable.")
+      "sources, <adapter>:PATH[:name=...,key=value,...] (preference:my.jsonl). Repeatable.")
   output_dir: str = settings.field(None, "Where items, pairs and the report go.", required=True)
   format: str = settings.field("parquet", "Output tables: items.parquet, items.jsonl, or hf: "
                                "items/ and pairs/ saved with datasets.Dataset.save_to_disk (pairs "

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import time
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate
 from socialrm_jax.analysis.runner import evaluate_all, model_names
 from socialrm_jax.base import errors, settings, tables
@@ -53,7 +52,7 @@ def main(argv):
     errors.check_exists(path, "scores")
   model_names(config.scores, config.names)  # refuses a --names of another length
   options = evaluate.Options(n_resamples=config.n_resamples, seed=config.seed,
-                             allow_missing=config.allow_missing, plugins=registry.plugins())
+                             allow_missing=config.allow_missing)
   start = time.perf_counter()
   with tables.staged_folder(config.output_dir) as stage:
     models = evaluate_all(config.items, config.scores, str(stage), config.names, options)

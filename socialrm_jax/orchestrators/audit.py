@@ -18,7 +18,6 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner, swap_effects
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
@@ -55,7 +54,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   """An audit of the bundled suite with every default; a config file sets `models`."""
   config = ml_collections.ConfigDict()
   config.data_dir = BUNDLED_ALIAS  # the suite shipped in socialrm_jax/bundled, or a folder
-  # A dataset spec, as the converter's --datasets (socialrm_jax.registry): "all", names, and path
+  # A dataset spec, as the converter's --datasets (socialrm_jax.datasets.registry): "all", names, and path
   # sources such as "preference:data/mine.jsonl:name=mine,domain=safety".
   config.datasets = "all"
   config.columns = ""  # path sources' columns by role, as the converter's --columns
@@ -123,8 +122,7 @@ def run_audit(config) -> dict[str, Any]:
     score_dirs.append(str(score_dir))
 
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
-                             allow_missing=config.metrics.allow_missing,
-                             plugins=registry.plugins())
+                             allow_missing=config.metrics.allow_missing)
   sections = probe.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
   sections += vocab_scan.run_for_audit(

@@ -23,7 +23,7 @@ import pathlib
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from socialrm_jax.base import records, tables
-from socialrm_jax import registry
+from socialrm_jax.datasets import registry
 from socialrm_jax.sources.reading import MALFORMED, SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base import templates as prompt_templates
@@ -89,22 +89,22 @@ def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | Non
   else:
     source = spec.path
     if not source.exists():
-      raise InputError(f"no such file or folder (the {spec.plugin.name} source "
+      raise InputError(f"no such file or folder (the {spec.adapter.name} source "
                        f"{spec.name!r})", source)
-  default = prompt_templates.default_template(spec.plugin.name)
+  default = prompt_templates.default_template(spec.adapter.name)
   reader = SourceReader(spec.name, source,
-                        prompt_templates.named(spec.plugin.templates, template or default),
+                        prompt_templates.named(spec.adapter.templates, template or default),
                         on_error=on_error,
                         options={**(path_options or {}), **spec.options} if spec.path else {})
   subsets: dict[str, dict[str, Any]] = collections.defaultdict(_subset_report)
   conversion = Conversion([], [], {})
   sink = conversion if sink is None else sink
   seen_ids = set()
-  for item in spec.plugin.convert(reader):
+  for item in spec.adapter.convert(reader):
     if reader.template.name != default:
       item.item_id = records.templated_item_id(item.item_id, reader.template.name)
     counts = subsets[item.subset]
-    if spec.plugin.check_ids:
+    if spec.adapter.check_ids:
       if item.item_id in seen_ids:
         raise InputError(f"two items get the id {item.item_id!r}: the source repeats a key",
                          reader.source)
@@ -162,9 +162,9 @@ def _convert_specs(data_dir: str | pathlib.Path | None, names: str | Sequence[st
   (rows are read once per template) and each template's own report under `templates`."""
   if data_dir is not None and not pathlib.Path(data_dir).is_dir():
     raise InputError("no such data folder", data_dir)
-  selection = prompt_templates.parse_selection(templates, registry.plugins())
+  selection = prompt_templates.parse_selection(templates, registry.adapters())
   specs = registry.parse_specs(names)
-  chosen = {spec.name: prompt_templates.chosen(spec.plugin.name, spec.plugin.templates, selection)
+  chosen = {spec.name: prompt_templates.chosen(spec.adapter.name, spec.adapter.templates, selection)
             for spec in specs}
   per_dataset = {}
   for spec in specs:
@@ -180,7 +180,7 @@ def _convert_specs(data_dir: str | pathlib.Path | None, names: str | Sequence[st
 def convert_all(data_dir: str | pathlib.Path | None, names: str | Sequence[str], *,
                 on_error: str = "raise", templates: TemplateSpec = None,
                 path_options: Mapping[str, str] | None = None) -> Conversion:
-  """Converts every source a dataset spec names (see `socialrm_jax.registry`), in memory: folder
+  """Converts every source a dataset spec names (see `socialrm_jax.datasets.registry`), in memory: folder
   datasets under `data_dir` (one folder each), path sources where their specs point."""
   conversion = Conversion([], [], {})
   conversion.report = _convert_specs(data_dir, names, conversion, on_error=on_error,

@@ -33,7 +33,7 @@ class SourceReader:
   def __init__(self, name: str, source: pathlib.Path, template: PromptTemplate,
                on_error: str = "raise", options: Mapping[str, Any] | None = None):
     """`name` names the items (`dataset`); `source` is the dataset's folder, or the file or folder
-    a path spec names; `template` the prompt template (one of the plug-in's); `options` the
+    a path spec names; `template` the prompt template (one of the adapter's); `options` the
     spec's options."""
     if on_error not in ON_ERROR:
       raise InputError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")

@@ -1,0 +1,6 @@
+"""HH-RLHF's analysis: the generic work alone (accuracy per subset, distribution bias), not the
+generic dataset's label and best-of-N rows."""
+
+from socialrm_jax.analysis import hooks
+
+ANALYSIS = hooks.register("hh_rlhf", hooks.DatasetAnalysis())
