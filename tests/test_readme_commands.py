@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-import command_help
+from tests.helpers import command_help
 
 REPO = command_help.REPO
 
