@@ -10,7 +10,7 @@ SOCIALRM_REPORT_DIR to an audit's output folder (the demo's, `runs/demo`) to che
 SOCIALRM_SCREENSHOT to where its screenshot goes (the README's is docs/report_html.png):
 
   SOCIALRM_REPORT_DIR=runs/demo SOCIALRM_SCREENSHOT=docs/report_html.png \\
-      python -m pytest -q tests/test_report_browser.py
+      python -m pytest -q tests/analysis/test_report_html.py
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def test_two_launched_processes_match_one(tmp_path):
   assert len(two) == len(one) == sum(len(it["candidates"]) for it in items)
   # The same readouts; each process's rows share batches with its own chunks' rows, so a row may
   # be repacked into a longer one at a flush: equal within the row-length bound of
-  # test_scoring_invariance.py.
+  # tests/scoring/test_engine_invariance.py.
   rewards = [{k: r["reward"] for k, r in fx.scores_by_key(rows).items()} for rows in (one, two)]
   assert fx.max_abs_diff(*rewards) <= 1e-5
   assert ({k: r["sequence_tokens"] for k, r in fx.scores_by_key(two).items()}

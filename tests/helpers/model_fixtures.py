@@ -9,6 +9,7 @@ eager attention, as the reference to compare against.
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 from typing import Any, Callable
@@ -129,23 +130,111 @@ def save_tiny_tokenizer(folder: str | os.PathLike, vocab_size: int = VOCAB_SIZE)
   tokenizer.save_pretrained(folder)
 
 
-def cached_reward_models(folders: dict) -> Callable[[str], Any]:
-  """case -> its RewardModel via `load_reward_model` from `folders[case][1]` (a tiny_models
-  fixture's (reference, folder)), each loaded once so that its compilations are shared."""
-  # Imported here: importing this module imports no jax (tests set JAX flags before that).
-  from socialrm_jax.models import reward_model  # pylint: disable=import-outside-toplevel
-  loaded = {}
-
-  def load_case(case: str):
-    if case not in loaded:
-      loaded[case] = reward_model.load_reward_model(folders[case][1])
-    return loaded[case]
-  return load_case
-
-
 def hf_rewards(reference, ids, mask) -> np.ndarray:
   """A transformers score head's rewards for a padded batch: [B], or [B, L] with L > 1 labels."""
   with torch.no_grad():
     logits = reference(input_ids=torch.tensor(ids).long(),
                        attention_mask=torch.tensor(mask).long()).logits.numpy()  # [B, L]
   return logits[:, 0] if logits.shape[-1] == 1 else logits
+
+
+def hf_token_logprobs(reference, ids, mask) -> np.ndarray:
+  """A transformers causal LM's log p(token | tokens before it) for a padded batch [B, T]: 0 at
+  padding and at each row's first real token."""
+  with torch.no_grad():
+    logits = reference(input_ids=torch.tensor(ids).long(),
+                       attention_mask=torch.tensor(mask).long()).logits  # [B, T, V]
+  log_probs = torch.log_softmax(logits.float(), dim=-1)[:, :-1]
+  picked = log_probs.gather(-1, torch.tensor(ids[:, 1:]).long()[..., None])[..., 0].numpy()
+  scored = (mask[:, 1:] * mask[:, :-1]).astype(bool)
+  return np.concatenate([np.zeros((len(ids), 1)), np.where(scored, picked, 0.0)], axis=1)
+
+
+# The rewardbench wheel's models/ folder: OpenAssistant's GPTNeoXRewardModel and the custom reward
+# heads' reference classes, loaded by path (the wheel's package imports would pull in its
+# dependencies).
+WHEEL_MODELS = pathlib.Path(transformers.__file__).parents[1] / "rewardbench" / "models"
+
+
+def load_wheel_module(file_name: str, module_name: str):
+  """`WHEEL_MODELS / file_name` as a module, loaded by path."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location(module_name, WHEEL_MODELS / file_name)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@functools.cache
+def openassistant():
+  """The wheel's models/openassistant.py (GPTNeoXRewardModel and its config class)."""
+  return load_wheel_module("openassistant.py", "rewardbench_openassistant")
+
+# GPT-NeoX as Pythia and OpenAssistant's reward models set it up, shrunk.
+NEOX = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=512)
+# DeBERTa-v3 as reward-model-deberta-v3-large-v2 sets it up: shared keys, log buckets, LayerNormed
+# relative embeddings, no absolute positions, no token types.
+DEBERTA_V3 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=512, relative_attention=True,
+                  position_buckets=8, max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                  share_att_key=True, pos_att_type="p2c|c2p", position_biased_input=False,
+                  type_vocab_size=0)
+
+
+def build_redrawn(name: str, fields: dict, seed: int, **overrides) -> torch.nn.Module:
+  """The class `name` (transformers', or OpenAssistant's GPTNeoXRewardModel) with `fields` and
+  `overrides`, every weight redrawn from `seed` with std WEIGHT_STD (norms around 1)."""
+  model_class = getattr(openassistant(), name, None) or getattr(transformers, name)
+  config_class = (openassistant().GPTNeoXRewardModelConfig if name == "GPTNeoXRewardModel"
+                  else model_class.config_class)
+  settings = dict(fields)
+  settings.update(overrides)
+  config = config_class(**settings)
+  config.architectures = [name]
+  torch.manual_seed(seed)
+  model = model_class(config).eval()
+  with torch.no_grad():
+    for param_name, param in model.named_parameters():
+      param.normal_(0.0, WEIGHT_STD)
+      if param.ndim == 1 and "norm" in param_name.lower():
+        param.add_(1.0)
+  return model
+
+
+def deberta_v3_tokenizer(folder: str | os.PathLike, texts: list[str]):
+  """A DeBERTa-v3-style SentencePiece Unigram tokenizer over the words of `texts`, built by
+  transformers' `DebertaV2Tokenizer` and saved (tokenizer.json) in `folder`."""
+  words = sorted({w for text in texts for w in text.split()})
+  chars = sorted({c for w in words for c in w})
+  vocab = [("[PAD]", 0.0), ("[UNK]", 0.0), ("[CLS]", 0.0), ("[SEP]", 0.0), ("[MASK]", 0.0)]
+  vocab += [(f"\u2581{w}", -float(len(w))) for w in words[:200]]  # the rest split into pieces
+  vocab += [(c, -20.0) for c in chars] + [(f"\u2581{c}", -21.0) for c in chars]
+  tok = transformers.DebertaV2Tokenizer(vocab=vocab)
+  tok.save_pretrained(folder)
+  return tok
+
+
+def reference_rewards_of_pairs(model, tok, items) -> dict:
+  """(item_id, candidate) -> an encoder's reward for (question, answer) encoded as a pair by
+  transformers' tokenizer, each scored alone."""
+  out = {}
+  with torch.no_grad():
+    for item in items:
+      question = item["prompt"][0]["content"] if len(item["prompt"]) == 1 else "\n\n".join(
+          f"{m['role'].capitalize()}: {m['content']}" for m in item["prompt"])
+      for c, text in enumerate(item["candidates"]):
+        enc = tok(question, text, return_tensors="pt")
+        out[(item["item_id"], c)] = float(model(input_ids=enc["input_ids"]).logits[0, 0])
+  return out
+
+
+def with_config_changes(source: pathlib.Path, folder: pathlib.Path, **changes) -> pathlib.Path:
+  """`folder`: `source`'s weights (linked) under a config.json with `changes`."""
+  import json  # pylint: disable=import-outside-toplevel
+  folder.mkdir()
+  (folder / "model.safetensors").symlink_to(source / "model.safetensors")
+  config = json.loads((source / "config.json").read_text())
+  config.update(changes)
+  (folder / "config.json").write_text(json.dumps(config))
+  return folder

@@ -67,7 +67,7 @@ def test_bad_input_exits_nonzero_and_writes_nothing(tmp_path, args, message):
 
 def test_skip_mode_writes_and_counts(tmp_path):
   # The broken row, then a good one: the good one is converted, the broken one counted. (A
-  # skip that keeps no row is an error: tests/test_bad_inputs.py.)
+  # skip that keeps no row is an error: tests/end_to_end/test_bad_inputs.py.)
   out = tmp_path / "out"
   data = _broken_bbq(tmp_path)
   good = (BUNDLED / "bbq" / "data" / "Age.jsonl").read_text().splitlines()[0]

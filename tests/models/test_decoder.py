@@ -1,6 +1,7 @@
-"""Config reading, refusals and fused-tensor reads of the Gemma 3, OLMo 2, Phi-3 and InternLM2
-decoder variants (their outputs are checked against PyTorch in test_decoder_parity.py and
-test_scoring_decoder_families.py)."""
+"""What only the decoder family has: config reading, refusals and fused-tensor reads of its
+variants (Gemma 3, OLMo 2, Phi-3, InternLM2), and rewards blind to the padding side. Every variant's
+outputs are checked against PyTorch in test_family_parity.py and, through the scoring engine, in
+tests/scoring/test_engine_families.py."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from tests.helpers import internlm2_reference
-from tests.helpers import model_fixtures
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import decoder, families, load_reward_model, weights
+from tests.helpers import family_cases, internlm2_reference, model_fixtures
 
 
 def _config(folder) -> dict:
@@ -161,3 +161,13 @@ def test_a_device_reads_only_its_rows_of_a_fused_tensor(tmp_path, architecture):
     # A shard that cuts an InternLM2 group of query heads reads the whole tensor, then cuts.
     odd = full_index[:2] + (slice(1, shape[2]),) + full_index[3:]
     np.testing.assert_array_equal(weights._read_shard(spec, shape, odd, tensors), full[:, :, 1:])
+
+
+def test_padding_side_does_not_change_rewards(tmp_path):
+  folder = model_fixtures.save_tiny_hf_model(tmp_path, "Gemma2ForSequenceClassification",
+                                             **family_cases.DECODER_SETTINGS["Gemma2"])
+  model = load_reward_model(folder)
+  lengths, seq_len = [5, 12, 9, 1], 12
+  left = model(*model_fixtures.random_batch(lengths, seq_len, padding_side="left"))
+  right = model(*model_fixtures.random_batch(lengths, seq_len, padding_side="right"))
+  np.testing.assert_allclose(np.asarray(left), np.asarray(right), atol=1e-5)

@@ -1,7 +1,7 @@
 """Chat templating, the plain fallback, encoder pairs, left truncation, and batched encoding.
 
 References come from transformers' own tokenizer (`fx.train_*` returns it); ours is loaded from the
-saved folder. tests/test_tokenizer_parity.py compares the two on every bundled item.
+saved folder. tests/scoring/test_item_tokens_parity.py compares the two on every bundled item.
 """
 
 import numpy as np
