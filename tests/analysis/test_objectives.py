@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax import registry
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
+from tests.helpers import scoring_fixtures as fx
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 

@@ -26,11 +26,11 @@ import tempfile
 import numpy as np
 import pytest
 
-from tests.helpers import preference_fixtures as pf
 from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.base import tables
 from socialrm_jax.orchestrators import item_tables, pipeline
+from tests.helpers import preference_fixtures as pf
 
 BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
@@ -196,6 +196,7 @@ def test_the_page_is_one_file_that_fetches_nothing(audit):
   assert "default-src 'none'" in page
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_headline_numbers_equal_metrics_json(audit, dumped, tmp_path):
   folder, metrics = audit
   dom = dumped()
@@ -214,6 +215,7 @@ def test_headline_numbers_equal_metrics_json(audit, dumped, tmp_path):
   assert len(wrong) == 1 and cell.attrs["data-path"] in wrong[0]
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_filtering_by_a_dataset_hides_the_other_datasets_rows(audit, dumped):
   _, metrics = audit
   datasets = list(next(iter(metrics.values()))["datasets"])
@@ -232,6 +234,7 @@ def test_filtering_by_a_dataset_hides_the_other_datasets_rows(audit, dumped):
   assert not any(e.hidden for e in dumped().find(data_dataset=None))  # unfiltered: all shown
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_worst_pair_unfolds_to_its_prompt_and_responses(audit, dumped):
   pair_id, dataset, pair = first_worst_pair(audit[1])
   folded = dumped()
@@ -246,6 +249,7 @@ def test_a_worst_pair_unfolds_to_its_prompt_and_responses(audit, dumped):
     assert " ".join(pair[role].split()) in text, role
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_screenshot_of_the_page(audit, tmp_path):
   folder, _ = audit
   target = pathlib.Path(os.environ.get("SOCIALRM_SCREENSHOT", tmp_path / "report_html.png"))

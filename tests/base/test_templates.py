@@ -3,7 +3,6 @@ source row it is given and survives the items table, `--templates=all` converts 
 one table without id collisions, the main metrics use each dataset's primary template only, and
 the template spread finds the findings a rewording makes or unmakes."""
 
-from tests.helpers.paths import REPO_ROOT
 import csv
 import gzip
 import inspect
@@ -23,6 +22,7 @@ from socialrm_jax.base import records, tables, templates
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets.hh_rlhf import parse_transcript, SPEAKERS
 from socialrm_jax.orchestrators import item_tables, pipeline
+from tests.helpers.paths import REPO_ROOT
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
@@ -140,6 +140,7 @@ def _convert(*args):
                         capture_output=True, text=True)
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_table(tmp_path):
   proc = _convert(f"--data_dir={BUNDLED}", "--datasets=all", f"--output_dir={tmp_path / 'all'}",
                   "--templates=all")
@@ -192,6 +193,7 @@ def test_bad_template_selections_are_refused(spec, message):
                      templates.parse_selection(spec, registry.plugins()))
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_the_command_names_a_bad_template_and_writes_nothing(tmp_path):
   proc = _convert(f"--data_dir={BUNDLED}", "--datasets=bbq", f"--output_dir={tmp_path / 'out'}",
                   "--templates=bbq=polite")

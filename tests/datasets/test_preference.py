@@ -10,11 +10,11 @@ import sys
 import datasets
 import pytest
 
-from tests.helpers import preference_fixtures as pf
 from socialrm_jax.base import records, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import item_tables
 from socialrm_jax.sources import hf_reading
+from tests.helpers import preference_fixtures as pf
 
 LAYOUTS = ("strings", "conversational", "implicit_conversational", "hh_transcripts")
 
@@ -181,6 +181,7 @@ def _cli(path, out, *args):
                         capture_output=True, text=True)
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 @pytest.mark.parametrize("case", MALFORMED)
 def test_malformed_input_is_one_error_line_naming_file_and_row_and_nothing_is_written(
     tmp_path, case):
@@ -211,6 +212,7 @@ def test_skipping_counts_and_lists_malformed_rows(tmp_path, case):
   assert any(message in e for e in report["skipped_row_errors"])
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_skipping_from_the_command_writes_the_readable_rows(tmp_path):
   out = tmp_path / "out"
   proc = _cli(_not_utf8(tmp_path), out, "--on_error=skip", "--format=jsonl")

@@ -20,13 +20,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import preference_fixtures as pf
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, reward_tables
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import item_tables
+from tests.helpers import preference_fixtures as pf
+from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-9
 N_RESAMPLES = 50

@@ -4,7 +4,6 @@ SPEC names, report.md and the figures; a rerun resumes; and the `socialrm_jax.ma
 
 from __future__ import annotations
 
-from tests.helpers.paths import REPO_ROOT
 import csv
 import gzip
 import importlib.util
@@ -20,6 +19,7 @@ import pytest
 from socialrm_jax.base import tables
 from socialrm_jax.models import default_model
 from socialrm_jax.orchestrators import item_tables, pipeline
+from tests.helpers.paths import REPO_ROOT
 
 BUNDLED = pipeline.BUNDLED_DATA
 MODEL_NAME = "smollm2-135m-instruct"

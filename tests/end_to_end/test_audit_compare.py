@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.orchestrators import pipeline
 from socialrm_jax.analysis import compare
+from tests.helpers import scoring_fixtures as fx
 
 MODELS = ("llama-a", "llama-b")
 DATASETS = "bbq,crows_pairs,moral_stories"

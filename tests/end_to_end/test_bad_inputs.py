@@ -31,9 +31,9 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.orchestrators import item_tables
+from tests.helpers import scoring_fixtures as fx
 
 BUNDLED = fx.REPO_ROOT / "socialrm_jax" / "bundled"
 # Commands run two at a time: the machine the tests run on has two cores.
@@ -602,6 +602,7 @@ def outcomes(request, inputs) -> dict[str, Outcome]:
 LIBTPU_NOISE = ("TPU_WORKER_HOSTNAMES", "Failed to find host bounds", "libtpu")
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_bad_input_is_refused_in_one_line(row, outcomes):
   outcome = outcomes[row.id]
@@ -624,6 +625,7 @@ def test_bad_input_is_refused_in_one_line(row, outcomes):
   assert after == outcome.before, sorted(set(after) ^ set(outcome.before))
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_debug_shows_the_traceback(inputs, tmp_path):
   done = subprocess.run(
       [sys.executable, "-m", "socialrm_jax.main.score", f"--model={inputs.model}",

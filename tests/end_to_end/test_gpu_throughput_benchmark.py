@@ -6,12 +6,15 @@ The script runs as a subprocess, as it is used: it defines absl flags that would
 modules' in this process.
 """
 
-from tests.helpers.paths import REPO_ROOT
 import json
 import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
+
+from tests.helpers.paths import REPO_ROOT
 
 REPO = REPO_ROOT
 SCRIPT = REPO / "benchmarks" / "gpu_throughput.py"
@@ -25,6 +28,7 @@ def _run(work_dir, *flags):
                         capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_tiny_preset_times_every_run_and_agrees_with_transformers(tmp_path):
   result = _run(tmp_path)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

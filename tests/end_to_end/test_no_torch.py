@@ -9,9 +9,11 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import scoring_fixtures as fx
+import pytest
+
 from socialrm_jax.base import tables
 from socialrm_jax.models import default_model
+from tests.helpers import scoring_fixtures as fx
 
 HEAVY = ("torch", "transformers")
 _REPORT = f"""
@@ -59,6 +61,7 @@ def _heavy_modules(script: str, *args) -> list[str]:
   return json.loads(lines[0].split(" ", 1)[1])
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_tokenizers_load_and_encode_without_torch(tmp_path):
   fx.train_chat_tokenizer(tmp_path / "chat")
   fx.train_chat_tokenizer(tmp_path / "plain", with_template=False)
@@ -70,6 +73,7 @@ def test_tokenizers_load_and_encode_without_torch(tmp_path):
   assert _heavy_modules(_ENCODE, json.dumps(tokenizers)) == []
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_scoring_run_imports_no_torch(tmp_path):
   fx.make_llama(tmp_path / "rm")
   tables.write_rows(tmp_path / "items" / "items.jsonl", fx.all_items())
@@ -78,6 +82,7 @@ def test_a_scoring_run_imports_no_torch(tmp_path):
   assert (tmp_path / "scores" / "run.json").is_file()
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_value_probe_run_imports_no_torch(tmp_path):
   fx.make_llama(tmp_path / "lm", head="lm")
   assert _heavy_modules(_PROBE, f"--model={tmp_path / 'lm'}", f"--output_dir={tmp_path / 'probe'}",

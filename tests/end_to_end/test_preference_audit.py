@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import preference_fixtures as pf
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.orchestrators import pipeline
 from socialrm_jax.base import tables
+from tests.helpers import preference_fixtures as pf
+from tests.helpers import scoring_fixtures as fx
 
 MODEL = "tiny-llama"
 N_RESAMPLES = 50

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from socialrm_jax.models import heads
 from tests.helpers import reward_head_fixtures as rh
 from tests.helpers import scoring_fixtures as fx
-from socialrm_jax.models import heads
 from tests.end_to_end.test_audit import make_small_suite
 
 N_RESAMPLES = 20

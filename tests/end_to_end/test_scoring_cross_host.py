@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
+from tests.helpers import scoring_fixtures as fx
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
+from tests.helpers import scoring_fixtures as fx
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from tests.helpers import command_help
 
 # pip's console-script wrapper, with the report of the flags the command defined.
@@ -27,6 +29,7 @@ if __name__ == '__main__':
 """
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_every_console_script_help_lists_its_flags(tmp_path):
   scripts = command_help.console_scripts()
   assert len(scripts) >= 9 and all(name.startswith("socialrm-") for name in scripts)

@@ -1,6 +1,5 @@
 """The convert command: outputs, reproducibility, and bad input that leaves nothing behind."""
 
-from tests.helpers.paths import REPO_ROOT
 import json
 import pathlib
 import subprocess
@@ -9,6 +8,7 @@ import sys
 import pytest
 
 from socialrm_jax.base import tables
+from tests.helpers.paths import REPO_ROOT
 
 BUNDLED = REPO_ROOT / "socialrm_jax" / "bundled"
 
@@ -23,6 +23,7 @@ def _tree(folder: pathlib.Path) -> dict[str, bytes]:
           for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl", "hf"])
 def test_bundled_suite_converts_identically_twice(tmp_path, fmt):
   outputs = []
@@ -83,6 +84,7 @@ def test_skip_mode_writes_and_counts(tmp_path):
       "conversion_report.json", "items.jsonl", "pairs.jsonl"]
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_failed_conversion_leaves_the_earlier_output_as_it_was(tmp_path):
   out = tmp_path / "out"
   data = _broken_bbq(tmp_path)
@@ -97,6 +99,7 @@ def test_a_failed_conversion_leaves_the_earlier_output_as_it_was(tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]  # no staged folder left
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_new_format_replaces_the_old_tables(tmp_path):
   out = tmp_path / "out"
   for fmt, expected in (("hf", ["conversion_report.json", "items", "pairs"]),

@@ -10,7 +10,6 @@ must be whole conversations ending with the assistant's response. TRL is not ins
 test checks that contract on the saved columns.
 """
 
-from tests.helpers.paths import REPO_ROOT
 import pathlib
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import datasets
 import pytest
 
 from socialrm_jax.base import tables
+from tests.helpers.paths import REPO_ROOT
 
 BUNDLED = REPO_ROOT / "socialrm_jax" / "bundled"
 TRL_COLUMNS = ("prompt", "chosen", "rejected")
@@ -44,6 +44,7 @@ def is_message_list(value) -> bool:
           and "role" in value[0] and "content" in value[0])
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_pairs_load_with_the_columns_trls_reward_trainer_reads(exported):
   hf, _ = exported
   pairs = datasets.load_from_disk(str(hf / "pairs"))
@@ -62,6 +63,7 @@ def test_pairs_load_with_the_columns_trls_reward_trainer_reads(exported):
     assert row["chosen"][0]["content"] != row["rejected"][0]["content"]
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_hf_tables_read_back_as_the_parquet_ones(exported):
   hf, parquet = exported
   items = datasets.load_from_disk(str(hf / "items"))

@@ -74,6 +74,7 @@ def run_cli(*args):
                         capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_two_scores_sets_give_two_metrics_files_one_report_and_the_tradeoff_plot(tmp_path,
                                                                                 converted):
   folder, items = converted
@@ -107,6 +108,7 @@ def test_two_scores_sets_give_two_metrics_files_one_report_and_the_tradeoff_plot
     assert f"]({png})" in report
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_missing_scores_are_an_error_with_counts_per_dataset(tmp_path, converted):
   folder, items = converted
   scored = [it for it in items if it["item_id"] not in ("bbq/Age/3", "moral_stories/5")]

@@ -207,6 +207,7 @@ def test_resolve_keeps_an_explicit_choice_that_can_run(implementation, backend, 
   assert attention.resolve(implementation, backend=backend, dtype=dtype, **_MODEL) == implementation
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_splash_under_a_mesh_runs_per_device():
   """On 4 fake devices (data 2 x model 2) with the mesh set, splash runs under shard_map (rows over
   data; whole head groups over model when the key/value heads divide, else all heads on each) and

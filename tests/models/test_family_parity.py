@@ -26,10 +26,10 @@ from safetensors import safe_open  # noqa: E402
 
 from socialrm_jax.models import families  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
-from tests.helpers import model_fixtures as mf  # noqa: E402
-from tests.helpers.packed_rows import run_rows, shared_prefix  # noqa: E402
 from tests.helpers.family_cases import (CASES, LENGTHS, PAD_ID, REPRESENTATIVES,  # noqa: E402
                                         SEQ_LEN, sequences)
+from tests.helpers import model_fixtures as mf  # noqa: E402
+from tests.helpers.packed_rows import run_rows, shared_prefix  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import reward_head_fixtures as rh
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import heads
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, step as step_lib
+from tests.helpers import reward_head_fixtures as rh
+from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-4
 # Long enough for every fixture item under the byte-level Llama 3 tokenizer: nothing truncated,

@@ -16,9 +16,9 @@ import pytest
 import safetensors.numpy
 import torch
 
-from tests.helpers import model_fixtures
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import families, load_reward_model
+from tests.helpers import model_fixtures
 from tests.helpers.model_fixtures import hf_rewards
 from tests.helpers.paths import REPO_ROOT
 
@@ -66,6 +66,7 @@ def test_bfloat16_weights_load_exactly_and_compute_in_bfloat16(tmp_path):
   assert 0 < deviation < BF16_TOLERANCE
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 @pytest.mark.parametrize("architecture", ["Qwen2ForSequenceClassification", "GemmaForCausalLM"])
 def test_native_checkpoint_gives_bit_identical_outputs(tmp_path, architecture):
   folder = model_fixtures.save_tiny_hf_model(tmp_path, architecture)
@@ -176,6 +177,7 @@ SHARDED_SCRIPT = """
 """
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_parameters_are_split_over_the_model_axis_and_outputs_unchanged(tmp_path):
   folder = model_fixtures.save_tiny_hf_model(tmp_path, "Qwen2ForSequenceClassification")
   stdout = run_python(SHARDED_SCRIPT.format(folder=str(folder), native=str(tmp_path / "native")),
@@ -243,6 +245,7 @@ PER_SHARD_SCRIPT = """
 """
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_each_shard_reads_only_its_slice_of_the_checkpoint(tmp_path):
   """data:2,model:4: a split parameter's tensors are read a quarter at a time, once per model
   shard (not per device); a replicated one is read whole, once."""

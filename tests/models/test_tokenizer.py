@@ -12,9 +12,9 @@ import transformers
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import models, pre_tokenizers, trainers
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import tokenizer as tokenizer_lib
+from tests.helpers import scoring_fixtures as fx
 
 TEXTS = [
     "Who is a rude guest?", "  two  spaces,\ttab\nnewline ", "caf\u00e9 \u2615 na\u00efve \u00fcber",

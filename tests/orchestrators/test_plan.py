@@ -16,13 +16,13 @@ import sys
 import jax.numpy as jnp
 import pytest
 
-from tests.helpers import reward_head_fixtures as rh
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import records, tables
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators.tpu_sizing import (compiler, cost, hardware, projection, report,
                                                    shapes)
 from socialrm_jax.scoring import engine
+from tests.helpers import reward_head_fixtures as rh
+from tests.helpers import scoring_fixtures as fx
 
 pytest.importorskip("libtpu", reason="the TPU compiler comes with libtpu (the test extra)")
 
@@ -131,6 +131,7 @@ def _plan_command(*flags) -> subprocess.CompletedProcess:
                         env=fx.subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_a_model_that_does_not_fit_is_a_plan_naming_the_model_axis_that_fits(tmp_path):
   # A bfloat16 embedding of 36M x 256 (18.4 GB) is more than a v5e chip holds (16 GB); split
   # over a model axis of 2 it fits.
@@ -191,6 +192,7 @@ def test_a_custom_head_is_planned_from_the_checkpoints_tensor_names(armorm_folde
   assert entry["compiled"] and entry["fits"]
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_plan_command_describes_a_custom_head_from_its_folder(armorm_folder, tmp_path):
   done = _plan_command("--topology=v5e:2x2", f"--model={armorm_folder}", "--mesh=data:4,model:1",
                        "--max_length=128", "--tokens_per_batch=512",

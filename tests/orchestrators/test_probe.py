@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.models import default_model
 from socialrm_jax.orchestrators import lexicon_answers
 from socialrm_jax.scoring import engine
+from tests.helpers import scoring_fixtures as fx
 
 OPTIONS = engine.ScoringOptions(tokens_per_batch=2048)
 CATEGORIES = len(lexicon_answers.CATEGORIES)
@@ -56,6 +56,7 @@ def test_the_probe_on_a_tiny_random_decoder_equals_pytorch(tiny_lm, tmp_path):
   assert result["categories"]["warmth"]["mean"] == pytest.approx(rewards[:, warmth].mean())
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_the_probe_command_writes_its_table_and_refuses_the_judge(tiny_lm, tmp_path):
   folder, _, _ = tiny_lm
   command = [sys.executable, "-m", "socialrm_jax.main.probe", f"--model={folder}",

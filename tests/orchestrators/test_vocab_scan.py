@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tests.helpers import scoring_fixtures as fx
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.orchestrators import token_ranking
 from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
+from tests.helpers import scoring_fixtures as fx
 
 PROMPTS = list(zip(token_ranking.DEFAULT_PROMPTS.ids, token_ranking.DEFAULT_PROMPTS.texts))
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=48)

@@ -5,12 +5,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import records, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import readout as readout_lib
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import chunks, engine, proxies
+from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-4
 # Small buckets and budgets so the fixture items are packed several to a row, over several buckets.

@@ -4,11 +4,14 @@ persistent compilation cache."""
 import json
 import subprocess
 
-from tests.helpers import scoring_fixtures as fx
+import pytest
+
 from socialrm_jax.base import tables
 from socialrm_jax.scoring import packing
+from tests.helpers import scoring_fixtures as fx
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_few_compilations_and_the_persistent_cache(tmp_path):
   fx.make_llama(tmp_path / "rm")
   items = fx.many_bbq_items(24) + fx.hh_items()

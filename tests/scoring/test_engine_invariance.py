@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
+from tests.helpers import scoring_fixtures as fx
 
 # Different batch compositions: rows of other lengths, other row counts, other shard cuts, and
 # the items in reverse order (so every item shares its rows with other neighbours).

@@ -4,11 +4,11 @@ import subprocess
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import engine, packing
 from socialrm_jax.scoring import mesh as mesh_lib
+from tests.helpers import scoring_fixtures as fx
 
 
 @pytest.mark.parametrize("field, value", [("chunk_size", -2), ("chunk_size", 0), ("max_length", 0),

@@ -10,10 +10,10 @@ import time
 import pyarrow as pa
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, shards
+from tests.helpers import scoring_fixtures as fx
 
 NUM_ITEMS = 160
 CHUNK = 4

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, invariance, packing, run_report, shards
+from tests.helpers import scoring_fixtures as fx
 
 
 @pytest.mark.slow  # A subprocess; the check compiles the shapes of its other row lengths.

@@ -7,9 +7,9 @@ saved folder. tests/scoring/test_item_tokens_parity.py compares the two on every
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import item_tokens
+from tests.helpers import scoring_fixtures as fx
 
 
 @pytest.fixture(scope="module")

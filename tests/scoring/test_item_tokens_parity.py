@@ -14,11 +14,11 @@ import transformers
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as RustTokenizer
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.models import default_model
 from socialrm_jax.models import tokenizer as tokenizer_lib
 from socialrm_jax.orchestrators import item_tables, pipeline
 from socialrm_jax.scoring import item_tokens
+from tests.helpers import scoring_fixtures as fx
 
 # Llama 3.2's chat template (its tool-calling branches left out): the date comes from
 # `date_string`, else from `strftime_now`.

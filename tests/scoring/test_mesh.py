@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine
+from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-5
 OPTIONS = dict(max_length=256, tokens_per_batch=1024, chunk_size=4, smallest_bucket=64)

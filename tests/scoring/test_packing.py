@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.models import attention
 from socialrm_jax.scoring import item_tokens, packing
+from tests.helpers import scoring_fixtures as fx
 
 
 @pytest.fixture(scope="module")

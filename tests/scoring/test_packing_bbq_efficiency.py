@@ -4,12 +4,12 @@ import pathlib
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 import socialrm_jax
 from socialrm_jax.base import records, tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.orchestrators import item_tables
 from socialrm_jax.scoring import engine, run_report
+from tests.helpers import scoring_fixtures as fx
 
 BUNDLED = pathlib.Path(socialrm_jax.__file__).parent / "bundled"
 NUM_ITEMS = 120

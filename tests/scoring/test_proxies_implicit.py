@@ -12,13 +12,13 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, packing
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
+from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-4
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=512, chunk_size=4,

@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, proxies
+from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-4
 OPTIONS = engine.ScoringOptions(max_length=1024, tokens_per_batch=4096, chunk_size=4,

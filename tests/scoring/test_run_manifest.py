@@ -13,12 +13,12 @@ import pytest
 import tokenizers
 from tokenizers import processors
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.analysis import provenance
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.models.tokenizer import load_tokenizer
 from socialrm_jax.scoring import engine, mesh as mesh_lib, run_manifest, shards, item_tokens
+from tests.helpers import scoring_fixtures as fx
 
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4)
 

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from tests.helpers import scoring_fixtures as fx
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.scoring import engine, shards
+from tests.helpers import scoring_fixtures as fx
 
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=512, chunk_size=2)
 
