@@ -138,18 +138,6 @@ def hf_rewards(reference, ids, mask) -> np.ndarray:
   return logits[:, 0] if logits.shape[-1] == 1 else logits
 
 
-def hf_token_logprobs(reference, ids, mask) -> np.ndarray:
-  """A transformers causal LM's log p(token | tokens before it) for a padded batch [B, T]: 0 at
-  padding and at each row's first real token."""
-  with torch.no_grad():
-    logits = reference(input_ids=torch.tensor(ids).long(),
-                       attention_mask=torch.tensor(mask).long()).logits  # [B, T, V]
-  log_probs = torch.log_softmax(logits.float(), dim=-1)[:, :-1]
-  picked = log_probs.gather(-1, torch.tensor(ids[:, 1:]).long()[..., None])[..., 0].numpy()
-  scored = (mask[:, 1:] * mask[:, :-1]).astype(bool)
-  return np.concatenate([np.zeros((len(ids), 1)), np.where(scored, picked, 0.0)], axis=1)
-
-
 # The rewardbench wheel's models/ folder: OpenAssistant's GPTNeoXRewardModel and the custom reward
 # heads' reference classes, loaded by path (the wheel's package imports would pull in its
 # dependencies).
