@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-import command_help
+from tests.helpers import command_help
 
 REPO = command_help.REPO
 
@@ -99,6 +99,7 @@ def test_the_readme_is_read_whole():
       "x --b=2    --c=3"]
 
 
+@pytest.mark.slow  # a subprocess; more than a few seconds
 def test_every_command_the_readme_shows_runs_with_the_flags_it_shows():
   wanted: dict[tuple[str, ...], set[str]] = {}
   problems = []

@@ -1,0 +1,244 @@
+"""The fused attention paths against `xla_attention` on packed layouts, and `resolve`'s table.
+
+No GPU or TPU here, so each fused path is checked as far as a CPU can:
+- cudnn: the exact `jax.nn.dot_product_attention` call, made with implementation="xla" (only
+  that string differs from what runs on a GPU);
+- splash: the Pallas kernel itself, in interpret mode.
+Layouts are random packed rows as the packer writes them: several segments a row, each a shared
+prefix (sometimes empty) and 1-3 branches, a padding tail, and an all-padding row.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from socialrm_jax.models import attention  # noqa: E402
+from tests.helpers.paths import REPO_ROOT  # noqa: E402
+
+TOLERANCE = 1e-5
+HEAD_DIM = 16
+SCALE = HEAD_DIM ** -0.5
+
+
+def packed_rows(rng: np.random.Generator, rows: int, length: int, is_causal: bool):
+  """-> (segment_ids, branch_ids, positions) [rows, length] int32, filled as the packer does.
+
+  Causal: each segment a prefix of 0-12 tokens (the first segment's is empty) then 1-3 branches
+  of 1-10 tokens, their positions continuing the prefix's. Encoders: each segment one sequence.
+  Every row ends in padding; the last row is all padding.
+  """
+  segments, branches, positions = (np.zeros((rows, length), np.int32) for _ in range(3))
+  for row in range(rows - 1):
+    used, segment = 0, 0
+    while True:
+      prefix = 0 if (row, segment) == (0, 0) or not is_causal else int(rng.integers(0, 13))
+      lengths = rng.integers(1, 11, size=int(rng.integers(1, 4)) if is_causal else 1)
+      if used + prefix + lengths.sum() > length - 4:
+        break
+      segment += 1
+      segments[row, used:used + prefix] = segment
+      positions[row, used:used + prefix] = np.arange(prefix)
+      used += prefix
+      for branch, n in enumerate(lengths, start=1 if is_causal else 0):
+        segments[row, used:used + n] = segment
+        branches[row, used:used + n] = branch
+        positions[row, used:used + n] = prefix + np.arange(n)
+        used += n
+  return segments, branches, positions
+
+
+def random_case(seed: int, *, rows: int, length: int, heads: int, kv_heads: int, is_causal: bool):
+  rng = np.random.default_rng(seed)
+  segments, branches, positions = packed_rows(rng, rows, length, is_causal)
+  layout = attention.Layout(jnp.asarray(segments), jnp.asarray(branches), is_causal)
+  q = jnp.asarray(rng.normal(size=(rows, length, heads, HEAD_DIM)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(rows, length, kv_heads, HEAD_DIM)), jnp.float32)
+          for _ in range(2))
+  return q, k, v, layout, jnp.asarray(positions)
+
+
+def reference(q, k, v, layout, positions, *, logit_cap=None, window=None):
+  return attention.xla_attention(q, k, v, attention.dense_mask(layout, positions, window),
+                                 scale=SCALE, logit_cap=logit_cap)
+
+
+def max_diff(got, expected) -> float:
+  assert np.isfinite(np.asarray(got)).all()
+  return float(np.max(np.abs(np.asarray(got) - np.asarray(expected))))
+
+
+@pytest.mark.parametrize("seed, length", [(1, 96), (2, 256)])
+def test_packed_rows_cover_the_cases_the_kernels_must_handle(seed, length):
+  """The causal layouts the kernel tests below draw (same seeds and lengths)."""
+  _, _, _, layout, _ = random_case(seed, rows=3, length=length, heads=4, kv_heads=2,
+                                   is_causal=True)
+  segments, branches = np.asarray(layout.segment_ids), np.asarray(layout.branch_ids)
+  assert (segments[-1] == 0).all() and (segments[:-1, -1] == 0).all()  # padding row and tails
+  assert segments[0].max() >= 3  # several segments a row
+  assert segments[0, 0] == 1 and branches[0, 0] == 1  # an item with an empty shared prefix
+  assert branches.max() >= 3
+
+
+@pytest.mark.parametrize("is_causal, window", [(True, None), (True, 6), (False, None)])
+def test_cudnn_call_arguments_through_xla(is_causal, window):
+  """The cuDNN call with implementation="xla": same mask, GQA, scale, causality and window."""
+  q, k, v, layout, positions = random_case(1, rows=3, length=96, heads=6, kv_heads=2,
+                                           is_causal=is_causal)
+  got = jax.jit(lambda q, k, v, layout, positions: attention.dense_fused_attention(
+      q, k, v, layout, positions, scale=SCALE, window=window, implementation="xla"))(
+          q, k, v, layout, positions)
+  diff = max_diff(got, reference(q, k, v, layout, positions, window=window))
+  print(f"cudnn arguments through xla, causal={is_causal} window={window}: max abs diff {diff:.2e}")
+  assert diff <= TOLERANCE
+
+
+@pytest.mark.parametrize("is_causal, kv_heads, logit_cap", [
+    (True, 2, None),   # GQA, two passes merged
+    (True, 1, 30.0),   # MQA with Gemma 2's soft-cap
+    (False, 4, None),  # an encoder: one pass
+])
+def test_splash_interpreted_matches_xla(is_causal, kv_heads, logit_cap):
+  """Rows of two 128-blocks, so the causal kernel skips a block and merges across them."""
+  q, k, v, layout, positions = random_case(2, rows=3, length=256, heads=4, kv_heads=kv_heads,
+                                           is_causal=is_causal)
+  got = jax.jit(lambda q, k, v, layout: attention.splash_attention(
+      q, k, v, layout, scale=SCALE, logit_cap=logit_cap, block=128, interpret=True))(
+          q, k, v, layout)
+  diff = max_diff(got, reference(q, k, v, layout, positions, logit_cap=logit_cap))
+  print(f"splash interpreted, causal={is_causal} kv_heads={kv_heads} cap={logit_cap}: "
+        f"max abs diff {diff:.2e}")
+  assert diff <= TOLERANCE
+
+
+@pytest.mark.parametrize("length, window, logit_cap", [(200, None, None), (256, 6, 30.0)])
+def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logit_cap):
+  """Blocks of 64 queries against the keys up to each block's end (the last block shorter when
+  64 does not divide the row): the dense result, GQA, window and soft-cap included."""
+  q, k, v, layout, positions = random_case(4, rows=3, length=length, heads=4, kv_heads=2,
+                                           is_causal=True)
+  mask = attention.dense_mask(layout, positions, window)
+  got = jax.jit(lambda q, k, v, mask: attention.causal_blocked_attention(
+      q, k, v, mask, scale=SCALE, logit_cap=logit_cap, block=64))(q, k, v, mask)
+  diff = max_diff(got, reference(q, k, v, layout, positions, logit_cap=logit_cap, window=window))
+  print(f"causal query blocks, length {length}: max abs diff {diff:.2e}")
+  assert diff <= TOLERANCE
+
+
+def test_splash_merge_gives_an_empty_pass_no_weight():
+  """A query whose prefix pass saw nothing (splash's lse is then about its mask value, and its
+  output an average of masked values) takes the other pass's output exactly, NaN or not."""
+  out_b = jnp.arange(4.0).reshape(1, 1, 1, 4)  # [B, N, T, H]
+  lse_b = jnp.full((1, 1, 1), 3.0)
+  for junk in (1e3, jnp.nan):
+    out_a = jnp.full((1, 1, 1, 4), junk)
+    merged = attention._merge_by_logsumexp(out_a, jnp.full((1, 1, 1), -2.38e38), out_b, lse_b)
+    np.testing.assert_array_equal(np.asarray(merged), np.asarray(out_b))
+
+
+def test_splash_falls_back_to_xla_when_rows_are_not_block_multiples():
+  q, k, v, layout, positions = random_case(3, rows=2, length=40, heads=4, kv_heads=2,
+                                           is_causal=True)
+  got = attention.attend(q, k, v, layout, positions, scale=SCALE, implementation="splash")
+  np.testing.assert_array_equal(np.asarray(got),
+                                np.asarray(reference(q, k, v, layout, positions)))
+
+
+def test_attend_refuses_what_a_kernel_cannot_compute():
+  q, k, v, layout, positions = random_case(4, rows=2, length=128, heads=2, kv_heads=2,
+                                           is_causal=True)
+  with pytest.raises(ValueError, match="soft-capping"):
+    attention.attend(q, k, v, layout, positions, scale=SCALE, logit_cap=50.0,
+                     implementation="cudnn")
+  with pytest.raises(ValueError, match="sliding window"):
+    attention.attend(q, k, v, layout, positions, scale=SCALE, window=4, implementation="splash")
+  with pytest.raises(ValueError, match="unknown attention implementation"):
+    attention.attend(q, k, v, layout, positions, scale=SCALE, implementation="auto")
+
+
+_MODEL = dict(logit_cap=None, has_windows=False, is_causal=True)
+
+
+@pytest.mark.parametrize("backend, dtype, model, expected", [
+    ("gpu", jnp.bfloat16, {}, "cudnn"),
+    ("gpu", jnp.float16, dict(is_causal=False), "cudnn"),
+    ("gpu", jnp.bfloat16, dict(has_windows=True), "cudnn"),  # windows go into the dense mask
+    ("gpu", jnp.float32, {}, "xla"),  # cuDNN refuses float32
+    ("gpu", jnp.bfloat16, dict(logit_cap=50.0), "xla"),  # Gemma 2's soft-cap
+    ("tpu", jnp.bfloat16, {}, "splash"),
+    ("tpu", jnp.float32, dict(is_causal=False), "splash"),
+    ("tpu", jnp.bfloat16, dict(logit_cap=50.0), "splash"),
+    ("tpu", jnp.bfloat16, dict(has_windows=True), "xla"),
+    ("cpu", jnp.bfloat16, {}, "xla"),
+    ("cpu", jnp.float32, {}, "xla"),
+])
+def test_resolve_auto(backend, dtype, model, expected):
+  assert attention.resolve("auto", backend=backend, dtype=dtype, **{**_MODEL, **model}) == expected
+
+
+@pytest.mark.parametrize("implementation, backend, dtype, model, error", [
+    ("cudnn", "gpu", jnp.float32, {}, "needs bfloat16 or float16, not float32"),
+    ("cudnn", "gpu", jnp.bfloat16, dict(logit_cap=50.0), "no logit soft-capping"),
+    ("cudnn", "tpu", jnp.bfloat16, {}, "runs on gpu, not tpu"),
+    ("splash", "tpu", jnp.bfloat16, dict(has_windows=True), "no sliding windows"),
+    ("splash", "gpu", jnp.bfloat16, {}, "TPU kernel"),
+    ("flash", "gpu", jnp.bfloat16, {}, "unknown attention implementation 'flash'"),
+])
+def test_resolve_refuses_an_explicit_choice_that_cannot_run(implementation, backend, dtype, model,
+                                                           error):
+  with pytest.raises(ValueError, match=error):
+    attention.resolve(implementation, backend=backend, dtype=dtype, **{**_MODEL, **model})
+
+
+@pytest.mark.parametrize("implementation, backend, dtype", [
+    ("xla", "gpu", jnp.float32), ("cudnn", "gpu", jnp.bfloat16), ("splash", "tpu", jnp.float32),
+    ("splash", "cpu", jnp.float32),  # interpreted: how the tests run it
+])
+def test_resolve_keeps_an_explicit_choice_that_can_run(implementation, backend, dtype):
+  assert attention.resolve(implementation, backend=backend, dtype=dtype, **_MODEL) == implementation
+
+
+@pytest.mark.slow  # a subprocess; more than a few seconds
+def test_splash_under_a_mesh_runs_per_device():
+  """On 4 fake devices (data 2 x model 2) with the mesh set, splash runs under shard_map (rows over
+  data; whole head groups over model when the key/value heads divide, else all heads on each) and
+  still equals xla. A fresh process: the device count is fixed when jax starts."""
+  script = textwrap.dedent("""
+      import jax, numpy as np
+      from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+      from socialrm_jax.models import attention
+      from tests.models.test_attention import SCALE, random_case, reference
+      mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+      put = lambda x: jax.device_put(x, NamedSharding(mesh, P("data")))
+      splash = jax.jit(lambda q, k, v, layout: attention.splash_attention(
+          q, k, v, layout, scale=SCALE, interpret=True))
+      for kv_heads in (2, 1):
+        q, k, v, layout, positions = random_case(5, rows=4, length=128, heads=4,
+                                                 kv_heads=kv_heads, is_causal=True)
+        args = (put(q), put(k), put(v), jax.tree.map(put, layout))
+        with jax.set_mesh(mesh):
+          assert "shard_map" in str(jax.make_jaxpr(splash)(*args))
+          got = splash(*args)
+        expected = reference(q, k, v, layout, positions)
+        print(float(np.max(np.abs(np.asarray(got) - np.asarray(expected)))))
+  """)
+  # The repository first: `import tests` must find its tests package, not the site-packages one
+  # the rewardbench wheel ships.
+  env = {**os.environ, "JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+         "PYTHONPATH": os.pathsep.join(
+             p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+  done = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  diffs = [float(line) for line in done.stdout.split()]
+  assert len(diffs) == 2 and max(diffs) <= TOLERANCE, diffs
