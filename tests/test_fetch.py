@@ -213,3 +213,23 @@ def test_the_command_offline_lists_the_missing_files_with_exit_2(tmp_path):
   assert "crows_pairs/crows_pairs_anonymized.csv missing" in proc.stderr
   proc = _command("--datasets=nope", f"--data_dir={tmp_path}")
   assert proc.returncode == 2 and "--datasets: nope not in the fetch manifest" in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["convert", "audit"])
+def test_convert_and_audit_name_the_fetch_command_for_a_missing_dataset(tmp_path, command):
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()  # crows_pairs is not in it
+  if command == "convert":
+    args = [f"--data_dir={data_dir}", "--datasets=crows_pairs",
+            f"--output_dir={tmp_path / 'out'}"]
+  else:
+    config = pathlib.Path(__file__).resolve().parents[1] / "configs" / "bundled_suite.py"
+    args = [f"--config={config}", f"--config.data_dir={data_dir}",
+            "--config.datasets=crows_pairs", f"--config.output_dir={tmp_path / 'out'}"]
+  proc = subprocess.run([sys.executable, "-m", f"socialrm_jax.main.{command}", *args],
+                        capture_output=True, text=True)
+  assert proc.returncode == 2
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.endswith(f"no folder for dataset 'crows_pairs' (expected the original files under "
+                       f"it); `socialrm-fetch --datasets=crows_pairs --data_dir={data_dir}` "
+                       "downloads them"), proc.stderr
