@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 HOST = "127.0.0.1"  # the only address a test server binds or a test connects to
 
-# (method, path with query, request headers) -> (status, headers, body)
+# (method, path with query, request headers named in lower case) -> (status, headers, body)
 Responder = Callable[[str, str, dict], tuple[int, dict, bytes]]
 
 
@@ -32,7 +32,8 @@ def serving(respond: Responder, lifetime: float = 120.0) -> Iterator[Server]:
 
     def _answer(self, with_body: bool) -> None:
       holder[0].requests.append((self.command, self.path))
-      status, headers, body = respond(self.command, self.path, dict(self.headers))
+      status, headers, body = respond(self.command, self.path,
+                                      {k.lower(): v for k, v in self.headers.items()})
       self.send_response(status)
       for name, value in headers.items():
         self.send_header(name, value)

@@ -2,7 +2,8 @@
 
 - `model`: the checkpoint's path and the hash of its files (every file's name, size and bytes,
   sampled above 1 GiB: `shards.model_identity`, the same hash the output folder's manifest.json
-  holds), and its files' names, sizes and sha256 digests (each file read whole, in a thread
+  holds), `hub`: the Hub id and the 40-hex commit of a model named by Hub id (null for a local
+  path), and its files' names, sizes and sha256 digests (each file read whole, in a thread
   beside the run: the digest the HF Hub lists for each LFS file, which `sha256sum` prints).
 - `items`: where they came from, how many, and the hash of their ids, prompts and candidates
   (`shards.items_identity`, as in manifest.json).
@@ -38,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from absl import logging
 
+from socialrm_jax.models import hub
 from socialrm_jax.scoring import item_tokens
 
 # Whose versions decide the numbers: the compiler and runtime, the model code, the tokenizer.
@@ -192,7 +194,8 @@ def build(identity: Mapping[str, Any], *, items_path: str | os.PathLike | None,
   for warning in warnings:
     logging.warning("%s: %s", identity["model"]["path"], warning)
   return {
-      "model": {**identity["model"], "files": _model_files(identity["model"]["path"])},
+      "model": {**identity["model"], "hub": hub.origin(identity["model"]["path"]),
+                "files": _model_files(identity["model"]["path"])},
       "items": {"path": None if items_path is None else str(items_path), **identity["items"]},
       "tokenizer": tokenizer_identity(tokenizer),
       "chat_template": chat_template_identity(tokenizer),
