@@ -177,3 +177,15 @@ def test_what_is_a_hub_id(tmp_path):
   assert hub.parse(str(local)) is None  # an existing path is a path
   assert hub.origin(f"/c/models--a--b/snapshots/{COMMIT}/x.gguf") == {"id": "a/b", "commit": COMMIT}
   assert hub.origin(str(tmp_path)) is None
+
+
+def test_a_plan_takes_the_config_and_tokenizer_without_the_weights(hub_env, monkeypatch,
+                                                                   model_files):
+  context, server = _serve(monkeypatch, fake_hub(model_files))
+  try:
+    folder = pathlib.Path(default_model.resolve_model_path(REPO, weights=False))
+  finally:
+    context.__exit__(None, None, None)
+  names = {p.name for p in folder.iterdir()}
+  assert {"config.json", "tokenizer.json"} <= names and "model.safetensors" not in names
+  assert not any("model.safetensors" in path for _, path in server.requests)

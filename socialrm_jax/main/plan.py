@@ -37,7 +37,8 @@ _CHIPS_PER_HOST = flags.DEFINE_string("chips_per_host", None, "Chips per host, e
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices of --topology in the job.")
 _MODEL = flags.DEFINE_string("model", None, "A model's config.json, or its folder (config.json, "
                              "and the tensor names of its *.safetensors where it has a custom "
-                             "reward head; no weight is read).")
+                             "reward head; no weight is read), or its Hub id org/name[@REVISION] "
+                             "(its config and tokenizer files are downloaded).")
 _MODEL_SHAPE = flags.DEFINE_enum("model_shape", None, list(shapes.MODEL_SHAPES),
                                  "A real model's shape as a reward model (one-output score head).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where plan.json and plan.md go.",
@@ -72,7 +73,7 @@ def _model_config() -> tuple[str, str, dict, weights.TensorSource | None]:
   if _MODEL_SHAPE.value is not None:
     return _MODEL_SHAPE.value, f"shape:{_MODEL_SHAPE.value}", shapes.reward_model_config(
         _MODEL_SHAPE.value), None
-  path = _MODEL.value
+  path = default_model.resolve_model_path(_MODEL.value, weights=False)
   config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
   errors.check_exists(config_path, "model")
   name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path)
@@ -94,8 +95,9 @@ def _model_config() -> tuple[str, str, dict, weights.TensorSource | None]:
 def _tokenizer_path() -> str:
   if _TOKENIZER.value:
     return default_model.resolve_model_path(_TOKENIZER.value)
-  if _MODEL.value and os.path.isdir(_MODEL.value):
-    return _MODEL.value
+  if _MODEL.value and os.path.isdir(model := default_model.resolve_model_path(_MODEL.value,
+                                                                             weights=False)):
+    return model
   raise InputError("--items needs a tokenizer: pass --tokenizer (a model folder, a .gguf file, "
                    "or 'smollm2'); a --model_shape has none of its own")
 

@@ -31,8 +31,8 @@ def smollm2_gguf_path() -> pathlib.Path:
   return path
 
 
-def resolve_model_path(path: str) -> str:
+def resolve_model_path(path: str, weights: bool = True) -> str:
   """Where every command's model is found: `--model=smollm2` -> the GGUF file of the installed
-  package; a Hub id (`org/name[@REVISION]`) -> its verified snapshot (`hub.resolve`); a local
-  path unchanged."""
-  return str(smollm2_gguf_path()) if path == ALIAS else hub.resolve(path)
+  package; a Hub id (`org/name[@REVISION]`) -> its verified snapshot (`hub.resolve`; without its
+  weights when `weights=False`); a local path unchanged."""
+  return str(smollm2_gguf_path()) if path == ALIAS else hub.resolve(path, weights)

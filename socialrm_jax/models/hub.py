@@ -39,8 +39,8 @@ ALLOW_PATTERNS = (
 IGNORE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.py", "*.h5", "*.msgpack")
 VERIFIED_FILE = "socialrm_verified.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf")
-_SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})"
-                       r"(?:/|$)")
+_SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/"
+                       r"(?P<commit>[0-9a-f]{40})(?:/|$)")
 
 
 def parse(spec: str) -> tuple[str, str, str | None] | None:
@@ -77,8 +77,8 @@ def origin(path: str | os.PathLike) -> dict[str, str] | None:
 
 class _Record:
   """`VERIFIED_FILE` in the repository's cache folder, per commit: the allow patterns the snapshot
-  was taken with, the GGUF file chosen (if any), and per weights file the Hub's sha256 and the
-  size and mtime of the file it was checked against."""
+  was taken with (with weights, and without), the GGUF file chosen (if any), and per weights file
+  the Hub's sha256 and the size and mtime of the file it was checked against."""
 
   def __init__(self, repo_folder: pathlib.Path):
     self.path = repo_folder / VERIFIED_FILE
@@ -88,7 +88,7 @@ class _Record:
       self.data = {}
 
   def commit(self, commit: str) -> dict[str, Any]:
-    return self.data.setdefault(commit, {"patterns": None, "chosen": None, "files": {}})
+    return self.data.setdefault(commit, {"patterns": {}, "chosen": None, "files": {}})
 
   def expected(self, commit: str, name: str) -> str | None:
     return (self.commit(commit)["files"].get(name) or {}).get("sha256")
@@ -145,7 +145,7 @@ def _choose(repo: str, commit: str, tree: dict[str, str | None], file: str | Non
 
 
 def _cached(huggingface_hub, repo: str, revision: str, cache_dir: str | None,
-            token: str | None) -> str:
+            token: str | None, kind: str) -> str:
   """Offline: the snapshot an earlier connected run took, its weights held to what was checked
   then (the Hub's sha256 of each)."""
   repo_folder = pathlib.Path(cache_dir or huggingface_hub.constants.HF_HUB_CACHE) / (
@@ -155,11 +155,11 @@ def _cached(huggingface_hub, repo: str, revision: str, cache_dir: str | None,
       ref.read_text().strip() if ref.is_file() else None)
   record = _Record(repo_folder)
   checked = record.data.get(commit) if commit else None
-  if not checked or not checked.get("patterns"):
+  if not checked or kind not in checked.get("patterns", {}):
     raise InputError(f"{repo}@{revision}: not in the local Hub cache as checked by an earlier "
                      "connected run, and offline (HF_HUB_OFFLINE); run once connected")
   folder = pathlib.Path(huggingface_hub.snapshot_download(
-      repo, revision=commit, local_files_only=True, allow_patterns=checked["patterns"],
+      repo, revision=commit, local_files_only=True, allow_patterns=checked["patterns"][kind],
       ignore_patterns=list(IGNORE_PATTERNS), cache_dir=cache_dir, token=token))
   for name in _weights(folder):
     expected = record.expected(commit, name)
@@ -170,12 +170,13 @@ def _cached(huggingface_hub, repo: str, revision: str, cache_dir: str | None,
       actual = _sha256(folder / name)
       if actual != expected:
         _refuse(repo, commit, name, folder / name, expected, actual)
-  return str(folder / checked["chosen"]) if checked["chosen"] else str(folder)
+  chosen = checked["chosen"] if kind == "weights" else None
+  return str(folder / chosen) if chosen else str(folder)
 
 
 @functools.lru_cache(maxsize=None)
 def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
-             offline: bool, cache_dir: str | None) -> str:
+             offline: bool, cache_dir: str | None, kind: str) -> str:
   import huggingface_hub  # pylint: disable=import-outside-toplevel
   from huggingface_hub import errors as hub_errors  # pylint: disable=import-outside-toplevel
 
@@ -183,14 +184,17 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
   where = f"{repo}@{revision}"
   try:
     if offline:
-      return _cached(huggingface_hub, repo, revision, cache_dir, token)
+      return _cached(huggingface_hub, repo, revision, cache_dir, token, kind)
 
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     commit = revision if COMMIT.match(revision) else api.model_info(repo, revision=revision).sha
     tree = {entry.path: (entry.lfs.sha256 if entry.lfs is not None else None)
             for entry in api.list_repo_tree(repo, recursive=True, revision=commit)
             if isinstance(entry, huggingface_hub.hf_api.RepoFile)}
-    patterns, chosen = _choose(repo, commit, tree, file)
+    if kind == "weights":
+      patterns, chosen = _choose(repo, commit, tree, file)
+    else:  # what a plan reads: no weights
+      patterns, chosen = [p for p in ALLOW_PATTERNS if p != "*.safetensors"], None
     folder = pathlib.Path(huggingface_hub.snapshot_download(
         repo, revision=commit, allow_patterns=patterns, ignore_patterns=list(IGNORE_PATTERNS),
         endpoint=endpoint, token=token, cache_dir=cache_dir))
@@ -210,7 +214,9 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
                      ) from None
 
   record = _Record(folder.parents[1])
-  record.commit(commit).update(patterns=patterns, chosen=chosen)
+  record.commit(commit)["patterns"][kind] = patterns
+  if kind == "weights":
+    record.commit(commit)["chosen"] = chosen
   for name in _weights(folder):
     expected = tree.get(name)
     if expected is None:
@@ -231,12 +237,13 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
   return str(folder / chosen) if chosen else str(folder)
 
 
-def resolve(spec: str) -> str:
+def resolve(spec: str, weights: bool = True) -> str:
   """A Hub id -> the local snapshot folder (or its GGUF file), downloaded and verified; anything
-  else (a local path, an alias) unchanged."""
+  else (a local path, an alias) unchanged. `weights=False` takes the config and tokenizer files
+  only (what a plan reads)."""
   parsed = parse(spec)
   if parsed is None:
     return spec
   repo, revision, file = parsed
   return _resolve(repo, revision, file, os.environ.get("HF_ENDPOINT") or None, _offline(),
-                  os.environ.get("HF_HUB_CACHE") or None)
+                  os.environ.get("HF_HUB_CACHE") or None, "weights" if weights else "config")

@@ -15,8 +15,9 @@ from socialrm_jax.scoring import engine
 _DEFAULTS = engine.ScoringOptions()
 
 MODEL = flags.DEFINE_string("model", None, "HF checkpoint folder, native checkpoint folder, "
-                            "GGUF file (or a folder holding one), or 'smollm2' (the embedded "
-                            "default model).", required=True)
+                            "GGUF file (or a folder holding one), 'smollm2' (the embedded "
+                            "default model), or a Hub id org/name[@REVISION] (downloaded, "
+                            "checked against the Hub's sha256; docs/fetching.md).", required=True)
 _MAX_LENGTH = flags.DEFINE_integer("max_length", _DEFAULTS.max_length,
                                    "Longest sequence, in tokens.")
 _DTYPE = flags.DEFINE_enum("dtype", _DEFAULTS.dtype, ["float32", "bfloat16"],
