@@ -233,3 +233,31 @@ def test_convert_and_audit_name_the_fetch_command_for_a_missing_dataset(tmp_path
   assert last.endswith(f"no folder for dataset 'crows_pairs' (expected the original files under "
                        f"it); `socialrm-fetch --datasets=crows_pairs --data_dir={data_dir}` "
                        "downloads them"), proc.stderr
+
+
+def test_the_tool_fills_unknown_hashes_from_the_pinned_urls(tmp_path):
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+  try:
+    import fill_manifest_hashes  # pylint: disable=import-outside-toplevel
+  finally:
+    sys.path.pop(0)
+  entries, content = _tiny_manifest()
+  chosen = [e for e in entries if e.dataset in ("hh_rlhf", "crows_pairs")]
+  manifest = tmp_path / "manifest.json"
+  manifest.write_text(json.dumps({"files": [
+      {**dataclasses.asdict(e), "note": e.note} for e in chosen]}))
+  with local_servers.serving(local_servers.files(content)) as server:
+    filled = fill_manifest_hashes.fill(manifest, "all", False, server.url, log=lambda line: None)
+    assert filled == 2 and len(server.requests) == 2  # the known hash is not downloaded
+    written = {e.path: e for e in fetch.manifest(manifest)}
+    for e in chosen:
+      data = content[urllib.parse.urlsplit(e.url).path]
+      assert (written[e.path].sha256, written[e.path].size) == (_sha(data), len(data))
+    assert all(written[e.path].note is None for e in chosen if e.dataset == "hh_rlhf")
+    assert fill_manifest_hashes.fill(manifest, "all", True, server.url, log=lambda l: None) == 0
+  changed = dict(content)
+  crows = next(e for e in chosen if e.dataset == "crows_pairs")
+  changed[urllib.parse.urlsplit(crows.url).path] += b"x"
+  with local_servers.serving(local_servers.files(changed)) as server:
+    with pytest.raises(SystemExit, match=f"{crows.path}: the manifest has sha256 {crows.sha256}"):
+      fill_manifest_hashes.fill(manifest, "crows_pairs", True, server.url, log=lambda l: None)

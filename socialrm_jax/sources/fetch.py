@@ -176,7 +176,7 @@ def _request(url: str) -> urllib.request.Request:
   return urllib.request.Request(url, headers=headers)
 
 
-def _download(url: str, target: pathlib.Path, log: Callable[[str], None]) -> tuple[str, int]:
+def download(url: str, target: pathlib.Path, log: Callable[[str], None]) -> tuple[str, int]:
   """Streams `url` into `target` (a temporary file), hashing as it goes; (sha256, size)."""
   digest, size = hashlib.sha256(), 0
   try:
@@ -211,7 +211,7 @@ def _fetch_file(entry: FileEntry, data_dir: pathlib.Path, lock: Lock, url: str,
   os.close(fd)
   temp = pathlib.Path(temp)
   try:
-    sha256, size = _download(url, temp, log)
+    sha256, size = download(url, temp, log)
     expected = lock.expected(entry)
     if expected is not None and sha256 != expected:
       raise InputError(f"{entry.path}: sha256 mismatch, refused (from {url}): "
