@@ -54,6 +54,8 @@ def test_every_url_is_pinned_to_a_commit_and_every_dataset_has_a_license():
     assert e.path.split("/")[0] == e.dataset  # <data_dir>/<dataset>/..., where convert looks
   assert len({e.path for e in entries}) == len(entries)
   assert len({e.url for e in entries}) == len(entries)
+  help_line = fetch.FetchOptions.__dataclass_fields__["datasets"].metadata["help"]
+  assert all(name in help_line for name in fetch.dataset_names(entries))
 
 
 def test_the_pin_check_catches_a_branch():

@@ -14,34 +14,16 @@ from __future__ import annotations
 
 import json
 
-from absl import flags
-
-from socialrm_jax.base import errors
+from socialrm_jax.base import errors, settings
 from socialrm_jax.sources import fetch
 
-_DATASETS = flags.DEFINE_string(
-    "datasets", "all", f"'all', or a comma-separated list of: {', '.join(fetch.dataset_names())}.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "The folder the files go into, one sub-folder "
-                                "per dataset (what socialrm-convert's --data_dir reads).")
-_LIST = flags.DEFINE_bool("list", False, "Print one JSON line per file (dataset, url, sha256 or "
-                          "null, size, license, path) and download nothing.")
-_MIRROR = flags.DEFINE_string("mirror", None, "A URL whose scheme and host replace those of every "
-                              "file's URL, the path kept (a mirror in the upstream layout).")
-_OFFLINE = flags.DEFINE_bool("offline", False, "Open no connection: list the files missing from "
-                             "--data_dir (exit 2), or confirm all are there. HF_HUB_OFFLINE=1 "
-                             "does the same.")
-
-
-def options() -> fetch.FetchOptions:
-  """The command's flags as the library's options (the one place they are read)."""
-  return fetch.FetchOptions(datasets=_DATASETS.value, data_dir=_DATA_DIR.value,
-                            mirror=_MIRROR.value, offline=_OFFLINE.value)
+_SETTINGS = settings.define_flags(fetch.FetchOptions)
 
 
 def main(argv):
   del argv
-  chosen = options()
-  if _LIST.value:
+  chosen = _SETTINGS.value
+  if chosen.list:
     for entry in fetch.select(chosen.datasets):
       print(json.dumps({**entry.listing(), "url": fetch.mirrored(entry.url, chosen.mirror)}))
     return

@@ -14,34 +14,44 @@ from __future__ import annotations
 
 import pathlib
 
-from absl import flags
+import dataclasses
+import pathlib
 
 from socialrm_jax.analysis import values
-from socialrm_jax.base import errors
+from socialrm_jax.base import errors, settings
 from socialrm_jax.orchestrators import lexicon_answers
-from socialrm_jax.scoring import cli_flags, engine
+from socialrm_jax.scoring import engine
 
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the probe's files go.", required=True)
-_WORDS = flags.DEFINE_integer("words_per_category", lexicon_answers.DEFAULT_WORDS_PER_CATEGORY,
-                              "Words sampled per lexicon category (0 = every word).")
-_SEED = flags.DEFINE_integer("seed", lexicon_answers.SEED, "Seed of the word sample, the bootstrap "
-                             "and the permutations.")
-_N_RESAMPLES = flags.DEFINE_integer("n_resamples", values.bootstrap.N_RESAMPLES,
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSettings:
+  """socialrm-probe's settings (each a flag of the same name)."""
+  model: str = settings.field(None, engine.MODEL_HELP, required=True)
+  output_dir: str = settings.field(None, "Where the probe's files go.", required=True)
+  words_per_category: int = settings.field(lexicon_answers.DEFAULT_WORDS_PER_CATEGORY,
+                                           "Words sampled per lexicon category (0 = every word).")
+  seed: int = settings.field(lexicon_answers.SEED, "Seed of the word sample, the bootstrap and "
+                             "the permutations.")
+  n_resamples: int = settings.field(values.bootstrap.N_RESAMPLES,
                                     "Bootstrap resamples over words and prompts.")
-flags.FLAGS.set_default("tokens_per_batch", lexicon_answers.TOKENS_PER_BATCH)
-_N_PERMUTATIONS = flags.DEFINE_integer("n_permutations", values.N_PERMUTATIONS,
+  n_permutations: int = settings.field(values.N_PERMUTATIONS,
                                        "Permutations of the contrasts' tests.")
+  scoring: engine.ScoringOptions = settings.group(
+      engine.ScoringOptions, tokens_per_batch=lexicon_answers.TOKENS_PER_BATCH)
+
+
+_SETTINGS = settings.define_flags(ProbeSettings)
 
 
 def main(argv):
   del argv
-  options = cli_flags.options()
-  engine.check_inputs(options, "model", cli_flags.MODEL.value)
-  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  lexicon_answers.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options,
-                      words_per_category=_WORDS.value, seed=_SEED.value,
-                      n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value)
-  out = pathlib.Path(_OUTPUT_DIR.value)
+  config = _SETTINGS.value
+  engine.check_inputs(config.scoring, "model", config.model)
+  errors.check_output_folder(config.output_dir, "output_dir")
+  lexicon_answers.run(config.model, config.output_dir, config.scoring,
+                      words_per_category=config.words_per_category, seed=config.seed,
+                      n_resamples=config.n_resamples, n_permutations=config.n_permutations)
+  out = pathlib.Path(config.output_dir)
   print((out / "value_probe.md").read_text(encoding="utf-8"))
   print(f"Probe: {out / 'probe.json'}\nPlot: {out / 'value_probe.png'}")
 

@@ -16,45 +16,56 @@ from __future__ import annotations
 
 import pathlib
 
-from absl import flags
+import dataclasses
+import pathlib
 
 from socialrm_jax.analysis import bootstrap, values
-from socialrm_jax.base import errors
+from socialrm_jax.base import errors, settings
 from socialrm_jax.orchestrators import token_ranking
-from socialrm_jax.scoring import cli_flags, engine
+from socialrm_jax.scoring import engine
 
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the scan's files go.", required=True)
-_PROMPTS = flags.DEFINE_string("prompts", None, "A file of prompts, one per line (default: the "
-                               "two of the FAccT study, vocab_scan.prompts/1).")
-_MAX_TOKENS = flags.DEFINE_integer("max_tokens", None, "Only the first N tokens, by id (default: "
-                                   "every token but the special ones).")
-_COMPARE_WITH = flags.DEFINE_list("compare_with", [], "Folders of finished scans of other models "
-                                  "(any tokenizer: compared through decoded words where the "
-                                  "tokens differ): rank agreement overall and in the tails.")
-_FAMILIES = flags.DEFINE_list("families", None, "A family label per scan, this one first, then "
-                              "each --compare_with scan (e.g. llama,llama,gemma): the lexicon "
-                              "contrasts family against family, permutation test over models.")
-_SEED = flags.DEFINE_integer("seed", token_ranking.SEED, "Seed of the bootstrap and the "
-                             "permutations.")
-_N_RESAMPLES = flags.DEFINE_integer("n_resamples", bootstrap.N_RESAMPLES, "Bootstrap resamples.")
-_N_PERMUTATIONS = flags.DEFINE_integer("n_permutations", values.N_PERMUTATIONS,
+
+@dataclasses.dataclass(frozen=True)
+class VocabScanSettings:
+  """socialrm-vocab-scan's settings (each a flag of the same name)."""
+  model: str = settings.field(None, engine.MODEL_HELP, required=True)
+  output_dir: str = settings.field(None, "Where the scan's files go.", required=True)
+  prompts: str | None = settings.field(None, "A file of prompts, one per line (default: the two "
+                                       "of the FAccT study, vocab_scan.prompts/1).")
+  max_tokens: int | None = settings.field(None, "Only the first N tokens, by id (default: every "
+                                          "token but the special ones).")
+  compare_with: list[str] = settings.field(
+      default_factory=list, help="Folders of finished scans of other models (any tokenizer: "
+      "compared through decoded words where the tokens differ): rank agreement overall and in "
+      "the tails.")
+  families: list[str] | None = settings.field(
+      None, "A family label per scan, this one first, then each --compare_with scan (e.g. "
+      "llama,llama,gemma): the lexicon contrasts family against family, permutation test over "
+      "models.")
+  seed: int = settings.field(token_ranking.SEED, "Seed of the bootstrap and the permutations.")
+  n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
+  n_permutations: int = settings.field(values.N_PERMUTATIONS,
                                        "Permutations of the contrasts' tests.")
-flags.FLAGS.set_default("chunk_size", token_ranking.CHUNK_SIZE)
+  scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
+                                                  chunk_size=token_ranking.CHUNK_SIZE)
+
+
+_SETTINGS = settings.define_flags(VocabScanSettings)
 
 
 def main(argv):
   del argv
-  options = cli_flags.options()
-  token_ranking.check_settings(options, _MAX_TOKENS.value)
-  prompts = (token_ranking.read_prompts(_PROMPTS.value) if _PROMPTS.value is not None
+  config = _SETTINGS.value
+  token_ranking.check_settings(config.scoring, config.max_tokens)
+  prompts = (token_ranking.read_prompts(config.prompts) if config.prompts is not None
              else token_ranking.DEFAULT_PROMPTS)
-  engine.check_inputs(options, "model", cli_flags.MODEL.value)
-  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  token_ranking.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options, prompts=prompts,
-                    max_tokens=_MAX_TOKENS.value, seed=_SEED.value,
-                    n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value,
-                    compare_with=_COMPARE_WITH.value, families=_FAMILIES.value)
-  out = pathlib.Path(_OUTPUT_DIR.value)
+  engine.check_inputs(config.scoring, "model", config.model)
+  errors.check_output_folder(config.output_dir, "output_dir")
+  token_ranking.run(config.model, config.output_dir, config.scoring, prompts=prompts,
+                    max_tokens=config.max_tokens, seed=config.seed,
+                    n_resamples=config.n_resamples, n_permutations=config.n_permutations,
+                    compare_with=config.compare_with, families=config.families)
+  out = pathlib.Path(config.output_dir)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"
         f"Plot: {out / 'vocab_scan.png'}")

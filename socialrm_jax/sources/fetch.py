@@ -29,7 +29,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Iterable, Sequence
 
-from socialrm_jax.base import tables
+from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 
 MANIFEST = pathlib.Path(__file__).with_name("fetch_manifest.json")
@@ -60,11 +60,23 @@ class FileEntry:
 
 @dataclasses.dataclass(frozen=True)
 class FetchOptions:
-  """What `socialrm-fetch` is asked: which datasets, into which folder, from where."""
-  datasets: str = "all"
-  data_dir: str | None = None
-  mirror: str | None = None
-  offline: bool = False
+  """`socialrm-fetch`'s settings (each a flag of the same name): which datasets, into which
+  folder, from where."""
+  datasets: str = settings.field(
+      "all", "'all', or a comma-separated list of the manifest's datasets (bbq, crows_pairs, "
+      "stereoset, hh_rlhf, xstest, ethics, moral_stories).")
+  data_dir: str | None = settings.field(
+      None, "The folder the files go into, one sub-folder per dataset (what socialrm-convert's "
+      "--data_dir reads).")
+  mirror: str | None = settings.field(
+      None, "A URL whose scheme and host replace those of every file's URL, the path kept (a "
+      "mirror in the upstream layout).")
+  offline: bool = settings.field(
+      False, "Open no connection: list the files missing from --data_dir (exit 2), or confirm all "
+      "are there. HF_HUB_OFFLINE=1 does the same.")
+  list: bool = settings.field(
+      False, "Print one JSON line per file (dataset, url, sha256 or null, size, license, path) "
+      "and download nothing.")
 
 
 def manifest(path: str | os.PathLike = MANIFEST) -> list[FileEntry]:
