@@ -263,3 +263,24 @@ def test_the_tool_fills_unknown_hashes_from_the_pinned_urls(tmp_path):
   with local_servers.serving(local_servers.files(changed)) as server:
     with pytest.raises(SystemExit, match=f"{crows.path}: the manifest has sha256 {crows.sha256}"):
       fill_manifest_hashes.fill(manifest, "crows_pairs", True, server.url, log=lambda l: None)
+
+
+def test_every_command_docs_fetching_shows_runs_with_the_flags_it_shows():
+  # The README test's reading of commands, applied to this page.
+  import command_help  # pylint: disable=import-outside-toplevel
+  from test_readme_commands import (  # pylint: disable=import-outside-toplevel
+      REPO, bash_commands, flags_and_paths, program)
+  shown = bash_commands((REPO / "docs" / "fetching.md").read_text(encoding="utf-8"))
+  assert any(c.startswith("socialrm-fetch --datasets=all") for c in shown)
+  assert any(c.startswith("socialrm-audit") for c in shown)
+  wanted, problems = {}, []
+  for command in shown:
+    argv, args = program(command)
+    names, paths = flags_and_paths(args)
+    problems += [f"{command}: no {p}" for p in sorted(paths) if not (REPO / p).exists()]
+    wanted.setdefault(tuple(argv), set()).update(names)
+  for (argv, names), done in zip(wanted.items(), command_help.run_all([list(a) for a in wanted])):
+    listed = command_help.listed_flags(done.stdout)
+    if names - listed:
+      problems.append(f"{' '.join(argv[1:])}: --help does not list {sorted(names - listed)}")
+  assert not problems, "\n".join(problems)

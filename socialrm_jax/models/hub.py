@@ -18,13 +18,13 @@ changed, and offline (`HF_HUB_OFFLINE=1`) the cached snapshot is used, held to t
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import pathlib
 import re
 from typing import Any
 
+from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 
 # org/name, then @revision, then :file. A path that exists is never taken for a Hub id.
@@ -56,14 +56,6 @@ def parse(spec: str) -> tuple[str, str, str | None] | None:
 
 def _offline() -> bool:
   return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _sha256(path: pathlib.Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def origin(path: str | os.PathLike) -> dict[str, str] | None:
@@ -167,7 +159,7 @@ def _cached(huggingface_hub, repo: str, revision: str, cache_dir: str | None,
       raise InputError(f"{repo}@{commit}: {name} in the cache was never checked against the "
                        "Hub's sha256; run once connected (without HF_HUB_OFFLINE)")
     if not record.unchanged(commit, name, folder / name):
-      actual = _sha256(folder / name)
+      actual = tables.file_sha256(folder / name)
       if actual != expected:
         _refuse(repo, commit, name, folder / name, expected, actual)
   chosen = checked["chosen"] if kind == "weights" else None
@@ -225,7 +217,7 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
     path = folder / name
     if record.expected(commit, name) == expected and record.unchanged(commit, name, path):
       continue
-    actual = _sha256(path)
+    actual = tables.file_sha256(path)
     if actual != expected:
       _refuse(repo, commit, name, path, expected, actual)
     record.note(commit, name, expected, path)

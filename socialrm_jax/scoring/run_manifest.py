@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from absl import logging
 
+from socialrm_jax.base import tables
 from socialrm_jax.models import hub
 from socialrm_jax.scoring import item_tokens
 
@@ -148,18 +149,6 @@ def _model_files(path: str) -> list[dict]:
           for p in files]
 
 
-# Bytes a file digest reads at a time: hashlib releases the GIL for buffers this large, so the
-# digests run beside scoring on a host core the device does not wait for.
-_DIGEST_BLOCK = 8 << 20
-
-
-def _file_sha256(path: pathlib.Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(_DIGEST_BLOCK), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
 
 def start_file_digests(path: str | os.PathLike) -> concurrent.futures.Future:
   """Starts hashing each of the model's files whole, in a thread, while the run scores: {file
@@ -171,7 +160,7 @@ def start_file_digests(path: str | os.PathLike) -> concurrent.futures.Future:
   files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
   names = [p.name if p == root else str(p.relative_to(root)) for p in files]
   pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="file-digests")
-  future = pool.submit(lambda: {name: _file_sha256(p) for name, p in zip(names, files)})
+  future = pool.submit(lambda: {name: tables.file_sha256(p) for name, p in zip(names, files)})
   pool.shutdown(wait=False)
   return future
 

@@ -132,14 +132,6 @@ def offline_requested(offline: bool) -> bool:
                                                                                "on")
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(_CHUNK), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 class Lock:
   """`fetch.lock.json` in the data folder: what was downloaded, from where, with which sha256.
   It is what an unverified file (no sha256 in the manifest) is held to after its first download."""
@@ -177,7 +169,7 @@ def state(entry: FileEntry, data_dir: pathlib.Path, lock: Lock) -> str:
     return "unrecorded"
   if entry.size is not None and path.stat().st_size != entry.size:
     return "mismatch"
-  return "verified" if file_sha256(path) == expected else "mismatch"
+  return "verified" if tables.file_sha256(path) == expected else "mismatch"
 
 
 def _request(url: str) -> urllib.request.Request:
