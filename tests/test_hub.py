@@ -11,6 +11,7 @@ import pytest
 
 import local_servers
 import scoring_fixtures as fx
+from socialrm_jax.analysis import provenance
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model, hub
@@ -119,6 +120,8 @@ def test_a_hub_model_is_pinned_verified_and_its_commit_recorded(hub_env, monkeyp
   manifest = json.loads((hub_env / "scores" / "run.json").read_text())["manifest"]
   assert manifest["model"]["hub"] == {"id": REPO, "commit": COMMIT}
   assert manifest["model"]["path"] == str(folder)
+  run = json.loads((hub_env / "scores" / "run.json").read_text())
+  assert f"| Hub | {REPO} at commit {COMMIT} |" in provenance.report_lines(run, "tiny")
 
 
 def test_a_tampered_safetensors_file_is_refused_and_removed(hub_env, monkeypatch, model_files):
