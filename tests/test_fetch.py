@@ -284,3 +284,17 @@ def test_every_command_docs_fetching_shows_runs_with_the_flags_it_shows():
     if names - listed:
       problems.append(f"{' '.join(argv[1:])}: --help does not list {sorted(names - listed)}")
   assert not problems, "\n".join(problems)
+
+
+def test_a_large_file_reports_its_progress(tmp_path, monkeypatch):
+  monkeypatch.setattr(fetch, "_PROGRESS_BYTES", 0)
+  monkeypatch.setattr(fetch, "_PROGRESS_SECONDS", 0.0)
+  monkeypatch.setattr(fetch, "_CHUNK", 1 << 10)
+  data = bytes(range(256)) * 64  # 16 KiB: 16 blocks
+  entry = fetch.FileEntry("bbq", "https://raw.githubusercontent.com/o/r/" + "a" * 40 + "/x.jsonl",
+                          "bbq/x.jsonl", _sha(data), len(data), "CC BY 4.0")
+  with local_servers.serving(local_servers.files({"/o/r/" + "a" * 40 + "/x.jsonl": data})) as s:
+    _, logged = _fetch(tmp_path, s.url, [entry])
+  progress = [line for line in logged if "ETA" in line]
+  assert len(progress) >= 8  # one line per block read, with these settings
+  assert "(100%, ETA 0 s)" in progress[-1]
