@@ -16,7 +16,7 @@ converter's dataset spec and columns (README, "Your own preference data"):
 import ml_collections
 
 from socialrm_jax.base import settings
-from socialrm_jax.orchestrators.pipeline import audit_config, model_config, models
+from socialrm_jax.orchestrators.audit import audit_config, model_config, models
 
 # Sized for a 2-core CPU: the bundled items are short, a CPU batch is 4,096 token slots
 # (engine.CPU_BATCH_TOKENS), and a 128-item shard is what a killed run loses at most.

@@ -16,7 +16,7 @@ import ml_collections
 
 from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators.pipeline import audit_config, model_config, models
+from socialrm_jax.orchestrators.audit import audit_config, model_config, models
 
 MODELS = {
     # Skywork-Reward-V2 (Qwen3ForSequenceClassification), 0.6B: one device holds it in fp32.

@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 from socialrm_jax.sources import fetch
 
 import local_servers
@@ -180,8 +180,8 @@ def test_a_mirror_of_the_upstream_bytes_serves_a_fetch_that_convert_reads_unchan
   data_dir = tmp_path / "data"
   with local_servers.serving(local_servers.files(content)) as server:
     _fetch(data_dir, server.url + "/", entries)
-  fetched = item_tables.convert_all(data_dir, "all")
-  bundled = item_tables.convert_all(BUNDLED, "all")
+  fetched = convert.convert_all(data_dir, "all")
+  bundled = convert.convert_all(BUNDLED, "all")
   assert fetched.report["totals"]["items"] > 0
   assert fetched.items == bundled.items and fetched.pairs == bundled.pairs
 

@@ -16,7 +16,7 @@ import pytest
 import scoring_fixtures as fx
 from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import pipeline
+from socialrm_jax.orchestrators import audit
 from socialrm_jax.scoring import engine
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax"
@@ -88,14 +88,14 @@ def test_parse_arg_types_values_keeps_defaults_and_refuses_unknown_keys():
 
 
 def test_a_model_config_holds_every_scoring_setting_typed_and_gives_them_back():
-  spec = pipeline.model_config("m", "smollm2", max_length=512)
+  spec = audit.model_config("m", "smollm2", max_length=512)
   assert set(spec) == {f.name for f in dataclasses.fields(engine.ScoringOptions)} | {"name", "path"}
   spec.proxy = "loglik"  # a None default is a typed placeholder: overridable, type-checked
   with pytest.raises(TypeError):
     spec.objective = "first"
-  assert pipeline.scoring_options(spec) == engine.ScoringOptions(max_length=512, proxy="loglik")
+  assert audit.scoring_options(spec) == engine.ScoringOptions(max_length=512, proxy="loglik")
   with pytest.raises(InputError, match="unknown ScoringOptions setting 'max_lenght'"):
-    pipeline.model_config("m", "smollm2", max_lenght=512)
+    audit.model_config("m", "smollm2", max_lenght=512)
 
 
 def test_a_misspelt_config_argument_exits_2_at_once_naming_it(tmp_path):

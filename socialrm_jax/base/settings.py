@@ -24,7 +24,8 @@ A new command needs three lines beside its dataclass:
 
 Types map to flags as: bool -> DEFINE_bool, int -> DEFINE_integer, float -> DEFINE_float, str ->
 DEFINE_string (DEFINE_enum with `choices`), list[...] / tuple[...] -> DEFINE_list (items converted
-to the element type). `X | None` is X with None allowed as the default.
+to the element type; DEFINE_multi_string with `repeatable`).
+`X | None` is X with None allowed as the default.
 """
 
 from __future__ import annotations
@@ -46,16 +47,18 @@ S = TypeVar("S")
 flags.disclaim_key_flags()
 
 # The keys of a field's metadata this module reads.
-_HELP, _CHOICES, _REQUIRED, _FLAGS = "help", "choices", "required", "flags"
+_HELP, _CHOICES, _REQUIRED, _REPEATABLE, _FLAGS = (
+    "help", "choices", "required", "repeatable", "flags")
 
 
 def field(default: Any = dataclasses.MISSING, help: str = "", *,  # pylint: disable=redefined-builtin
-          choices: Sequence[str] | None = None, required: bool = False,
+          choices: Sequence[str] | None = None, required: bool = False, repeatable: bool = False,
           default_factory: Any = dataclasses.MISSING) -> Any:
   """A setting: its default (or `default_factory`), one help line, the values it may take (a flag
-  refuses others), and whether the command line must give it."""
+  refuses others), whether the command line must give it, and (a list) whether its flag may be
+  repeated, each time adding one value, instead of taking a comma-separated list."""
   metadata = {_HELP: help, _CHOICES: tuple(choices) if choices is not None else None,
-              _REQUIRED: required}
+              _REQUIRED: required, _REPEATABLE: repeatable}
   if default_factory is not dataclasses.MISSING:
     return dataclasses.field(default_factory=default_factory, metadata=metadata)
   return dataclasses.field(default=default, metadata=metadata)
@@ -120,6 +123,8 @@ def _define(name: str, f: dataclasses.Field, kind: Any, default: Any,
     return flags.DEFINE_enum(name, default, list(meta[_CHOICES]), **common)
   if kind is str:
     return flags.DEFINE_string(name, default, **common)
+  if origin in (list, tuple) and meta.get(_REPEATABLE):
+    return flags.DEFINE_multi_string(name, default, **common)
   if origin in (list, tuple):
     return flags.DEFINE_list(name, None if default is None else [str(v) for v in default],
                              **common)

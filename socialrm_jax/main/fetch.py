@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 
-from socialrm_jax.base import errors, settings
+from socialrm_jax.base import settings
+from socialrm_jax.main import command
 from socialrm_jax.sources import fetch
 
 _SETTINGS = settings.define_flags(fetch.FetchOptions)
@@ -31,7 +32,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-fetch", main)
+  command.run_command("socialrm-fetch", main)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ and says what fits and how long it would take (a roofline estimate).
 
 Writes plan.json and plan.md into --output_dir. A model that does not fit is a plan too (exit
 0): plan.md says by how much and names the smallest model axis that fits. Needs libtpu
-(`pip install socialrm_jax[tpu]`; the test extra has it). How: socialrm_jax/orchestrators/tpu_sizing/.
+(`pip install socialrm_jax[tpu]`; the test extra has it). How: socialrm_jax/orchestrators/plan/.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import time
 
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
+from socialrm_jax.main import command
 from socialrm_jax.models import default_model, heads, weights
-from socialrm_jax.orchestrators.tpu_sizing import compiler, hardware, projection, report, shapes
+from socialrm_jax.orchestrators.plan import compiler, hardware, projection, report, shapes
 from socialrm_jax.scoring import engine
 
 # The scoring settings a plan compiles for (the others do not change the compiled step).
@@ -131,7 +132,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-plan", main, plans_tpu=True)
+  command.run_command("socialrm-plan", main, plans_tpu=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import json
 from absl import logging
 
 from socialrm_jax.base import errors, settings
+from socialrm_jax.main import command
 from socialrm_jax.scoring import chunks, engine
 from socialrm_jax.scoring import mesh as mesh_lib
 
@@ -62,7 +63,7 @@ def main(argv):
 
 def run():
   # A reward that is not finite is not the user's input at fault: its own exit code.
-  errors.run_command("socialrm-score", main, exit_codes={chunks.NonFiniteRewardError: 3})
+  command.run_command("socialrm-score", main, exit_codes={chunks.NonFiniteRewardError: 3})
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
       (default 8192 here), ...]
 
 Writes OUT/vocab_scores.parquet, OUT/scan.json, OUT/vocab_scan.md, OUT/vocab_scan.png and the
-scores under OUT/scores (a rerun resumes). What is scanned and how: socialrm_jax/orchestrators/token_ranking.py
+scores under OUT/scores (a rerun resumes). What is scanned and how: socialrm_jax/orchestrators/vocab_scan.py
 and socialrm_jax/scoring/vocab_rows.py; the statistics: socialrm_jax/analysis/vocab_stats.py.
 """
 
@@ -19,9 +19,9 @@ import pathlib
 import dataclasses
 import pathlib
 
-from socialrm_jax.analysis import bootstrap, values
 from socialrm_jax.base import errors, settings
-from socialrm_jax.orchestrators import token_ranking
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import vocab_scan
 from socialrm_jax.scoring import engine
 
 
@@ -32,8 +32,6 @@ class VocabScanSettings:
   output_dir: str = settings.field(None, "Where the scan's files go.", required=True)
   prompts: str | None = settings.field(None, "A file of prompts, one per line (default: the two "
                                        "of the FAccT study, vocab_scan.prompts/1).")
-  max_tokens: int | None = settings.field(None, "Only the first N tokens, by id (default: every "
-                                          "token but the special ones).")
   compare_with: list[str] = settings.field(
       default_factory=list, help="Folders of finished scans of other models (any tokenizer: "
       "compared through decoded words where the tokens differ): rank agreement overall and in "
@@ -42,12 +40,9 @@ class VocabScanSettings:
       None, "A family label per scan, this one first, then each --compare_with scan (e.g. "
       "llama,llama,gemma): the lexicon contrasts family against family, permutation test over "
       "models.")
-  seed: int = settings.field(token_ranking.SEED, "Seed of the bootstrap and the permutations.")
-  n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
-  n_permutations: int = settings.field(values.N_PERMUTATIONS,
-                                       "Permutations of the contrasts' tests.")
+  scan: vocab_scan.ScanOptions = settings.group(vocab_scan.ScanOptions)
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
-                                                  chunk_size=token_ranking.CHUNK_SIZE)
+                                                  chunk_size=vocab_scan.CHUNK_SIZE)
 
 
 _SETTINGS = settings.define_flags(VocabScanSettings)
@@ -56,15 +51,14 @@ _SETTINGS = settings.define_flags(VocabScanSettings)
 def main(argv):
   del argv
   config = _SETTINGS.value
-  token_ranking.check_settings(config.scoring, config.max_tokens)
-  prompts = (token_ranking.read_prompts(config.prompts) if config.prompts is not None
-             else token_ranking.DEFAULT_PROMPTS)
+  vocab_scan.check_settings(config.scoring, config.scan.max_tokens)
+  prompts = (vocab_scan.read_prompts(config.prompts) if config.prompts is not None
+             else vocab_scan.DEFAULT_PROMPTS)
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
-  token_ranking.run(config.model, config.output_dir, config.scoring, prompts=prompts,
-                    max_tokens=config.max_tokens, seed=config.seed,
-                    n_resamples=config.n_resamples, n_permutations=config.n_permutations,
-                    compare_with=config.compare_with, families=config.families)
+  vocab_scan.run(config.model, config.output_dir, config.scoring, prompts=prompts,
+                    compare_with=config.compare_with, families=config.families,
+                    **dataclasses.asdict(config.scan))
   out = pathlib.Path(config.output_dir)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"
@@ -72,7 +66,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-vocab-scan", main)
+  command.run_command("socialrm-vocab-scan", main)
 
 
 if __name__ == "__main__":

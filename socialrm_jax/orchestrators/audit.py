@@ -22,7 +22,7 @@ from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner, swap_effects
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables, lexicon_answers, token_ranking
+from socialrm_jax.orchestrators import convert, probe, vocab_scan
 from socialrm_jax.scoring import engine
 from socialrm_jax.sources import identity_swaps
 
@@ -55,7 +55,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   """An audit of the bundled suite with every default; a config file sets `models`."""
   config = ml_collections.ConfigDict()
   config.data_dir = BUNDLED_ALIAS  # the suite shipped in socialrm_jax/bundled, or a folder
-  # A dataset spec, as the converter's --datasets (socialrm_jax.datasets): "all", names, and path
+  # A dataset spec, as the converter's --datasets (socialrm_jax.registry): "all", names, and path
   # sources such as "preference:data/mine.jsonl:name=mine,domain=safety".
   config.datasets = "all"
   config.columns = ""  # path sources' columns by role, as the converter's --columns
@@ -71,9 +71,9 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.models = models()  # see `models`
   config.metrics = ml_collections.ConfigDict(
       {"n_resamples": 1000, "seed": 0, "allow_missing": False})
-  config.probe = lexicon_answers.audit_config()  # the value probe: socialrm_jax/orchestrators/lexicon_answers.py
-  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/token_ranking.py.
-  config.vocab_scan = token_ranking.audit_config()
+  config.probe = probe.audit_config()  # the value probe: socialrm_jax/orchestrators/probe.py
+  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/vocab_scan.py.
+  config.vocab_scan = vocab_scan.audit_config()
   # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
   config.counterfactuals = True
   return config
@@ -105,7 +105,7 @@ def run_audit(config) -> dict[str, Any]:
   out = pathlib.Path(config.output_dir)
   items_dir = out / "converted"
   start = time.perf_counter()
-  totals = item_tables.convert_to(
+  totals = convert.convert_to(
       items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
       on_error=config.on_error, templates=config.get("templates", ""),
       path_options={"columns": config.get("columns", "")})["totals"]
@@ -125,9 +125,9 @@ def run_audit(config) -> dict[str, Any]:
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
                              allow_missing=config.metrics.allow_missing,
                              plugins=registry.plugins())
-  sections = lexicon_answers.run_for_audit(
+  sections = probe.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
-  sections += token_ranking.run_for_audit(
+  sections += vocab_scan.run_for_audit(
       config.get("vocab_scan"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs],
       out)
   if config.get("counterfactuals", True):
