@@ -192,3 +192,10 @@ def test_a_plan_takes_the_config_and_tokenizer_without_the_weights(hub_env, monk
   names = {p.name for p in folder.iterdir()}
   assert {"config.json", "tokenizer.json"} <= names and "model.safetensors" not in names
   assert not any("model.safetensors" in path for _, path in server.requests)
+
+
+def test_an_unreachable_hub_for_a_missing_path_is_one_line(hub_env, monkeypatch):
+  monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+  with pytest.raises(InputError, match="runs/no-model@main: no such local path, and could not "
+                     "reach the Hub for it as a model id"):
+    default_model.resolve_model_path("runs/no-model")

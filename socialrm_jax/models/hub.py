@@ -171,6 +171,7 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
              offline: bool, cache_dir: str | None, kind: str) -> str:
   import huggingface_hub  # pylint: disable=import-outside-toplevel
   from huggingface_hub import errors as hub_errors  # pylint: disable=import-outside-toplevel
+  import httpx2 as httpx  # huggingface_hub's HTTP client  # pylint: disable=import-outside-toplevel
 
   token = os.environ.get("HF_TOKEN") or None
   where = f"{repo}@{revision}"
@@ -201,9 +202,10 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
                      "one needs HF_TOKEN") from None
   except hub_errors.RevisionNotFoundError:
     raise InputError(f"{where}: no such revision on the Hub") from None
-  except (hub_errors.HfHubHTTPError, OSError) as e:
-    raise InputError(f"{where}: could not download from the Hub: {str(e).splitlines()[0]}"
-                     ) from None
+  except (hub_errors.HfHubHTTPError, OSError, httpx.HTTPError) as e:
+    # Not a local path either: a typo in one reaches here too, so both are named.
+    raise InputError(f"{where}: no such local path, and could not reach the Hub for it as a "
+                     f"model id: {str(e).splitlines()[0]}") from None
 
   record = _Record(folder.parents[1])
   record.commit(commit)["patterns"][kind] = patterns
