@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 import sys
 import tempfile
 import time
