@@ -66,6 +66,9 @@ def report_lines(run_json: Mapping[str, Any], model_name: str) -> list[str]:
       ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v is not None)],
       ["invariance", invariance_sentence(run_json.get("invariance"))],
   ]
+  hub = manifest["model"].get("hub")
+  if hub:  # a model named by Hub id: the commit its files were taken at, whole
+    rows.insert(1, ["Hub", f"{hub['id']} at commit {hub['commit']}"])
   lines = [f"**{model_name}**", ""] + report.table(["", ""], rows) + [""]
   lines += [f"- warning: {w}" for w in manifest.get("warnings", [])]
   return lines + ([""] if manifest.get("warnings") else [])

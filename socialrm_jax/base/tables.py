@@ -47,6 +47,20 @@ def _new_temporary(path: pathlib.Path) -> tuple[int, pathlib.Path]:
   return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
 
 
+# Bytes a file digest reads at a time: hashlib releases the GIL for buffers this large, so a
+# digest can run in a thread beside other work.
+_DIGEST_BLOCK = 8 << 20
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+  """The sha256 of a file's bytes (what `sha256sum` prints and the HF Hub lists for LFS files)."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(_DIGEST_BLOCK), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
   """Writes `data` to `path` through a temporary file in the same folder and a rename."""
   path = pathlib.Path(path)

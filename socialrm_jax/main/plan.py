@@ -44,7 +44,8 @@ class PlanSettings:
   num_slices: int = settings.field(1, "Slices of --topology in the job.")
   model: str | None = settings.field(None, "A model's config.json, or its folder (config.json, "
                                      "and the tensor names of its *.safetensors where it has a "
-                                     "custom reward head; no weight is read).")
+                                     "custom reward head; no weight is read), or its Hub id "
+                                     "org/name[@REVISION] (config and tokenizer files fetched).")
   model_shape: str | None = settings.field(
       None, "A real model's shape as a reward model (one-output score head).",
       choices=list(shapes.MODEL_SHAPES))
@@ -70,7 +71,7 @@ def _model_config(config: PlanSettings) -> tuple[str, str, dict, weights.TensorS
   if config.model_shape is not None:
     return config.model_shape, f"shape:{config.model_shape}", shapes.reward_model_config(
         config.model_shape), None
-  path = config.model
+  path = default_model.resolve_model_path(config.model, weights=False)
   config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
   errors.check_exists(config_path, "model")
   name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path)
@@ -92,8 +93,9 @@ def _model_config(config: PlanSettings) -> tuple[str, str, dict, weights.TensorS
 def _tokenizer_path(config: PlanSettings) -> str:
   if config.tokenizer:
     return default_model.resolve_model_path(config.tokenizer)
-  if config.model and os.path.isdir(config.model):
-    return config.model
+  if config.model and os.path.isdir(
+      model := default_model.resolve_model_path(config.model, weights=False)):
+    return model
   raise InputError("--items needs a tokenizer: pass --tokenizer (a model folder, a .gguf file, "
                    "or 'smollm2'); a --model_shape has none of its own")
 

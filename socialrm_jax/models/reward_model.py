@@ -298,14 +298,15 @@ def check_models(paths: Mapping[str, str | None]) -> None:
 
 def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
                       head: str | None = None, attention: str = "auto") -> "RewardModel":
-  """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one).
+  """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one),
+  or a model by Hub id or alias (`default_model.resolve_model_path`).
 
   `mesh`: parameters are placed with `NamedSharding` over its `model` axis (see weights.py).
   `head`: None keeps the architecture's head; "none" loads the trunk only.
   `attention`: an `attention.IMPLEMENTATIONS` name; "auto" picks the fastest that supports the
   model on the mesh's (else the default) backend.
   """
-  path = os.fspath(path)
+  path = default_model.resolve_model_path(os.fspath(path))
   if not os.path.exists(path):
     raise InputError("no such model file or folder", path)
   jdtype = model_dtype(dtype)

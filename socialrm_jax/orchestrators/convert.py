@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from socialrm_jax.base import records, tables
 from socialrm_jax.datasets import registry
+from socialrm_jax.sources import fetch
 from socialrm_jax.sources.reading import MALFORMED, SourceReader
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base import templates as prompt_templates
@@ -84,8 +85,9 @@ def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | Non
       raise InputError(f"dataset {spec.name!r} reads <data_dir>/{spec.name}/: give --data_dir")
     source = pathlib.Path(data_dir) / spec.name
     if not source.is_dir():
+      command = fetch.command_for(spec.name, data_dir)
       raise InputError(f"no folder for dataset {spec.name!r} (expected the original files under "
-                       "it)", source)
+                       "it)" + (f"; `{command}` downloads them" if command else ""), source)
   else:
     source = spec.path
     if not source.exists():

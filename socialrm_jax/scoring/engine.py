@@ -53,7 +53,8 @@ DEFAULT_TOKENS_PER_BATCH = 16384
 CPU_BATCH_TOKENS = 4096
 # What a scoring command's --model takes.
 MODEL_HELP = ("HF checkpoint folder, native checkpoint folder, GGUF file (or a folder holding one), "
-              "or 'smollm2' (the embedded default model).")
+              "'smollm2' (the embedded default model), or a Hub id org/name[@REVISION] "
+              "(downloaded, checked against the Hub's sha256; docs/fetching.md).")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 - `model`: the checkpoint's path and the hash of its files (every file's name, size and bytes,
   sampled above 1 GiB: `shards.model_identity`, the same hash the output folder's manifest.json
-  holds), and its files' names, sizes and sha256 digests (each file read whole, in a thread
+  holds), `hub`: the Hub id and the 40-hex commit of a model named by Hub id (null for a local
+  path), and its files' names, sizes and sha256 digests (each file read whole, in a thread
   beside the run: the digest the HF Hub lists for each LFS file, which `sha256sum` prints).
 - `items`: where they came from, how many, and the hash of their ids, prompts and candidates
   (`shards.items_identity`, as in manifest.json).
@@ -38,6 +39,8 @@ from typing import Any, Mapping, Sequence
 
 from absl import logging
 
+from socialrm_jax.base import tables
+from socialrm_jax.models import hub
 from socialrm_jax.scoring import item_tokens
 
 # Whose versions decide the numbers: the compiler and runtime, the model code, the tokenizer.
@@ -146,18 +149,6 @@ def _model_files(path: str) -> list[dict]:
           for p in files]
 
 
-# Bytes a file digest reads at a time: hashlib releases the GIL for buffers this large, so the
-# digests run beside scoring on a host core the device does not wait for.
-_DIGEST_BLOCK = 8 << 20
-
-
-def _file_sha256(path: pathlib.Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(_DIGEST_BLOCK), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
 
 def start_file_digests(path: str | os.PathLike) -> concurrent.futures.Future:
   """Starts hashing each of the model's files whole, in a thread, while the run scores: {file
@@ -169,7 +160,7 @@ def start_file_digests(path: str | os.PathLike) -> concurrent.futures.Future:
   files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
   names = [p.name if p == root else str(p.relative_to(root)) for p in files]
   pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="file-digests")
-  future = pool.submit(lambda: {name: _file_sha256(p) for name, p in zip(names, files)})
+  future = pool.submit(lambda: {name: tables.file_sha256(p) for name, p in zip(names, files)})
   pool.shutdown(wait=False)
   return future
 
@@ -192,7 +183,8 @@ def build(identity: Mapping[str, Any], *, items_path: str | os.PathLike | None,
   for warning in warnings:
     logging.warning("%s: %s", identity["model"]["path"], warning)
   return {
-      "model": {**identity["model"], "files": _model_files(identity["model"]["path"])},
+      "model": {**identity["model"], "hub": hub.origin(identity["model"]["path"]),
+                "files": _model_files(identity["model"]["path"])},
       "items": {"path": None if items_path is None else str(items_path), **identity["items"]},
       "tokenizer": tokenizer_identity(tokenizer),
       "chat_template": chat_template_identity(tokenizer),
