@@ -1,6 +1,6 @@
 """The user documents hold together: README.md stays a front door (<= 12 KB) whose commands table
 names every console script; every link in README.md and docs/ reaches a file (and a heading,
-when it names one); every "SPEC sec. N" the package cites is a section of docs/spec.md; and no
+when it names one), and every repository path they name in backticks exists; every "SPEC sec. N" the package cites is a section of docs/spec.md; and no
 commit hash or note on machine load sits in README.md or docs/ (figures name the machine they
 were measured on, not how busy it was).
 
@@ -23,6 +23,10 @@ _SPEC_SECTION = re.compile(r"^## (\d+)\. ", re.M)
 # A commit id: 7 to 40 hex digits with at least one digit and one letter (so neither a number
 # nor a word such as "defaced").
 _HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+# A repository path a page names in backticks: `socialrm_jax/scoring/README.md`, `tests/test_x.py`.
+_REPO_PATH = re.compile(r"`((?:socialrm_jax|benchmarks|tests|configs|tools|launch|docs)/[^`\s*<>]*)`")
+# Named by docs/architecture.md as the module it planted to show the layering test failing.
+PLANTED_EXAMPLES = {"socialrm_jax/stray.py"}
 _MACHINE_LOAD = re.compile(r"\b(hour|idle|other jobs|machine load|busy|shared the cores|"
                            r"shared machine|slower that|quieter)\b", re.I)
 
@@ -119,6 +123,20 @@ def test_every_link_in_the_readme_and_docs_reaches_its_target():
   assert not unreached, f"docs pages no link from README.md reaches: {unreached}"
 
 
+def path_problems(page: pathlib.Path, repo: pathlib.Path = REPO) -> list[str]:
+  """Each repository path `page` names in backticks that the checkout does not hold."""
+  named = set(_REPO_PATH.findall(page.read_text(encoding="utf-8"))) - PLANTED_EXAMPLES
+  return [f"{page.relative_to(repo)}: names {path}, which does not exist"
+          for path in sorted(named) if not (repo / path).exists()]
+
+
+def test_every_repository_path_the_pages_name_exists():
+  named = [p for page in pages() for p in _REPO_PATH.findall(page.read_text(encoding="utf-8"))]
+  assert len(named) >= 20, named
+  problems = [p for page in pages() for p in path_problems(page)]
+  assert not problems, "\n".join(problems)
+
+
 def test_a_planted_broken_link_fails(tmp_path):
   (tmp_path / "docs").mkdir()
   (tmp_path / "docs" / "a.md").write_text("# A page\n\n## Its part\n\nText.\n")
@@ -129,6 +147,9 @@ def test_a_planted_broken_link_fails(tmp_path):
   problems = link_problems(page, tmp_path)
   assert len(problems) == 3, problems
   assert "no docs/b.md" in problems[0] and "no heading #other-part" in problems[1]
+  page.write_text("`docs/a.md` and `tests/test_moved_away.py`, `socialrm_jax/stray.py`\n")
+  assert path_problems(page, tmp_path) == [
+      "README.md: names tests/test_moved_away.py, which does not exist"]
 
 
 def test_every_spec_section_the_package_cites_exists_in_docs_spec():
