@@ -114,8 +114,11 @@ def test_without_root_it_says_the_one_step_and_make_test_stops_before_installing
 
 def test_the_make_test_recipe_checks_the_browser_first():
   """`make -n test` lists the browser step before any install or test run."""
-  done = subprocess.run(["make", "-n", "test"], cwd=REPO, capture_output=True, text=True,
-                        timeout=60, env={**os.environ, "MAKEFLAGS": ""})
+  # Not as a sub-make of the `make test` that may be running this test: its MAKELEVEL and flags
+  # would add "Entering directory" lines.
+  env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+  done = subprocess.run(["make", "--no-print-directory", "-n", "test"], cwd=REPO,
+                        capture_output=True, text=True, timeout=60, env=env)
   assert done.returncode == 0, done.stderr
   steps = done.stdout.splitlines()
   assert steps[0] == "sh tools/need_chromium.sh", steps
