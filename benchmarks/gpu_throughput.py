@@ -33,7 +33,7 @@ Presets (flags override any field; `--expect_pairs` guards the selection):
   (1,000 BBQ pairs, all Age, and 500 harmless HH-RLHF pairs: 1,500), float32 on CPU, the PyTorch
   loop in batches of 8: `--preset=cpu35m_1500 --data_dir=../shared/data`.
 - `tiny`: 336,256 parameters, the first 3 bundled BBQ and HH-RLHF items (9 pairs), seconds on
-  CPU; tests/test_gpu_throughput_benchmark.py runs it.
+  CPU; tests/end_to_end/test_gpu_throughput_benchmark.py runs it.
 
 What it does, in one command:
 1. converts `--datasets` (optionally `--subsets=hh_rlhf:harmless`, and the first `--limit` items of

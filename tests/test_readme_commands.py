@@ -1,24 +1,31 @@
-"""Every command README.md shows runs (`--help` at least), with the flags it shows, and so do the
-Makefile's: a moved module or script leaves no dead path behind.
+"""Every command README.md and the docs/ pages show runs (`--help` at least), with the flags they
+show, and so do the Makefile's: a moved module or script leaves no dead path behind.
 
-The commands are the README's ```bash blocks (continuation lines joined, comments and shell
-variable assignments dropped) and the Makefile's `$(PY) -m` recipes. Each program runs once with
-`--help`, and its help must list every flag the README passes it; a path given as a flag value
-under the repository (`configs/...`, `socialrm_jax/bundled`) must exist; `make X` needs a target X.
+The commands are the ```bash blocks of README.md and of every docs/*.md page (continuation lines
+joined, comments and shell variable assignments dropped) and the Makefile's `$(PY) -m` recipes.
+Each program runs once with `--help`, and its help must list every flag the pages pass it; a path
+given as a flag value under the repository (`configs/...`, `socialrm_jax/bundled`) must exist;
+`make X` needs a target X; a `pip install` line may name only extras that exist (the project's in
+pyproject.toml, JAX's in its installed metadata) and JAX versions pyproject allows.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import pathlib
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
 from tests.helpers import command_help
 
 REPO = command_help.REPO
+PYTHONS = ("python", "python3", ".venv/bin/python")
+PIPS = ("pip", "pip3", ".venv/bin/pip")
 
 
 def tracked_top_folders() -> set[str]:
@@ -30,6 +37,11 @@ def tracked_top_folders() -> set[str]:
 
 
 TOP = tracked_top_folders()
+
+
+def pages(repo: pathlib.Path = REPO) -> list[pathlib.Path]:
+  """README.md and every docs/ page: the documents whose commands users run."""
+  return [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
 
 
 def bash_commands(markdown: str) -> list[str]:
@@ -54,18 +66,18 @@ def program(command: str) -> tuple[list[str], list[str]]:
   while words and (words[0] == "time" or re.fullmatch(r"\w+=\S*", words[0])):
     words = words[1:]
   scripts = command_help.console_scripts()
-  if words[0] in ("python", "python3", ".venv/bin/python") and words[1] == "-m":
+  if words[0] in PYTHONS and words[1] == "-m":
     return [sys.executable, "-m", words[2], "--help"], words[3:]
-  if words[0] in ("python", "python3", ".venv/bin/python") and words[1].endswith(".py"):
+  if words[0] in PYTHONS and words[1].endswith(".py"):
     return [sys.executable, words[1], "--help"], words[2:]
   if words[0] in scripts:
     return [sys.executable, "-m", scripts[words[0]].split(":")[0], "--help"], words[1:]
   raise AssertionError(f"a command of a form this test does not know: {command}")
 
 
-def module_file(module: str):
+def module_file(module: str, repo: pathlib.Path = REPO) -> pathlib.Path:
   """The file `python -m module` runs, in this checkout."""
-  path = REPO.joinpath(*module.split("."))
+  path = repo.joinpath(*module.split("."))
   return path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
 
 
@@ -84,48 +96,136 @@ def flags_and_paths(args: list[str]) -> tuple[set[str], set[str]]:
   return names, paths
 
 
-def commands() -> list[str]:
-  return (bash_commands((REPO / "README.md").read_text(encoding="utf-8")) +
-          makefile_commands((REPO / "Makefile").read_text(encoding="utf-8")))
+def pip_install_problems(command: str, words: list[str]) -> list[str]:
+  """A `pip install` line: `.[extra]` must be a pyproject extra, `jax[extra]` one of JAX's, and a
+  JAX version range the one pyproject declares (a GPU line must not move JAX out of it)."""
+  with open(REPO / "pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+  ours = set(project.get("optional-dependencies", {}))
+  jax_extras = {e.replace("_", "-") for e in importlib.metadata.metadata("jax").get_all(
+      "Provides-Extra") or []}
+  jax_range = next(re.sub(r"^jax(\[\w+\])?", "", d) for d in project["dependencies"]
+                   if re.match(r"jax[\[<>=]", d))
+  problems = []
+  for word in words[2:]:
+    if word.startswith("-"):
+      continue
+    match = re.fullmatch(r"(\.|jax)(?:\[([\w,-]+)\])?(.*)", word)
+    if not match:
+      problems.append(f"{command}: installs {word}, neither this project nor jax")
+      continue
+    target, extras, version = match.groups()
+    known = ours if target == "." else jax_extras
+    problems += [f"{command}: {target} has no extra {e!r} (it has {sorted(known)})"
+                 for e in (extras or "").split(",") if e and e not in known]
+    if target == "jax" and version.replace(" ", "") != jax_range.replace(" ", ""):
+      problems.append(f"{command}: jax{version} is not pyproject's range jax{jax_range}")
+  return problems
 
 
-def test_the_readme_is_read_whole():
+def problems_of(commands: list[str], repo: pathlib.Path = REPO) -> tuple[list[str], dict]:
+  """What is wrong with the commands that needs no run, and {--help argv: the flags shown}."""
+  wanted: dict[tuple[str, ...], set[str]] = {}
+  problems = []
+  makefile = (repo / "Makefile").read_text(encoding="utf-8")
+  for command in commands:
+    words = shlex.split(command)
+    while words and words[0] == "time":
+      words = words[1:]
+    if words[0] == "make":
+      target = words[1]
+      if not re.search(rf"^{re.escape(target)}:", makefile, re.M):
+        problems.append(f"{command}: the Makefile has no target {target}")
+      continue
+    if words[0] in PYTHONS and words[1:3] == ["-m", "venv"]:
+      continue
+    if words[0] in PIPS or (words[0] in PYTHONS and words[1:3] == ["-m", "pip"]):
+      if words[0] in PYTHONS:
+        words = words[2:]
+      if words[1] != "install":
+        problems.append(f"{command}: a pip command other than install")
+        continue
+      problems += pip_install_problems(command, words)
+      continue
+    argv, args = program(command)
+    if argv[1:3] == ["-m", "pytest"]:  # a test run the pages show: its test files must exist
+      problems += [f"{command}: no {a}" for a in args
+                   if a.startswith("tests/") and not (repo / a.split("::")[0]).is_file()]
+      continue
+    if argv[1].endswith(".py") and not (repo / argv[1]).is_file():
+      problems.append(f"{command}: no file {argv[1]}")
+      continue
+    # The module must be this checkout's: an installed copy elsewhere (an editable install of
+    # another checkout) could still answer for a path this one has moved.
+    if argv[1] == "-m" and not module_file(argv[2], repo).is_file():
+      problems.append(f"{command}: no module {argv[2]} in this checkout")
+      continue
+    names, paths = flags_and_paths(args)
+    problems += [f"{command}: no {p}" for p in sorted(paths) if not (repo / p).exists()]
+    wanted.setdefault(tuple(argv), set()).update(names)
+  return problems, wanted
+
+
+def commands(repo: pathlib.Path = REPO) -> list[str]:
+  found = []
+  for page in pages(repo):
+    found += bash_commands(page.read_text(encoding="utf-8"))
+  return found + makefile_commands((repo / "Makefile").read_text(encoding="utf-8"))
+
+
+def test_the_readme_and_every_docs_page_are_read_whole():
   found = commands()
   assert len(found) >= 20, found
   assert any("socialrm_jax.main.audit" in c for c in found)  # the Makefile's demo
+  for page in pages():  # every docs page that shows a command is read
+    for command in bash_commands(page.read_text(encoding="utf-8")):
+      assert command in found, (page, command)
+  assert any(p.name == "scoring.md" for p in pages())
   with pytest.raises(AssertionError, match="does not know"):
     program("curl https://example.com")
   assert bash_commands("```bash\n# a comment\nP=\"--a=1\"\nx --b=2 \\\n  --c=3  # note\n```\n") == [
       "x --b=2    --c=3"]
 
 
+def test_a_planted_wrong_path_fails(tmp_path):
+  """The check on a temporary copy of the repository's pages, each with one thing planted wrong:
+  a config path, a module, a make target, a data path, a JAX extra. Each must be reported."""
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "Makefile").write_text((REPO / "Makefile").read_text(encoding="utf-8"))
+  readme = (REPO / "README.md").read_text(encoding="utf-8")
+  assert "configs/bundled_suite.py" in readme and "jax[cuda12]" in readme
+  planted = (readme.replace("configs/bundled_suite.py", "configs/bundled_suit.py")
+             .replace("jax[cuda12]", "jax[cuda21]")
+             .replace("make demo", "make demos"))
+  (tmp_path / "README.md").write_text(planted)
+  datasets = (REPO / "docs" / "datasets.md").read_text(encoding="utf-8")
+  assert "socialrm_jax.main.counterfactuals" in datasets
+  (tmp_path / "docs" / "datasets.md").write_text(
+      datasets.replace("socialrm_jax.main.counterfactuals", "socialrm_jax.main.counterfactual")
+      .replace("--data_dir=socialrm_jax/bundled", "--data_dir=socialrm_jax/bundle"))
+  # Modules and repository paths are looked up in the real checkout but for the planted ones.
+  for folder in ("configs", "socialrm_jax"):
+    (tmp_path / folder).symlink_to(REPO / folder)
+  problems, _ = problems_of(commands(tmp_path), tmp_path)
+  text = "\n".join(problems)
+  for wrong in ("no configs/bundled_suit.py", "jax has no extra 'cuda21'",
+                "the Makefile has no target demos", "no module socialrm_jax.main.counterfactual ",
+                "no socialrm_jax/bundle"):
+    assert wrong in text, (wrong, text)
+  # And the real pages have none of these.
+  assert not problems_of(commands())[0]
+
+
+def test_a_gpu_install_line_must_keep_jax_in_pyproject_range():
+  problems = pip_install_problems("pip install jax[cuda12]", ["pip", "install", "jax[cuda12]"])
+  assert any("range" in p for p in problems), problems
+  assert not pip_install_problems("x", ["pip", "install", "-e", ".[tpu]"])
+  assert pip_install_problems("x", ["pip", "install", ".[gpu]"])
+
+
 @pytest.mark.slow  # a subprocess; more than a few seconds
-def test_every_command_the_readme_shows_runs_with_the_flags_it_shows():
-  wanted: dict[tuple[str, ...], set[str]] = {}
-  problems = []
-  makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-  for command in commands():
-    if command.startswith("make "):
-      target = command.split()[1]
-      if not re.search(rf"^{re.escape(target)}:", makefile, re.M):
-        problems.append(f"{command}: the Makefile has no target {target}")
-      continue
-    argv, args = program(command)
-    if argv[1:3] == ["-m", "pytest"]:  # a test run the README shows: its test files must exist
-      problems += [f"{command}: no {a}" for a in args
-                   if a.startswith("tests/") and not (REPO / a.split("::")[0]).is_file()]
-      continue
-    if argv[1].endswith(".py") and not (REPO / argv[1]).is_file():
-      problems.append(f"{command}: no file {argv[1]}")
-      continue
-    # The module must be this checkout's: an installed copy elsewhere (an editable install of
-    # another checkout) could still answer for a path this one has moved.
-    if argv[1] == "-m" and not module_file(argv[2]).is_file():
-      problems.append(f"{command}: no module {argv[2]} in this checkout")
-      continue
-    names, paths = flags_and_paths(args)
-    problems += [f"{command}: no {p}" for p in sorted(paths) if not (REPO / p).exists()]
-    wanted.setdefault(tuple(argv), set()).update(names)
+def test_every_command_the_pages_show_runs_with_the_flags_they_show():
+  problems, wanted = problems_of(commands())
   results = command_help.run_all([list(argv) for argv in wanted])
   for (argv, names), done in zip(wanted.items(), results):
     shown = command_help.listed_flags(done.stdout)

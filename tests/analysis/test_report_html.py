@@ -1,4 +1,4 @@
-"""report.html in a real browser (Debian's chromium, headless; `.ci/run` installs it): its headline
+"""report.html in a real browser (Debian's chromium, headless; `make test` installs it): its headline
 numbers equal metrics.json, filtering by a dataset hides the other datasets' rows and blocks, a
 worst pair unfolds to its prompt and responses, and a screenshot is taken.
 
@@ -46,7 +46,8 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 def browser() -> str:
   found = shutil.which("chromium") or shutil.which("chromium-browser")
   if found is None:
-    pytest.fail("chromium is not installed (apt-get install -y chromium; .ci/run does it)")
+    pytest.fail("chromium is not installed: sudo apt-get install -y chromium (make test installs "
+                "it where it may, tools/need_chromium.sh)")
   return found
 
 

@@ -9,12 +9,12 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import local_servers
 from socialrm_jax.analysis import provenance
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model, hub
 from socialrm_jax.scoring import engine
+from tests.helpers import local_servers
 from tests.helpers import scoring_fixtures as fx
 
 REPO = "tiny-org/tiny-rm"
