@@ -25,7 +25,8 @@ _SPEC_SECTION = re.compile(r"^## (\d+)\. ", re.M)
 # nor a word such as "defaced").
 _HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 # A repository path a page names in backticks: `socialrm_jax/scoring/README.md`, `tests/test_x.py`.
-_REPO_PATH = re.compile(r"`((?:socialrm_jax|benchmarks|tests|configs|tools|launch|docs)/[^`\s*<>]*)`")
+# A config file's argument string after `.py:` is no part of its path.
+_REPO_PATH = re.compile(r"`((?:socialrm_jax|benchmarks|tests|configs|tools|launch|docs)/[^`\s*<>:]*)[^`]*`")
 # Named by docs/architecture.md as the module it planted to show the layering test failing.
 PLANTED_EXAMPLES = {"socialrm_jax/stray.py"}
 _MACHINE_LOAD = re.compile(r"\b(hour|idle|other jobs|machine load|busy|shared the cores|"
