@@ -63,16 +63,22 @@ def trl_loss_and_grads(model, folder, pairs, margin, center, tmp_path):
   return float(loss), grads
 
 
+_STEPS = {}
+
+
 def our_loss_and_grads(folder, pairs, margin, center):
-  mesh = mesh_lib.make_mesh(None)
-  model = trainable.load_base(str(folder), dtype="float32", mesh=mesh, seed=0)
+  """Our step's loss and gradients; one model and step per (model, centering), compiled once."""
+  if (folder, center) not in _STEPS:
+    mesh = mesh_lib.make_mesh(None)
+    model = trainable.load_base(str(folder), dtype="float32", mesh=mesh, seed=0)
+    _STEPS[folder, center] = model, train_step_lib.TrainStep(
+        model, optax.sgd(0.0), mesh, dtype=np.float32, center_rewards_coefficient=center)
+  model, step = _STEPS[folder, center]
   items = [EncodedItem(i, f"p{i}", (np.array(p + c, np.int32), np.array(p + r, np.int32)),
                        (len(p), len(p)), None, 0) for i, (p, c, r) in enumerate(pairs)]
   margins = MARGINS if margin else [0.0] * len(pairs)
   batch = pair_batches.make_batch(items, margins, len(items), (32,))
   trained, frozen = trainable.split_trainable(model.params, lora=False)
-  step = train_step_lib.TrainStep(model, optax.sgd(0.0), mesh, dtype=np.float32,
-                                  center_rewards_coefficient=center)
   (loss, _), grads = step.loss_and_grads(trained, frozen, batch.arrays())
   return model, float(loss), {p: np.asarray(g) for p, g in grads.items()}
 
@@ -87,8 +93,7 @@ def folders(tmp_path_factory):
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-@pytest.mark.parametrize("margin,center", [(False, None), (True, None), (False, 0.1),
-                                           (True, 0.01)])
+@pytest.mark.parametrize("margin,center", [(False, None), (True, 0.1)])
 def test_loss_and_every_gradient_equal_trls_reward_trainer(folders, architecture, margin, center,
                                                            tmp_path):
   folder = folders[architecture]
