@@ -3,7 +3,8 @@
 The package reads as its pipeline: datasets -> items and pairs (`orchestrators/item_tables`),
 `models` (Flax reward models from real checkpoints), `scoring` (one jit-compiled, mesh-sharded
 scorer), `analysis` (metrics and report), and the audit (`orchestrators/pipeline`: all of it from
-one config). The commands are `main/`: `socialrm-score` is `python -m socialrm_jax.main.score`.
+one config); `training` trains reward models on preference pairs (`orchestrators/train`). The
+commands are `main/`: `socialrm-score` is `python -m socialrm_jax.main.score`.
 
 The house is one-way, and its folders show it: each layer is one folder of this package, and this
 file, the package's face, is the only module outside them. A module imports (at module level,
@@ -21,7 +22,8 @@ Layers, bottom first, one folder each:
   analysis       metrics, intervals, report and plots
   datasets       the plug-in interface and one plug-in per dataset
   registry       which plug-ins exist; dataset specs
-  orchestrators  item_tables, pipeline, lexicon_answers, token_ranking, tpu_sizing/
+  training       reward-model training: pair batches, TRL's loss, LoRA, optimizer, step, export
+  orchestrators  item_tables, pipeline, lexicon_answers, token_ranking, train, tpu_sizing/
   main           the absl mains, one per console script
 """
 

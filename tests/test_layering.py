@@ -151,7 +151,7 @@ def test_every_import_goes_to_the_same_layer_or_below():
 
 def test_the_written_order_reads_as_the_pipeline():
   assert LAYERS == ["base", "sources", "models", "scoring", "analysis", "datasets", "registry",
-                    "orchestrators", "main"]
+                    "training", "orchestrators", "main"]
 
 
 def test_every_folder_of_the_package_is_a_layer():

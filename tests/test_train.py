@@ -26,6 +26,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
+from model_fixtures import pad_rows
 from scoring_fixtures import make_llama, one_torch_thread, subprocess_env  # noqa: F401
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
@@ -84,15 +85,6 @@ def held_out_sequences(base_folder, run_dir, data):
   return [s for item in templater.encode_many(0, items) for s in item.sequences]
 
 
-def padded(sequences, pad_id):
-  width = max(len(s) for s in sequences)
-  ids = np.full((len(sequences), width), pad_id, np.int64)
-  mask = np.zeros((len(sequences), width), np.int64)
-  for i, s in enumerate(sequences):
-    ids[i, :len(s)], mask[i, :len(s)] = s, 1
-  return ids, mask
-
-
 def test_training_reaches_held_out_accuracy_and_transformers_loads_the_export(base, trained):
   folder, data = base
   rows = [json.loads(line) for line in (trained / train.METRICS_FILE).read_text().splitlines()]
@@ -115,7 +107,7 @@ def test_training_reaches_held_out_accuracy_and_transformers_loads_the_export(ba
   assert hf.config.num_labels == 1 and hf.config.pad_token_id == manifest["pad_token_id"]
   assert transformers.AutoTokenizer.from_pretrained(export).chat_template
   sequences = held_out_sequences(folder, trained, data)
-  ids, mask = padded(sequences, hf.config.pad_token_id)
+  ids, mask = pad_rows(sequences, max(map(len, sequences)), "right", hf.config.pad_token_id)
   with torch.no_grad():
     want = hf.eval()(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits[:, 0]
   ours = np.asarray(reward_model.load_reward_model(str(export))(ids, mask))
