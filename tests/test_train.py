@@ -159,3 +159,15 @@ def test_resume_after_kill_ends_on_the_uninterrupted_weights(base, tmp_path):
   rows = [json.loads(line) for line in (killed / train.METRICS_FILE).read_text().splitlines()]
   steps = [r["step"] for r in rows if "loss" in r]
   assert steps == sorted(set(steps)) and steps[-1] == 40  # no step logged twice
+
+
+def test_trls_margin_column_reaches_the_pairs(tmp_path):
+  path = tmp_path / "margins.jsonl"
+  path.write_text("".join(json.dumps({"prompt": f"Hi {i}.", "chosen": "Hello!", "rejected": "No.",
+                                      **({"margin": m} if m is not None else {})}) + "\n"
+                          for i, m in enumerate([0.75, None, -1])))
+  pairs = train.load_pairs([f"preference:{path}"], None, "data")
+  assert [p.margin for p in pairs] == [0.75, 0.0, -1.0]
+  path.write_text(json.dumps({"prompt": "Hi.", "chosen": "a", "rejected": "b", "margin": "x"}))
+  with pytest.raises(InputError, match="margin 'x' is not a number"):
+    train.load_pairs([f"preference:{path}"], None, "data")
