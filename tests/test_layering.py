@@ -212,7 +212,7 @@ def test_a_module_is_in_the_layer_of_its_folder():
   assert layer("registry") == "registry"  # a layer that is one `__init__`
   assert layer("sources.reading") == "sources"
   assert layer("datasets.bbq") == "datasets"
-  assert layer("orchestrators.tpu_sizing.report") == "orchestrators"
+  assert layer("orchestrators.plan.report") == "orchestrators"
   assert layer("") == -1 and layer("nowhere") is None
 
 
