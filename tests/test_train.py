@@ -171,3 +171,19 @@ def test_trls_margin_column_reaches_the_pairs(tmp_path):
   path.write_text(json.dumps({"prompt": "Hi.", "chosen": "a", "rejected": "b", "margin": "x"}))
   with pytest.raises(InputError, match="margin 'x' is not a number"):
     train.load_pairs([f"preference:{path}"], None, "data")
+
+
+def test_a_loss_that_stays_at_ln2_is_warned_about(tmp_path, caplog):
+  """A reward model whose head is 0 scores chosen and rejected alike; with a learning rate too
+  small to move it, the loss stays at ln 2 and the run says so."""
+  make_llama(tmp_path / "flat", head="score", seed=0)
+  weights_file = tmp_path / "flat" / "model.safetensors"
+  tensors = load_file(str(weights_file))
+  tensors["score.weight"] = np.zeros_like(tensors["score.weight"])
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  save_file(tensors, str(weights_file), metadata={"format": "pt"})
+  data = write_learnable_pairs(tmp_path / "pairs.jsonl", 24)
+  with caplog.at_level("WARNING"):
+    train.run(settings(tmp_path / "flat", data, tmp_path / "out", max_steps=20, batch_size=4,
+                       learning_rate=1e-12, log_every=1, checkpoint_every=0, eval_fraction=0.0))
+  assert any("stayed at ln 2" in r.getMessage() for r in caplog.records)
