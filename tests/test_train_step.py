@@ -45,7 +45,8 @@ def random_pairs(seed: int = 0):
 
 
 def trl_loss_and_grads(model, folder, pairs, margin, center, tmp_path):
-  """TRL's RewardTrainer (its collator and compute_loss) on the torch model: (loss, {name: grad})."""
+  """TRL's RewardTrainer (its collator and compute_loss) on the torch model:
+  (loss, {name: gradient})."""
   examples = [{"chosen_ids": p + c, "rejected_ids": p + r} for p, c, r in pairs]
   args = trl.RewardConfig(output_dir=str(tmp_path / "trl"), report_to="none", use_cpu=True,
                           center_rewards_coefficient=center)
@@ -99,8 +100,8 @@ def test_loss_and_every_gradient_equal_trls_reward_trainer(folders, architecture
   folder = folders[architecture]
   pairs = random_pairs()
   torch.manual_seed(0)
-  want_loss, want = trl_loss_and_grads(hf_reference(folder, architecture), folder, pairs, margin, center,
-                                       tmp_path)
+  want_loss, want = trl_loss_and_grads(hf_reference(folder, architecture), folder, pairs, margin,
+                                       center, tmp_path)
   model, loss, got = our_loss_and_grads(folder, pairs, margin, center)
   assert abs(loss - want_loss) <= 1e-5 * max(1.0, abs(want_loss)), (loss, want_loss)
   sources = model.sources

@@ -142,9 +142,9 @@ class Settings:
       -1, "The exported config's pad_token_id; -1: the base's (else the tokenizer's pad, else "
       "eos).")
   attention: str = settings_lib.field(
-      "xla", "Attention implementation, as socialrm-score's --attention. Default xla: the one whose "
-      "gradients under the packed masks the tests check (auto picks cuDNN on GPU in bfloat16, "
-      "splash on TPU; their gradients are not checked here).",
+      "xla", "Attention implementation, as socialrm-score's --attention. Default xla: the one "
+      "whose gradients under the packed masks the tests check (auto picks cuDNN on GPU in "
+      "bfloat16, splash on TPU; their gradients are not checked here).",
       choices=("auto", "xla", "cudnn", "splash"))
 
   def to_json(self) -> dict[str, Any]:
