@@ -187,3 +187,12 @@ def test_a_loss_that_stays_at_ln2_is_warned_about(tmp_path, caplog):
     train.run(settings(tmp_path / "flat", data, tmp_path / "out", max_steps=20, batch_size=4,
                        learning_rate=1e-12, log_every=1, checkpoint_every=0, eval_fraction=0.0))
   assert any("stayed at ln 2" in r.getMessage() for r in caplog.records)
+
+
+def test_bad_flags_are_one_line_and_exit_code_2(base, tmp_path):
+  folder, data = base
+  done = subprocess.run(command(folder, data, tmp_path / "out") + ["--batch_size=0"],
+                        env=subprocess_env(), capture_output=True, text=True)
+  assert done.returncode == 2
+  assert done.stderr.strip().splitlines()[-1] == (
+      "socialrm-train: error: --batch_size must be at least 1, got 0")
