@@ -348,6 +348,7 @@ def run(settings: Settings) -> str:
   model_digests = run_manifest.start_file_digests(settings.model)
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
                               seed=settings.seed, attention=settings.attention)
+  hf_export.hf_shapes(settings.model, model.sources, model.config)  # exportable, before training
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
   templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=settings.max_length)
 
