@@ -4,8 +4,9 @@ The package reads as its pipeline: `datasets` (one adapter per dataset reads its
 items and pairs; `orchestrators/convert` writes them), `models` (Flax reward models from real
 checkpoints), `scoring` (one jit-compiled, mesh-sharded scorer), `analysis` (metrics and report,
 with each dataset's own in `analysis/datasets/`, found by the dataset's name), and the audit
-(`orchestrators/audit`: all of it from one config). The commands are `main/`:
-`socialrm-score` is `python -m socialrm_jax.main.score`.
+(`orchestrators/audit`: all of it from one config); `training` trains reward models on
+preference pairs (`orchestrators/train`). The commands are `main/`: `socialrm-score` is
+`python -m socialrm_jax.main.score`.
 
 The house is one-way, and its folders show it: each layer is one folder of this package, and this
 file, the package's face, is the only module outside them. A module imports (at module level,
@@ -22,7 +23,8 @@ Layers, bottom first, one folder each:
   models         Flax model code, weights, tokenizers, default_model
   scoring        the compiled step, packing, the streaming run
   analysis       metrics, intervals, report and plots; each dataset's analysis (datasets/)
-  orchestrators  convert, audit, probe, vocab_scan, plan/: each named after its command
+  training       reward-model training: pair batches, TRL's loss, LoRA, optimizer, step, export
+  orchestrators  convert, audit, probe, vocab_scan, train, plan/: each named after its command
   main           the absl mains, one per console script, and command (how each runs)
 """
 

@@ -150,7 +150,7 @@ def test_every_import_goes_to_the_same_layer_or_below():
 
 
 def test_the_written_order_reads_as_the_pipeline():
-  assert LAYERS == ["base", "sources", "datasets", "models", "scoring", "analysis",
+  assert LAYERS == ["base", "sources", "datasets", "models", "scoring", "analysis", "training",
                     "orchestrators", "main"]
 
 
