@@ -5,8 +5,8 @@
 
 The argument string `key=value,...` swaps the model: `hf_model` is a HF checkpoint folder, a
 native Flax checkpoint folder, a GGUF file or a Hub id `org/name[@REVISION]` (docs/fetching.md);
-`name` names it in the report. Other data takes the
-converter's dataset spec and columns (README, "Your own preference data"):
+`name` names it in the report. Other data takes the converter's dataset spec and columns
+(docs/datasets.md#your-own-preference-data):
 
   python -m socialrm_jax.main.audit --config=configs/bundled_suite.py:output_dir=runs/mine \
       --config.datasets=preference:data/mine.jsonl:name=mine,domain=safety \

@@ -1,6 +1,6 @@
 """The user documents hold together: README.md stays a front door (<= 12 KB) whose commands table
 names every console script; every link in README.md and docs/ reaches a file (and a heading,
-when it names one), and every repository path they name in backticks exists; every "SPEC sec. N" the package cites is a section of docs/spec.md; and no
+when it names one), and every repository path they name in backticks exists; every "docs/spec.md sec. N" the package cites is a section of docs/spec.md; and no
 commit hash or note on machine load sits in README.md or docs/ (figures name the machine they
 were measured on, not how busy it was).
 
@@ -18,8 +18,11 @@ REPO = REPO_ROOT
 README_LIMIT_BYTES = 12 * 1024
 # [text](target) and ![alt](target); the target up to a space or the closing parenthesis.
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-# "SPEC sec. 5", "SPEC sec. 4, 6", "SPEC sec. 1 and 3", "SPEC section 3", across a line break.
-_CITATION = re.compile(r"SPEC\s+sec(?:tions?|s)?\.?\s*(\d+(?:\s*(?:,|and)\s*\d+)*)")
+# "docs/spec.md sec. 5", "docs/spec.md sec. 4, 6", "docs/spec.md sec. 1 and 3", "docs/spec.md
+# section 3", across a line break.
+_CITATION = re.compile(r"docs/spec\.md\s+sec(?:tions?|s)?\.?\s*(\d+(?:\s*(?:,|and)\s*\d+)*)")
+# A citation that does not say where the spec is (the page's old name, "SPEC sec. N").
+_BARE_CITATION = re.compile(r"(?<![\w/.])SPEC\s+sec")
 _SPEC_SECTION = re.compile(r"^## (\d+)\. ", re.M)
 # A commit id: 7 to 40 hex digits with at least one digit and one letter (so neither a number
 # nor a word such as "defaced").
@@ -85,10 +88,14 @@ def citation_problems(package: pathlib.Path, spec: str) -> list[str]:
   for path in sorted(package.rglob("*")):
     if path.suffix not in (".py", ".md") or "bundled" in path.parts:
       continue
-    for n in cited_sections(path.read_text(encoding="utf-8")):
+    text = path.read_text(encoding="utf-8")
+    for n in cited_sections(text):
       if n not in sections:
-        problems.append(f"{path.relative_to(package.parent)} cites SPEC sec. {n}, which "
+        problems.append(f"{path.relative_to(package.parent)} cites docs/spec.md sec. {n}, which "
                         f"docs/spec.md does not have (it has {sorted(sections)})")
+    if _BARE_CITATION.search(text):
+      problems.append(f"{path.relative_to(package.parent)} cites SPEC sec.: write "
+                      "docs/spec.md sec. N, so a reader knows where to look")
   return problems
 
 
@@ -164,12 +171,16 @@ def test_every_spec_section_the_package_cites_exists_in_docs_spec():
 
 
 def test_a_citation_of_a_missing_section_fails(tmp_path):
-  assert cited_sections("(SPEC sec. 4, 6) and SPEC\nsec. 1 and 3; SPEC section 2") == [4, 6, 1, 3, 2]
+  assert cited_sections("(docs/spec.md sec. 4, 6) and docs/spec.md\nsec. 1 and 3; "
+                        "docs/spec.md section 2") == [4, 6, 1, 3, 2]
   package = tmp_path / "pkg"
   package.mkdir()
-  (package / "m.py").write_text('"""Metrics (SPEC sec. 5, 7)."""\n')
+  (package / "m.py").write_text('"""Metrics (docs/spec.md sec. 5, 7)."""\n')
+  (package / "n.py").write_text('"""Bias (SPEC sec. 5)."""\n')
   problems = citation_problems(package, "# Spec\n\n## 5. Metrics\n")
-  assert len(problems) == 1 and "SPEC sec. 7" in problems[0], problems
+  assert len(problems) == 2, problems
+  assert problems[0].startswith("pkg/m.py cites docs/spec.md sec. 7,"), problems
+  assert problems[1].startswith("pkg/n.py cites SPEC sec.: write docs/spec.md sec. N"), problems
 
 
 def test_no_commit_hash_and_no_machine_load_note_in_user_documents():

@@ -1,5 +1,5 @@
 #!/bin/sh
-# `make test`'s first step. The browser tests (tests/test_report_browser.py) open report.html in
+# `make test`'s first step. The browser tests (tests/analysis/test_report_html.py) open report.html in
 # headless chromium. Found on PATH: nothing to do. Missing, on a Debian-like system where this
 # user is root or has sudo without a password: installed with apt-get (Debian's `chromium`).
 # Otherwise one line says what to run, and make test stops (exit 2) before installing or running
@@ -24,7 +24,7 @@ if command -v apt-get >/dev/null 2>&1; then
     exit 2
   fi
 fi
-echo "make test: chromium is missing (tests/test_report_browser.py opens report.html in it):" \
+echo "make test: chromium is missing (tests/analysis/test_report_html.py opens report.html in it):" \
   "run 'sudo apt-get install -y chromium' (Debian, Ubuntu; or your system's package manager)," \
   "then 'make test' again" >&2
 exit 2

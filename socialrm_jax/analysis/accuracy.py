@@ -1,4 +1,5 @@
-"""Pair accuracy per domain, dataset and subset (SPEC sec. 5), and the per-item sums behind it.
+"""Pair accuracy per domain, dataset and subset (docs/spec.md sec. 5), and the per-item sums
+behind it.
 
 Accuracy is the mean outcome of gold pairs (ties 1/2). Directional pairs (no correct answer; the
 rejected response carries the stereotype) and control pairs (StereoSet relevance) never enter it:
@@ -6,7 +7,7 @@ they are summed apart, as `stereotype_wins` (how often the stereotyped response 
 `stereotype_rate` by `stereotypes`) and
 `control_accuracy`. An item's `group_won` is the smallest of its gold pairs' outcomes: 1 when all
 are won, 0 when one is lost, and 1/2 when some are tied and none is lost (a tie counts 1/2 in
-every rate, SPEC sec. 4).
+every rate, docs/spec.md sec. 4).
 
 `accuracy_length_matched` is the accuracy over the length-matched gold pairs only (responses whose
 lengths differ by less than 10% of the longer, see `confounds`), with its interval from the same

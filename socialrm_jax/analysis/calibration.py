@@ -1,4 +1,4 @@
-"""Calibration of the reward margin as a preference probability (SPEC sec. 5).
+"""Calibration of the reward margin as a preference probability (docs/spec.md sec. 5).
 
 p = sigmoid((r_chosen - r_rejected) / T) is the Bradley-Terry probability that the chosen
 response is preferred. Every gold pair's label is "chosen", so ECE is measured on the top label:

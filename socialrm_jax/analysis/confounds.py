@@ -1,4 +1,4 @@
-"""Length confound (SPEC sec. 5): does the reward model just prefer the longer response?
+"""Length confound (docs/spec.md sec. 5): does the reward model just prefer the longer response?
 
 A response's length is its number of characters.
 

@@ -1,8 +1,8 @@
-"""Distribution bias (SPEC sec. 5): how far each item's reward softmax is from the ideal, and
-which roles get selected. (For BBQ, which groups get named as the answer to a negative question
-when the context does not say is in `bias`.)
+"""Distribution bias (docs/spec.md sec. 5): how far each item's reward softmax is from the ideal,
+and which roles get selected. (For BBQ, which groups get named as the answer to a negative
+question when the context does not say is in `bias`.)
 
-Choices SPEC leaves open:
+Choices docs/spec.md leaves open:
 - D = softmax of the raw rewards over the item's candidates (no temperature).
 - Reference: uniform over the `stereotype` and `anti_stereotype` candidates when an item has both
   (directional items: CrowS-Pairs, StereoSet, whose `unrelated` candidate gets 0); else one-hot on

@@ -1,4 +1,5 @@
-"""ETHICS (Hendrycks et al. 2021): accuracy and the dataset's exact-match view (SPEC sec. 5).
+"""ETHICS (Hendrycks et al. 2021): accuracy and the dataset's exact-match view (docs/spec.md
+sec. 5).
 
 Item fields relied on: `subset` = the task (commonsense, deontology, justice, virtue,
 utilitarianism) and the gold pairs of each item (every (+1, -1) combination of a scenario group).

@@ -1,14 +1,15 @@
-"""All of SPEC sec. 5 for one scores set: the `metrics.json` tree.
+"""All of docs/spec.md sec. 5 for one scores set: the `metrics.json` tree.
 
-Layout (names from SPEC): `domains.<domain>.{accuracy, ci95}`, `datasets.<dataset>.{accuracy,
-ci95, subsets.<subset>.accuracy, <dataset metric>, <dataset metric>_ci95}`, BBQ per category at
-`datasets.bbq.categories.<category>`, StereoSet per type at `datasets.stereoset.subsets.<type>`,
-then `calibration`, `length_confound`, `coverage`, and `null_reasons` ({dotted path: why} for
-every null). The generic part of each `datasets.<name>` (accuracy, distribution bias, length) is
-computed here for every dataset; what a dataset adds comes from its analysis's metric hook
-(`hooks.DatasetAnalysis`, found by the dataset's name in `socialrm_jax.analysis.datasets`), which
-names the module that computes it: `bias` (BBQ), `stereotypes` (CrowS-Pairs, StereoSet), `safety`
-(XSTest), `ethics`, `moral_stories`, or the dataset's own module. `bootstrap` explains the intervals.
+Layout (names from docs/spec.md): `domains.<domain>.{accuracy, ci95}`,
+`datasets.<dataset>.{accuracy, ci95, subsets.<subset>.accuracy, <dataset metric>, <dataset
+metric>_ci95}`, BBQ per category at `datasets.bbq.categories.<category>`, StereoSet per type at
+`datasets.stereoset.subsets.<type>`, then `calibration`, `length_confound`, `coverage`, and
+`null_reasons` ({dotted path: why} for every null). The generic part of each `datasets.<name>`
+(accuracy, distribution bias, length) is computed here for every dataset; what a dataset adds comes
+from its analysis's metric hook (`hooks.DatasetAnalysis`, found by the dataset's name in
+`socialrm_jax.analysis.datasets`), which names the module that computes it: `bias` (BBQ),
+`stereotypes` (CrowS-Pairs, StereoSet), `safety` (XSTest), `ethics`, `moral_stories`, or the
+dataset's own module. `bootstrap` explains the intervals.
 
 When the items of one dataset come from several prompt templates (`--templates=all`), these
 metrics use its primary template's items only, so no source row counts twice: its default

@@ -1,4 +1,5 @@
-"""Moral Stories (Emelin et al. 2021): does stating the norm change the preference (SPEC sec. 5).
+"""Moral Stories (Emelin et al. 2021): does stating the norm change the preference (docs/spec.md
+sec. 5).
 
 Item fields relied on: `context_condition` = `with_norm` | `without_norm` (each story gives one
 item of each). `norm_sensitivity` = accuracy_with_norm - accuracy_without_norm: positive when the

@@ -1,6 +1,6 @@
 """Joining scores to items and pairs: rewards per candidate, pair outcomes, selections.
 
-Choices SPEC leaves open, written down here:
+Choices docs/spec.md leaves open, written down here:
 - A pair's outcome is 1 when r(chosen) > r(rejected), 1/2 when they are equal (exact float
   equality of the stored rewards), 0 otherwise; every rate is a mean of outcomes, so ties count 1/2.
 - An item's selection is its argmax reward. When m candidates share the top reward each counts 1/m

@@ -1,5 +1,5 @@
-"""Reading scores tables (SPEC sec. 2): one row per scored candidate, `item_id`, `candidate`,
-`reward`, maybe more columns, which are ignored here.
+"""Reading scores tables (docs/spec.md sec. 2): one row per scored candidate, `item_id`,
+`candidate`, `reward`, maybe more columns, which are ignored here.
 
 Parquet shards are read column-wise (a million rows in well under a second); JSON lines row by
 row. Every bad value is reported with its file and 1-based row.

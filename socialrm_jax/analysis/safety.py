@@ -1,4 +1,4 @@
-"""XSTest (Röttger et al. 2024): exaggerated safety (SPEC sec. 5).
+"""XSTest (Röttger et al. 2024): exaggerated safety (docs/spec.md sec. 5).
 
 Item fields relied on: `subset` = the prompt's label, `safe` or `unsafe`; gold pairs put the
 desirable response (compliance on safe prompts, refusal on unsafe ones) as chosen. Accuracy per

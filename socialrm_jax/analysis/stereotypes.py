@@ -1,4 +1,4 @@
-"""Stereotype preference on directional pairs: CrowS-Pairs and StereoSet (SPEC sec. 5).
+"""Stereotype preference on directional pairs: CrowS-Pairs and StereoSet (docs/spec.md sec. 5).
 
 Item fields relied on: the pairs' `label_source` (directional: chosen is the anti-stereotypical or
 less stereotyping sentence, rejected the stereotypical one; control: chosen is a related sentence,

@@ -1,6 +1,6 @@
-"""The records every stage shares: items and the preference pairs derived from them (SPEC sec. 2),
-and the vocabulary they are written in: domains, candidate roles, context conditions and label
-sources (SPEC sec. 1).
+"""The records every stage shares: items and the preference pairs derived from them (docs/spec.md
+sec. 2), and the vocabulary they are written in: domains, candidate roles, context conditions and
+label sources (docs/spec.md sec. 1).
 
 An item is one prompt with K >= 2 candidate responses; a pair is (prompt, chosen, rejected) drawn
 from one item. Adapters build `Item`s with the pairs they imply; `pair_row` turns each into a row.
@@ -45,7 +45,7 @@ AMBIGUOUS, DISAMBIGUATED = "ambiguous", "disambiguated"
 WITH_NORM, WITHOUT_NORM = "with_norm", "without_norm"
 CONDITIONS = (AMBIGUOUS, DISAMBIGUATED, WITH_NORM, WITHOUT_NORM)
 
-# The pairs roles imply where no candidate is labelled desirable (SPEC sec. 1 and 3): the
+# The pairs roles imply where no candidate is labelled desirable (docs/spec.md sec. 1 and 3): the
 # directional pair puts the stereotype as rejected; the control pairs check that a related
 # sentence beats an unrelated one. (chosen role, rejected role, label_source), in pair order.
 ROLE_PAIRS = ((ANTI_STEREOTYPE, STEREOTYPE, DIRECTIONAL), (STEREOTYPE, UNRELATED, CONTROL),

@@ -1,4 +1,5 @@
-"""Prompt templates: named, versioned data (SPEC sec. 3), and which of them a conversion uses.
+"""Prompt templates: named, versioned data (docs/spec.md sec. 3), and which of them a conversion
+uses.
 
 A template turns a source row into the user turn of an item's prompt. One template may have
 variants (StereoSet's two task types, each ETHICS task, Moral Stories with and without the norm);
@@ -7,13 +8,13 @@ text means a new name or a new version: never edit a released one in place, or o
 stop matching what the code would make.
 
 Each dataset adapter declares its templates (`DatasetAdapter.templates`) beside its reader, and
-every built-in dataset has at least two (`tests/test_templates.py` checks each registered
-adapter): `<dataset>.default`, the prompt SPEC sec. 3 gives, and a paraphrase that asks the same
-thing in other words, so that a finding can be checked for surviving a change of wording. A fair
-paraphrase keeps the task, every source field and the candidates' fit as answers, and adds no
-instruction that favours one kind of candidate; each one's comment says what it reworded. Where
-the default prompt is the user's own text (HH-RLHF, XSTest, preference data) there is nothing to
-reword, and the second template frames that text with `REPLY_FRAMING` instead.
+every built-in dataset has at least two (`tests/base/test_templates.py` checks each registered
+adapter): `<dataset>.default`, the prompt docs/spec.md sec. 3 gives, and a paraphrase that asks the
+same thing in other words, so that a finding can be checked for surviving a change of wording. A
+fair paraphrase keeps the task, every source field and the candidates' fit as answers, and adds no
+instruction that favours one kind of candidate; each one's comment says what it reworded. Where the
+default prompt is the user's own text (HH-RLHF, XSTest, preference data) there is nothing to reword,
+and the second template frames that text with `REPLY_FRAMING` instead.
 
 Which templates a conversion uses (`--templates`, `config.templates`, `parse_selection`): by
 default each dataset's `<dataset>.default`; `all` converts every template of every dataset;
@@ -30,7 +31,8 @@ from typing import Collection, Iterable, Mapping, Sequence
 
 from socialrm_jax.base.errors import InputError
 
-DEFAULT = "default"  # the variant family of each dataset's SPEC template: `<dataset>.default`
+# The variant family of each dataset's template in docs/spec.md: `<dataset>.default`.
+DEFAULT = "default"
 ALL = "all"
 SEPARATOR = "+"  # between the templates of one dataset: `bbq=default+instructed`
 FLAG = "--templates (config.templates)"  # where a selection comes from, for error messages

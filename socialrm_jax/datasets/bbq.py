@@ -1,10 +1,11 @@
 """BBQ (Parrish et al. 2022): question answering over ambiguous and disambiguated contexts.
 
 One item per record; candidates `ans0..ans2`; the gold answer (`label`) is +1 and the other two
--1. Roles say which answer carries the social bias, by SPEC sec. 3: an answer's group tokens are
-its two `answer_info` fields joined with `_` (with the intersectional prefixes `M-`, `F-`,
-`lowSES-`, `highSES-` made `M_` ...), lower-cased and split on `_`; for a negative question the
-answer naming a stereotyped group is `biased`, for a non-negative one the answer NOT naming one.
+-1. Roles say which answer carries the social bias, by docs/spec.md sec. 3: an answer's group
+tokens are its two `answer_info` fields joined with `_` (with the intersectional prefixes `M-`,
+`F-`, `lowSES-`, `highSES-` made `M_` ...), lower-cased and split on `_`; for a negative question
+the answer naming a stereotyped group is `biased`, for a non-negative one the answer NOT naming
+one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Converts social evaluation datasets into items and preference pairs (SPEC sec. 3, 6).
+"""Converts social evaluation datasets into items and preference pairs (docs/spec.md sec. 3, 6).
 
   python -m socialrm_jax.main.convert --data_dir=DIR --datasets=all --output_dir=OUT [--format=jsonl]
 

@@ -1,4 +1,4 @@
-"""Metrics, report and plots from scores (SPEC sec. 5, 6).
+"""Metrics, report and plots from scores (docs/spec.md sec. 5, 6).
 
   python -m socialrm_jax.main.metrics --items=CONVERTED --scores=SCORES[,SCORES2,...] --output_dir=REPORT
 

@@ -1,4 +1,4 @@
-"""Scores every (item, candidate) with a reward model (SPEC sec. 4, 6).
+"""Scores every (item, candidate) with a reward model (docs/spec.md sec. 4, 6).
 
   python -m socialrm_jax.main.score --model=PATH --items=CONVERTED --output_dir=SCORES \
       [--datasets=bbq,...] [--limit=N] [--max_length=2048] [--dtype=float32] \

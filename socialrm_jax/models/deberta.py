@@ -164,7 +164,7 @@ def is_saved_buffer(hf_name: str) -> bool:
 def log_bucket_table(max_distance: int, bucket_size: int, max_position: int) -> np.ndarray:
   """[2M - 1] int32: HF's `make_log_bucket_position` of each relative position in (-M, M), at
   index r + M - 1. Computed on the host in float32, the steps in HF's order, so the ceil lands
-  where PyTorch's does (tests/test_deberta_gpt_neox_parity.py checks every distance)."""
+  where PyTorch's does (tests/models/test_deberta.py checks every distance)."""
   relative = np.arange(-(max_distance - 1), max_distance, dtype=np.int64)
   if bucket_size <= 0 or max_position <= 0:
     return relative.astype(np.int32)

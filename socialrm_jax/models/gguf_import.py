@@ -34,7 +34,7 @@ GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
 SUPPORTED_ARCHITECTURES = ("llama",)
 
 _T = gguf.GGMLQuantizationType
-# Every type here is checked against an independent reference in tests/test_gguf_import.py.
+# Every type here is checked against an independent reference in tests/models/test_gguf_import.py.
 SUPPORTED_TENSOR_TYPES = (
     _T.F32, _T.F16, _T.BF16, _T.Q8_0, _T.Q4_0, _T.Q4_1, _T.Q5_0, _T.Q5_1, _T.Q4_K, _T.Q5_K,
     _T.Q6_K)
@@ -338,13 +338,14 @@ class GgufTokenizer(NamedTuple):
 def gguf_tokenizer(path: str | os.PathLike) -> GgufTokenizer:
   """The tokenizer (chat template included) the GGUF metadata describes, without transformers.
 
-  Built as transformers' GGUF converter builds it, and checked against it in tests/test_tokenizer.py
-  and tests/test_tokenizer_parity.py: `tokenizer.ggml.model` "gpt2" is byte-level BPE (tokens not
-  spelled in the byte alphabet respelled into it; text split by the `tokenizer.ggml.pre` regex),
-  "llama" is Llama's SentencePiece BPE (`\u2581` for spaces, byte fallback, merges recovered from
-  the scores when the file lists none). Control tokens become special tokens, user-defined ones
-  plain added tokens, both matched whole. Unlike transformers, a GPT-2 style vocabulary does not
-  get `<|endoftext|>` added when it lacks one: that id would lie past the model's embeddings.
+  Built as transformers' GGUF converter builds it, and checked against it in
+  tests/models/test_tokenizer.py and tests/scoring/test_item_tokens_parity.py:
+  `tokenizer.ggml.model` "gpt2" is byte-level BPE (tokens not spelled in the byte alphabet respelled
+  into it; text split by the `tokenizer.ggml.pre` regex), "llama" is Llama's SentencePiece BPE
+  (`\u2581` for spaces, byte fallback, merges recovered from the scores when the file lists none).
+  Control tokens become special tokens, user-defined ones plain added tokens, both matched whole.
+  Unlike transformers, a GPT-2 style vocabulary does not get `<|endoftext|>` added when it lacks
+  one: that id would lie past the model's embeddings.
   """
   path, _, meta = _open(path)
   model = meta.require("tokenizer.ggml.model")

@@ -5,7 +5,7 @@ Driven by an ml_collections config (see `configs/`). Layout under `config.output
 run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off),
 `vocab_scan/<model name>/` (the vocabulary scan, off unless `config.vocab_scan.enabled`),
 `<model name>/metrics.json`, `report.md`, `report.html` and the plots. Rerunning resumes scoring
-where it stopped (SPEC sec. 6: finished shards are kept).
+where it stopped (docs/spec.md sec. 6: finished shards are kept).
 """
 
 from __future__ import annotations

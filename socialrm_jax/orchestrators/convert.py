@@ -1,6 +1,6 @@
 """The convert stage as a library: datasets -> items, pairs and a conversion report.
 
-Generic rules live here, not in the adapters (SPEC sec. 2): an item whose candidates are all
+Generic rules live here, not in the adapters (docs/spec.md sec. 2): an item whose candidates are all
 identical is dropped, a pair whose two texts are identical is dropped, and every drop is counted
 with its reason in the report, per dataset and subset. A source whose every row was malformed
 and skipped (`on_error="skip"`) is an error: it gave no item to audit.

@@ -2,9 +2,9 @@
 
 A reward must not depend on which rows share its batch, which items share its row, or how long its
 row is: packing.py lays several items' prefixes and branches into one row and masks them apart.
-tests/test_scoring_invariance.py holds that on hand-made items; this check does it on a run's own
-model and items, after the run. A fixed sample of N of the items this data group scored (drawn with
-`SAMPLE_SEED`, so the same items every time) is encoded and scored again through the run's own
+tests/scoring/test_engine_invariance.py holds that on hand-made items; this check does it on a run's
+own model and items, after the run. A fixed sample of N of the items this data group scored (drawn
+with `SAMPLE_SEED`, so the same items every time) is encoded and scored again through the run's own
 compiled step (`Scorer`), once in each of `COMPOSITIONS`:
 
 - `reversed`: the sample alone, in reverse order, packed together: every item shares its rows

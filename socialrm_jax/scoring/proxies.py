@@ -1,15 +1,15 @@
 """Reward proxies: how a model's readouts become the rewards of the scores table.
 
 A proxy decides what a chunk of items sends through the model and how the readouts that come back
-become score rows (SPEC sec. 2: `item_id`, `candidate`, `reward`, and columns of its own). All of
-them run through the same engine (templating, prefix sharing, packing, the compiled step), so the
-scores keep SPEC's columns and every metric works unchanged.
+become score rows (docs/spec.md sec. 2: `item_id`, `candidate`, `reward`, and columns of its
+own). All of them run through the same engine (templating, prefix sharing, packing, the compiled
+step), so the scores keep docs/spec.md's columns and every metric works unchanged.
 
 - `none`, a score head: the head's output at the candidate's last token. A head with several
   outputs (a multi-objective reward model) keeps the whole vector in `rewards`, and `Objective`
   reduces it to the scalar `reward` the metrics use: one output (`--objective=INDEX`) or a
   weighted sum (`--objective_weights=w1,w2,...`).
-- `loglik`: the mean log-probability of the candidate's response tokens (SPEC sec. 4), with
+- `loglik`: the mean log-probability of the candidate's response tokens (docs/spec.md sec. 4), with
   `reward_sum` and `n_tokens` beside it. A response with no token (empty, and a template that
   writes no end of turn after it) has none to read: it is refused, naming the item, as for
   `implicit`.
@@ -256,7 +256,7 @@ class ResponseTokens(Proxy):
 
 
 class LogLik(ResponseTokens):
-  """The mean log-probability of the response tokens (SPEC sec. 4)."""
+  """The mean log-probability of the response tokens (docs/spec.md sec. 4)."""
   name = "loglik"
   extra_fields = (("reward_sum", pa.float64()), ("n_tokens", pa.int32()))
 

@@ -8,7 +8,7 @@ changes. This module derives, from a converted items table, the counterfactual o
 has one, and `analysis/swap_effects.py` measures the reward change. Two rules, chosen by what
 the item itself records (never by the dataset's name):
 
-- named answers (BBQ's layout, SPEC sec. 3): the item's `attributes.answer_info` holds one
+- named answers (BBQ's layout, docs/spec.md sec. 3): the item's `attributes.answer_info` holds one
   `[term, group]` per candidate, exactly one of them tagged `unknown`. The two named answers'
   terms ("grandfather", "grandson") are exchanged at the same time everywhere in the prompt and
   the candidates: whole words, case-insensitive, the first letter's case following the text
