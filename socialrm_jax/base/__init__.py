@@ -1,4 +1,5 @@
-"""The base layer: the vocabulary (docs/spec.md's records, roles, domains), file formats and atomic
-writes, prompt templates as data, the errors every layer reports with, and `settings`: a command's settings
-declared once as a dataclass, its flags and config derived from it.
+"""The base layer: the vocabulary (docs/spec.md's records, roles, domains), file formats and
+atomic writes, prompt templates as data, the errors every layer reports with, `settings` (a
+command's settings declared once as a dataclass, its flags and config derived from it) and
+`registry` (named things registered by their own modules and found by name).
 """

@@ -1,5 +1,5 @@
-"""Every SPEC sec. 5 metric on a hand-made items + pairs + scores set covering every dataset kind,
-computed by hand here (ties included) and compared to what `socialrm-metrics` writes."""
+"""Every docs/spec.md sec. 5 metric on a hand-made items + pairs + scores set covering every dataset
+kind, computed by hand here (ties included) and compared to what `socialrm-metrics` writes."""
 
 import json
 import math

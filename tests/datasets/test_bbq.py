@@ -1,4 +1,4 @@
-"""BBQ conversion on real rows, checked by hand against SPEC sec. 3."""
+"""BBQ conversion on real rows, checked by hand against docs/spec.md sec. 3."""
 
 import json
 

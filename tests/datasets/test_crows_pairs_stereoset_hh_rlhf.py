@@ -1,5 +1,5 @@
 """CrowS-Pairs, StereoSet and HH-RLHF adapters on real rows copied from the source files, and
-their handling of bad input (SPEC sec. 3)."""
+their handling of bad input (docs/spec.md sec. 3)."""
 
 from __future__ import annotations
 

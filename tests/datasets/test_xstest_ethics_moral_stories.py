@@ -1,5 +1,5 @@
-"""XSTest, ETHICS and Moral Stories conversion on real rows, checked by hand against SPEC sec. 3,
-and the errors bad input files give."""
+"""XSTest, ETHICS and Moral Stories conversion on real rows, checked by hand against docs/spec.md
+sec. 3, and the errors bad input files give."""
 
 import csv
 import json

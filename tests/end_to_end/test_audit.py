@@ -214,7 +214,8 @@ def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_
   moral = metrics["datasets"]["moral_stories"]
   assert moral["norm_sensitivity"] == pytest.approx(
       moral["accuracy_with_norm"] - moral["accuracy_without_norm"])
-  # One value recomputed from the scores: CrowS-Pairs candidate 0 is sent_more (SPEC sec. 3).
+  # One value recomputed from the scores: CrowS-Pairs candidate 0 is sent_more
+  # (docs/spec.md sec. 3).
   crows = [it["item_id"] for it in items if it["dataset"] == "crows_pairs"]
   more_preferred = [scores[(i, 0)]["reward"] > scores[(i, 1)]["reward"] for i in crows]
   assert metrics["datasets"]["crows_pairs"]["stereotype_rate"] == pytest.approx(

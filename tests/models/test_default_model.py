@@ -1,7 +1,7 @@
 """The embedded default model (SmolLM2-135M-Instruct, GGUF) as a `loglik` reward proxy: what the
 engine writes for bundled items, packed and prefix-shared, equals the mean log-probability of each
 candidate's tokens computed by transformers + torch on each full templated sequence alone
-(SPEC sec. 4)."""
+(docs/spec.md sec. 4)."""
 
 from __future__ import annotations
 
