@@ -18,6 +18,7 @@ is given per (data source, quantity) cell when each family has a run there, and 
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Mapping, Sequence
 
@@ -26,6 +27,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from socialrm_jax.analysis import report, values
+from socialrm_jax.base import tables
 
 # The probe's contrast the grid reads, and the name the grid gives its negation.
 CONTRAST = values.COMMUNION_AGENCY[0]
@@ -167,6 +169,9 @@ def plot(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> str | No
       right.plot([r["step"] for r in steps], [r["value"] for r in steps], "o-",
                  color=colours[base], alpha=0.6, markersize=3)
   left.set_xscale("log")
+  quantities = sorted({r["quantity"] for r in final})
+  left.set_xticks(quantities, [str(q) for q in quantities])
+  left.minorticks_off()
   left.set_xlabel("preference pairs (nested prefixes of one shuffle)")
   left.set_ylabel(f"{VALUE} (95% CI over words and prompts)")
   left.set_title("last checkpoint of each run (one point per seed)")
@@ -179,7 +184,9 @@ def plot(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> str | No
   right.legend(handles=[right.plot([], [], "o-", color=colours[b])[0] for b in bases],
                labels=bases, fontsize="small")
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=120)
+  tables.atomic_write_bytes(path, buffer.getvalue())
   return os.fspath(path)
 
 
