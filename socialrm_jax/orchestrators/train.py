@@ -1,0 +1,416 @@
+"""Trains a Bradley-Terry reward model from a decoder base on preference data, in JAX.
+
+Interface (stable; the ablation grid calls it in-process):
+
+  from socialrm_jax.orchestrators import train
+  train.run(train.Settings(model=PATH, data=("preference:pairs.jsonl",), output_dir=OUT,
+                           max_steps=100, batch_size=8, learning_rate=1e-4, seed=0,
+                           checkpoint_every=50))  # -> OUT
+
+and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --output_dir=OUT
+--max_steps=N (or --epochs=N) --batch_size=N --learning_rate=X --seed=N --checkpoint_every=N
+[--config=FILE]`, whose flags are `Settings`' fields. A run writes:
+
+  OUT/train_metrics.jsonl   one row per `log_every` steps (TRL's names: loss, accuracy, margin,
+                            rewards/chosen, rewards/rejected, learning_rate, grad_norm,
+                            num_tokens; tokens_per_second) and per evaluation (eval_loss,
+                            eval_accuracy, eval_margin, ...)
+  OUT/checkpoints/<step>/   orbax: trained parameters, optimizer state, RNG, data position
+  OUT/model/                the trained reward model as a HF folder (LoRA merged)
+  OUT/split.json            the held-out pair ids (seeded) and the train / eval counts
+  OUT/train_manifest.json   settings, the base's and the data's sha256, steps, final metrics
+
+The same command again resumes from the last checkpoint (it says which step) and ends on the
+weights an uninterrupted run ends on: the data order is a seeded shuffle per epoch, so the data
+position is the step, and every step is deterministic.
+
+What is trained, how: `socialrm_jax/training/` (pairs packed prefix-shared, read where the
+scorer reads; TRL's loss; AdamW with warmup and decay, clipping, accumulation; LoRA or full).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import reward_model
+from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.scoring import item_tokens, packing
+from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.scoring import run_manifest
+from socialrm_jax.training import checkpoints as checkpoints_lib
+from socialrm_jax.training import hf_export, optimizer, pair_batches, trainable
+from socialrm_jax.training import train_step as train_step_lib
+
+METRICS_FILE = "train_metrics.jsonl"
+MANIFEST_FILE = "train_manifest.json"
+SPLIT_FILE = "split.json"
+MODEL_DIR = "model"
+LN2 = math.log(2.0)
+# The loss "stays at ln 2" when its mean over this many logged steps is within LN2_TOLERANCE.
+LN2_WINDOW_STEPS = 20
+LN2_TOLERANCE = 0.005
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Everything a training run reads; each field is a flag of `socialrm-train` (its name) and a
+  key of its `--config` file."""
+  # The base: a causal-LM checkpoint folder (a score head is added) or a one-output reward model.
+  model: str = ""
+  # The converter's dataset specs (`socialrm-convert --datasets`): folder datasets' gold pairs
+  # under `data_dir`, `preference:PATH[:...]`, saved HF datasets.
+  data: tuple[str, ...] = dataclasses.field(default=(), metadata={"specs": True})
+  # Where folder datasets named in `data` / `eval_data` are.
+  data_dir: str | None = None
+  # Held-out pairs given apart; empty: a seeded `eval_fraction` of `data` is held out.
+  eval_data: tuple[str, ...] = dataclasses.field(default=(), metadata={"specs": True})
+  # Share of `data` held out for evaluation when `eval_data` is empty (0: none).
+  eval_fraction: float = 0.05
+  # Where metrics, checkpoints, the exported model and the manifest go.
+  output_dir: str = ""
+  # Optimizer steps; 0: `epochs` passes over the training pairs.
+  max_steps: int = 0
+  # Passes over the training pairs when `max_steps` is 0.
+  epochs: int = 1
+  # Pairs per micro-batch (a multiple of the mesh's data axis).
+  batch_size: int = 8
+  # Micro-batches whose gradients one optimizer step sums (optax.MultiSteps).
+  gradient_accumulation_steps: int = 1
+  # Peak learning rate (TRL's RewardConfig default).
+  learning_rate: float = 1e-4
+  # Decay after warmup: linear (to 0 at the last step), cosine, or constant.
+  lr_schedule: str = "linear"
+  # Optimizer steps of linear warmup from 0.
+  warmup_steps: int = 0
+  # AdamW's decoupled weight decay (not on biases and norm scales).
+  weight_decay: float = 0.0
+  # Global gradient norm clipped to (0: no clipping).
+  max_grad_norm: float = 1.0
+  # AdamW's first-moment decay.
+  adam_beta1: float = 0.9
+  # AdamW's second-moment decay.
+  adam_beta2: float = 0.999
+  # AdamW's epsilon.
+  adam_epsilon: float = 1e-8
+  # Seed of the held-out split, the data order, the new score head and LoRA's A.
+  seed: int = 0
+  # Longest templated conversation in tokens (prompt tokens are dropped from the left beyond).
+  max_length: int = 1024
+  # Compute dtype: float32, or bfloat16 (trained weights and optimizer state stay float32).
+  dtype: str = "float32"
+  # LoRA rank; 0: full fine-tuning.
+  lora_rank: int = 0
+  # LoRA's alpha: the update is (alpha / rank) A B.
+  lora_alpha: float = 16.0
+  # The projections LoRA adapts.
+  lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+  # TRL's center_rewards_coefficient: adds coef * mean((r_c + r_r)^2); None: off.
+  center_rewards_coefficient: float | None = None
+  # Evaluate the held-out pairs every this many steps (0: at the end only).
+  eval_every: int = 0
+  # Write a metrics row (the mean over the steps since the last) every this many steps.
+  log_every: int = 10
+  # Save a checkpoint every this many steps (and at the end; 0: at the end only).
+  checkpoint_every: int = 500
+  # Checkpoints kept (the newest); 0: all.
+  keep_checkpoints: int = 0
+  # Device mesh, as socialrm-score's --mesh (default: every device on data).
+  mesh: str | None = None
+  # The exported config's pad_token_id; -1: the base's (else the tokenizer's pad, else eos).
+  pad_token_id: int = -1
+  # Attention implementation, as socialrm-score's --attention.
+  attention: str = "auto"
+
+  def to_json(self) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+# Settings that change what is trained: a resume must find them as the checkpoint's run had them.
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Settings)
+                       if f.name not in ("output_dir", "checkpoint_every", "keep_checkpoints",
+                                         "log_every", "attention", "mesh"))
+
+
+def check(settings: Settings) -> None:
+  """Refuses settings that cannot run, one line naming the flag."""
+  if not settings.model:
+    raise InputError("--model is required")
+  if not settings.data:
+    raise InputError("--data is required: the converter's dataset specs")
+  if not settings.output_dir:
+    raise InputError("--output_dir is required")
+  for name in ("batch_size", "gradient_accumulation_steps", "max_length", "log_every"):
+    if getattr(settings, name) < 1:
+      raise InputError(f"--{name} must be at least 1, got {getattr(settings, name)}")
+  for name in ("max_steps", "warmup_steps", "checkpoint_every", "eval_every", "lora_rank",
+               "keep_checkpoints"):
+    if getattr(settings, name) < 0:
+      raise InputError(f"--{name} must be 0 or more, got {getattr(settings, name)}")
+  if settings.max_steps == 0 and settings.epochs < 1:
+    raise InputError("--epochs must be at least 1 when --max_steps is 0")
+  if not 0 <= settings.eval_fraction < 1:
+    raise InputError(f"--eval_fraction must be in [0, 1), got {settings.eval_fraction}")
+  if settings.learning_rate <= 0:
+    raise InputError(f"--learning_rate must be positive, got {settings.learning_rate}")
+  if settings.lr_schedule not in optimizer.SCHEDULES:
+    raise InputError(f"--lr_schedule must be one of {', '.join(optimizer.SCHEDULES)}")
+  reward_model.model_dtype(settings.dtype)
+
+
+def _pairs(conversion: item_tables.Conversion) -> list[pair_batches.Pair]:
+  """The conversion's gold pairs to train on; a `margin` attribute of an item is TRL's margin."""
+  margins = {}
+  for item in conversion.items:
+    attributes = item.get("attributes") or {}
+    if isinstance(attributes, str):
+      attributes = json.loads(attributes)
+    if attributes.get("margin") is not None:
+      margins[item["item_id"]] = float(attributes["margin"])
+  return [pair_batches.Pair(p["pair_id"], list(p["prompt"]), p["chosen"], p["rejected"],
+                            margins.get(p["item_id"], 0.0)) for p in conversion.pairs]
+
+
+def load_pairs(specs: Sequence[str], data_dir: str | None, flag: str) -> list[pair_batches.Pair]:
+  try:
+    pairs = _pairs(item_tables.convert_all(data_dir, list(specs)))
+  except InputError as e:
+    raise InputError(f"--{flag}: {e}") from None
+  if not pairs:
+    raise InputError(f"--{flag}: the data gave no preference pair")
+  return pairs
+
+
+def data_sha256(pairs: Sequence[pair_batches.Pair]) -> str:
+  """sha256 of the pairs as trained on (ids, conversations, margins), in their order."""
+  digest = hashlib.sha256()
+  for p in pairs:
+    digest.update(json.dumps(dataclasses.asdict(p), sort_keys=True).encode("utf-8"))
+    digest.update(b"\n")
+  return digest.hexdigest()
+
+
+def export_pad_token_id(settings: Settings, model: trainable.TrainModel, tokenizer) -> int:
+  if settings.pad_token_id >= 0:
+    return settings.pad_token_id
+  for candidate in (model.hf_config.get("pad_token_id"), tokenizer.pad_token_id,
+                    tokenizer.eos_token_id):
+    if isinstance(candidate, int):
+      return candidate
+  raise InputError("--pad_token_id: neither the base's config nor its tokenizer names a pad or "
+                   "eos token; give the id the exported config should name")
+
+
+class MetricsLog:
+  """train_metrics.jsonl, appended a row at a time; a resume first drops rows after its step."""
+
+  def __init__(self, path: pathlib.Path, resume_step: int):
+    self.path = path
+    rows = []
+    if resume_step and path.exists():
+      rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+      rows = [r for r in rows if r.get("step", 0) <= resume_step]
+    tables.atomic_write_bytes(path, b"".join((json.dumps(r) + "\n").encode() for r in rows))
+    self.rows = rows
+
+  def add(self, row: dict) -> None:
+    self.rows.append(row)
+    with open(self.path, "a", encoding="utf-8") as f:
+      f.write(json.dumps(row) + "\n")
+
+
+def _mean_rows(rows: Sequence[dict]) -> dict[str, float]:
+  return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def _evaluate(step_fn, trained, frozen, encoded, margins, rows, buckets) -> dict[str, float]:
+  """Pooled metrics over the held-out pairs (every pair weighted alike)."""
+  total: dict[str, float] = {}
+  count = 0.0
+  low, high = math.inf, -math.inf
+  for start in range(0, len(encoded), rows):
+    chunk = encoded[start:start + rows]
+    batch = pair_batches.make_batch(chunk, margins[start:start + rows], rows, buckets)
+    metrics = jax.device_get(step_fn.evaluate(trained, frozen, batch.arrays()))
+    n = float(metrics["pairs"])
+    for key in ("loss", "accuracy", "margin", "rewards/chosen", "rewards/rejected", "mean_reward"):
+      total[key] = total.get(key, 0.0) + float(metrics[key]) * n
+    low, high = min(low, float(metrics["min_reward"])), max(high, float(metrics["max_reward"]))
+    count += n
+  out = {f"eval_{k}": v / count for k, v in total.items()}
+  out.update(eval_min_reward=low, eval_max_reward=high, eval_pairs=int(count))
+  return out
+
+
+def run(settings: Settings) -> str:
+  """Trains (or resumes) the run `settings` describe; returns its output folder."""
+  check(settings)
+  out = pathlib.Path(settings.output_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  mesh = mesh_lib.make_mesh(settings.mesh)
+  data_size = mesh.shape["data"]
+  if settings.batch_size % data_size:
+    raise InputError(f"--batch_size={settings.batch_size} must be a multiple of the mesh's data "
+                     f"axis ({data_size})")
+  model_digests = run_manifest.start_file_digests(settings.model)
+  model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
+                              seed=settings.seed, attention=settings.attention)
+  tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
+  templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=settings.max_length)
+
+  pairs = load_pairs(settings.data, settings.data_dir, "data")
+  if settings.eval_data:
+    train_pairs, eval_pairs = pairs, load_pairs(settings.eval_data, settings.data_dir,
+                                                "eval_data")
+  else:
+    train_index, eval_index = pair_batches.split_indices(len(pairs), settings.eval_fraction,
+                                                         settings.seed)
+    train_pairs = [pairs[i] for i in train_index]
+    eval_pairs = [pairs[i] for i in eval_index]
+  if len(train_pairs) < settings.batch_size:
+    raise InputError(f"--batch_size={settings.batch_size}: only {len(train_pairs)} training pairs")
+  pad_token_id = export_pad_token_id(settings, model, tokenizer)
+  pad_token = tokenizer.backend_tokenizer.id_to_token(pad_token_id) if hasattr(
+      tokenizer, "backend_tokenizer") else None
+  train_encoded = pair_batches.encode_pairs(templater, train_pairs)
+  eval_encoded = pair_batches.encode_pairs(templater, eval_pairs)
+  pair_batches.check_reading_token(train_encoded + eval_encoded, pad_token_id, pad_token)
+  # A pair's packed row: the prompt once, both responses; rows up to twice max_length.
+  buckets = packing.length_buckets(2 * settings.max_length)
+  train_margins = [p.margin for p in train_pairs]
+  eval_margins = [p.margin for p in eval_pairs]
+  tables.atomic_write_json(out / SPLIT_FILE, {
+      "seed": settings.seed, "eval_fraction": 0.0 if settings.eval_data else settings.eval_fraction,
+      "train_pairs": len(train_pairs), "eval_pairs": len(eval_pairs),
+      "eval_pair_ids": [p.pair_id for p in eval_pairs]})
+
+  per_epoch = len(train_pairs) // settings.batch_size  # micro-batches; the rest of an epoch waits
+  accumulation = settings.gradient_accumulation_steps
+  total_steps = settings.max_steps or max(1, settings.epochs * per_epoch // accumulation)
+  tx, schedule = optimizer.make_optimizer(
+      learning_rate=settings.learning_rate, total_steps=total_steps,
+      warmup_steps=settings.warmup_steps, schedule=settings.lr_schedule,
+      weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm,
+      adam_beta1=settings.adam_beta1, adam_beta2=settings.adam_beta2,
+      adam_epsilon=settings.adam_epsilon, accumulation_steps=accumulation)
+  lora = settings.lora_rank > 0
+  trained, frozen = trainable.split_trainable(model.params, lora)
+  if lora:
+    targets = trainable.lora_targets(model, settings.lora_targets)
+    trained.update(trainable.init_lora(model, targets, settings.lora_rank, settings.seed))
+  lora_scale = settings.lora_alpha / settings.lora_rank if lora else 1.0
+  jdtype = reward_model.model_dtype(settings.dtype)
+  step_fn = train_step_lib.TrainStep(model, tx, mesh, dtype=jdtype, lora_scale=lora_scale,
+                                     center_rewards_coefficient=settings.center_rewards_coefficient)
+  opt_state = step_fn.init(trained)
+  rng = jax.random.key_data(jax.random.key(settings.seed))
+
+  store = checkpoints_lib.Checkpoints(str(out), keep=settings.keep_checkpoints or None)
+  manifest_path = out / MANIFEST_FILE
+  start_step, num_tokens = 0, 0
+  latest = store.latest()
+  if latest is not None:
+    earlier = tables.read_json_object(manifest_path).get("settings", {}) if (
+        manifest_path.exists()) else {}
+    changed = [k for k in _RESULT_FIELDS if k in earlier and earlier[k] != settings.to_json()[k]]
+    if changed:
+      raise InputError(f"{out} holds checkpoints of a run with other settings "
+                       f"({', '.join('--' + k for k in changed)}); use a new --output_dir")
+    (trained, opt_state, rng), position = store.restore(latest, (trained, opt_state, rng))
+    start_step, num_tokens = int(position["step"]), int(position["num_tokens"])
+    logging.info("resuming from step %d (checkpoint %s)", start_step,
+                 os.path.join(store.directory, str(latest)))
+    print(f"resuming from step {start_step} of {total_steps}", flush=True)
+
+  manifest = {"settings": settings.to_json(), "base": {"path": os.path.abspath(settings.model)},
+              "data": {"sha256": data_sha256(train_pairs), "train_pairs": len(train_pairs),
+                       "eval_sha256": data_sha256(eval_pairs), "eval_pairs": len(eval_pairs)},
+              "total_steps": total_steps, "micro_batches_per_epoch": per_epoch,
+              "pairs_left_out_per_epoch": len(train_pairs) - per_epoch * settings.batch_size,
+              "mesh": mesh_lib.describe(mesh), "versions": run_manifest.package_versions(),
+              "architecture": model.config.architecture, "lora": lora}
+  tables.atomic_write_json(manifest_path, manifest)
+
+  log = MetricsLog(out / METRICS_FILE, start_step)
+  window: list[dict] = []
+  losses: list[float] = []
+  warned = False
+  started, tokens_since = time.monotonic(), 0
+  last_line = started
+  for step in range(start_step, total_steps):
+    for k in range(accumulation):
+      micro = step * accumulation + k
+      epoch, position = divmod(micro, per_epoch)
+      order = pair_batches.epoch_order(len(train_pairs), settings.seed, epoch)
+      chosen = order[position * settings.batch_size:(position + 1) * settings.batch_size]
+      batch = pair_batches.make_batch([train_encoded[i] for i in chosen],
+                                      [train_margins[i] for i in chosen], settings.batch_size,
+                                      buckets)
+      trained, opt_state, metrics = step_fn.step(trained, opt_state, frozen, batch.arrays())
+      num_tokens += batch.sequence_tokens
+      tokens_since += batch.sequence_tokens
+      window.append({**{key: float(v) for key, v in jax.device_get(metrics).items()}})
+    done = step + 1
+    if done % settings.log_every == 0 or done == total_steps:
+      mean = _mean_rows(window)
+      mean.pop("pairs", None)
+      elapsed = time.monotonic() - started
+      row = {"step": done, "epoch": round(done * accumulation / per_epoch, 4), **mean,
+             "learning_rate": float(schedule(step)), "num_tokens": num_tokens,
+             "tokens_per_second": round(tokens_since / max(elapsed, 1e-9), 1)}
+      log.add(row)
+      losses.extend(r["loss"] for r in window)
+      window = []
+      if (not warned and len(losses) >= LN2_WINDOW_STEPS
+          and abs(np.mean(losses[-LN2_WINDOW_STEPS:]) - LN2) < LN2_TOLERANCE):
+        warned = True
+        logging.warning(
+            "the training loss has stayed at ln 2 = %.4f for %d steps: chosen and rejected get "
+            "the same reward, as when the reward is read inside the prompt or the learning rate "
+            "is too small to move it", LN2, LN2_WINDOW_STEPS)
+      now = time.monotonic()
+      if now - last_line >= 10 or done == total_steps:
+        last_line = now
+        rate = (done - start_step) / max(now - started, 1e-9)
+        logging.info("step %d/%d | loss %.4f | accuracy %.3f | %.0f tokens/s | ETA %.0fs", done,
+                     total_steps, row["loss"], row["accuracy"], row["tokens_per_second"],
+                     (total_steps - done) / max(rate, 1e-9))
+    if eval_encoded and settings.eval_every and done % settings.eval_every == 0 and (
+        done != total_steps):
+      log.add({"step": done, **_evaluate(step_fn, trained, frozen, eval_encoded, eval_margins,
+                                         settings.batch_size, buckets)})
+    if done == total_steps or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
+      store.save(done, (trained, opt_state, rng), {"step": done, "num_tokens": num_tokens,
+                                                   "micro_batches": done * accumulation})
+  final = {}
+  if eval_encoded:
+    final = _evaluate(step_fn, trained, frozen, eval_encoded, eval_margins, settings.batch_size,
+                      buckets)
+    log.add({"step": total_steps, **final})
+  store.close()
+
+  params = trainable.host_params(train_step_lib.merged_params(trained, frozen, lora_scale,
+                                                              jnp.float32))
+  hf_export.write(out / MODEL_DIR, params, model.sources, base_path=settings.model,
+                  base_config=model.hf_config, config=model.config, pad_token_id=pad_token_id)
+  digests = model_digests.result()
+  manifest["base"]["files"] = [{"name": n, "sha256": d} for n, d in sorted(digests.items())]
+  manifest.update(final_eval=final, pad_token_id=pad_token_id,
+                  export=os.path.abspath(out / MODEL_DIR))
+  tables.atomic_write_json(manifest_path, manifest)
+  return str(out)
