@@ -12,7 +12,7 @@ by `socialrm-train` and probed along its training (agency vs communion).
 Argument keys (`key=value,...`): `preset` (`tiny`, the default, or `study`), `output_dir`; for
 `tiny`, `bases_dir` (what tools/tiny_bases.py wrote, default runs/tiny_bases); for `study`, each
 base's folder by its name (`llama`, `gemma2`). Every field can be overridden with
-`--config.FIELD=...` (e.g. `--config.seeds=[0,1,2]`, `--config.train.learning_rate=2e-5`).
+`--config.FIELD=...` (e.g. `--config.seeds="(0, 1, 2)"`, `--config.train.learning_rate=2e-5`).
 
 Presets:
 - `study`: the study's own training settings, as reported from its training code: LoRA rank 32,
@@ -44,7 +44,7 @@ def base(path: str, family: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({"path": path, "family": family})
 
 
-def source(spec: str, quantities: list[int], shuffle_seed: int = 0) -> ml_collections.ConfigDict:
+def source(spec: str, quantities: tuple[int, ...], shuffle_seed: int = 0) -> ml_collections.ConfigDict:
   """A data source: the converter's spec, the pair counts (0: all) taken as prefixes of one
   shuffle of its pairs (seeded by `shuffle_seed`)."""
   return ml_collections.ConfigDict({"spec": spec, "quantities": quantities,
@@ -72,10 +72,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.bases = {"llama": base(args.get("llama", ""), "llama"),
                     "gemma2": base(args.get("gemma2", ""), "gemma2")}
     config.sources = {
-        "skywork_80k": source(args.get("skywork_80k", ""), [0]),
+        "skywork_80k": source(args.get("skywork_80k", ""), (0,)),
         "unified_feedback": source(args.get("unified_feedback", ""),
-                                   [10_000, 20_000, 40_000, 80_000])}
-    config.seeds = [0, 1, 2]
+                                   (10_000, 20_000, 40_000, 80_000))}
+    config.seeds = (0, 1, 2)
     config.train = STUDY_TRAIN
     config.audit = audit(6, 12, 1000, 10_000, "bfloat16")
   elif preset == "tiny":
@@ -84,8 +84,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     bases_dir = args.get("bases_dir", "runs/tiny_bases")
     config.bases = {"llama": base(f"{bases_dir}/llama", "llama"),
                     "gemma2": base(f"{bases_dir}/gemma2", "gemma2")}
-    config.sources = {"hh_rlhf": source("hh_rlhf", [16, 48])}
-    config.seeds = [0, 1]
+    config.sources = {"hh_rlhf": source("hh_rlhf", (16, 48))}
+    config.seeds = (0, 1)
     config.train = TINY_TRAIN
     config.audit = audit(3, 4, 200, 200, "float32")
   else:

@@ -90,6 +90,11 @@ def settings_from_flags() -> train.Settings:
   for field in dataclasses.fields(train.Settings):
     if isinstance(field.default, tuple) and values[field.name] is not None:
       values[field.name] = tuple(values[field.name])
+  try:  # a list flag's values are strings; export_steps holds steps
+    values["export_steps"] = tuple(int(step) for step in values["export_steps"])
+  except ValueError:
+    raise errors.InputError(f"--export_steps takes step numbers, got "
+                            f"{list(values['export_steps'])}") from None
   return train.Settings(**values)
 
 

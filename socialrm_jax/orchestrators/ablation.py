@@ -45,12 +45,13 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import item_tables, lexicon_answers, token_ranking, train
 from socialrm_jax.orchestrators.pipeline import resolve_data_dir
 from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.training import pair_batches
 
 GRID_FILE = "grid.json"
 REPORT_FILE = "value_bias_ablation.md"
 FIGURE_FILE = "value_bias_ablation.png"
-EXPORTS = "exports"
+EXPORTS = train.EXPORTS_DIR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +151,7 @@ def train_settings(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.P
                    out: pathlib.Path, export_steps: tuple[int, ...]) -> train.Settings:
   values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.train.items()}
   return train.Settings(model=config.bases[run.base].path if run.base else "m",
-                        data=(f"preference:{pairs}:name={run.source or 'data'}",),
+                        data=(f"preference:{pairs}:name={pairs.stem}",),
                         output_dir=str(out), seed=run.seed, export_steps=export_steps, **values)
 
 
@@ -159,9 +160,19 @@ def probe_options(config: ml_collections.ConfigDict) -> engine.ScoringOptions:
                                tokens_per_batch=config.audit.probe.tokens_per_batch)
 
 
-def _is_trained(folder: pathlib.Path) -> bool:
-  manifest = folder / train.MANIFEST_FILE
-  return manifest.exists() and "export" in tables.read_json_object(manifest)
+def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
+  """Whether `folder` holds this run finished; a finished run of other settings is refused."""
+  path = folder / train.MANIFEST_FILE
+  manifest = tables.read_json_object(path) if path.exists() else {}
+  if "export" not in manifest:
+    return False
+  wanted = settings.to_json()
+  changed = sorted(k for k, v in manifest["settings"].items()
+                   if k not in ("output_dir", "export_steps") and wanted.get(k) != v)
+  if changed:
+    raise InputError(f"holds a finished run with other settings ({', '.join(changed)}): use a "
+                     "new config.output_dir", folder)
+  return True
 
 
 def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, quantity: int,
@@ -171,8 +182,9 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
   train_dir = folder / "train"
   total = total_steps(config, quantity)
   steps = ablation.log_spaced_steps(total, config.audit.checkpoints)
-  if not _is_trained(train_dir):
-    train.run(train_settings(config, run, pairs, train_dir, tuple(steps[:-1])))
+  settings = train_settings(config, run, pairs, train_dir, tuple(steps[:-1]))
+  if not _is_trained(train_dir, settings):
+    train.run(settings)
   manifest = tables.read_json_object(train_dir / train.MANIFEST_FILE)
   if manifest["total_steps"] != total:
     raise RuntimeError(f"{run.name}: the trainer took {manifest['total_steps']} steps, the grid "
@@ -212,6 +224,8 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   table and the plot; returns grid.json's content."""
   check_config(config)
   out = pathlib.Path(config.output_dir)
+  # Every run of a base trains and probes at the same few shapes: compiled once, for the grid.
+  step_lib.enable_compilation_cache(probe_options(config).cache_dir())
   data_dir = resolve_data_dir(config.data_dir) if config.data_dir else None
   files = {name: write_subsamples(name, data, data_dir, out)
            for name, data in config.sources.items()}

@@ -17,6 +17,7 @@ and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --outp
                             eval_accuracy, eval_margin, ...)
   OUT/checkpoints/<step>/   orbax: trained parameters, optimizer state, RNG, data position
   OUT/model/                the trained reward model as a HF folder (LoRA merged)
+  OUT/exports/<step>/       the weights at each of `export_steps` as HF folders (LoRA merged)
   OUT/split.json            the held-out pair ids (seeded) and the train / eval counts
   OUT/train_manifest.json   settings, the base's and the data's sha256, steps, final metrics
 
@@ -59,6 +60,7 @@ METRICS_FILE = "train_metrics.jsonl"
 MANIFEST_FILE = "train_manifest.json"
 SPLIT_FILE = "split.json"
 MODEL_DIR = "model"
+EXPORTS_DIR = "exports"
 LN2 = math.log(2.0)
 # The loss "stays at ln 2" when its mean over this many logged steps is within LN2_TOLERANCE.
 LN2_WINDOW_STEPS = 20
@@ -130,6 +132,9 @@ class Settings:
   checkpoint_every: int = 500
   # Checkpoints kept (the newest); 0: all.
   keep_checkpoints: int = 0
+  # Steps whose weights are also written as HF folders, OUT/exports/<step>/ (0: the initial
+  # weights, the base with its fresh score head); the ablation grid probes them.
+  export_steps: tuple[int, ...] = ()
   # Device mesh, as socialrm-score's --mesh (default: every device on data).
   mesh: str | None = None
   # The exported config's pad_token_id; -1: the base's (else the tokenizer's pad, else eos).
@@ -144,7 +149,7 @@ class Settings:
 # Settings that change what is trained: a resume must find them as the checkpoint's run had them.
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Settings)
                        if f.name not in ("output_dir", "checkpoint_every", "keep_checkpoints",
-                                         "log_every", "attention", "mesh"))
+                                         "log_every", "attention", "mesh", "export_steps"))
 
 
 def check(settings: Settings) -> None:
@@ -168,6 +173,8 @@ def check(settings: Settings) -> None:
     raise InputError(f"--eval_fraction must be in [0, 1), got {settings.eval_fraction}")
   if settings.learning_rate <= 0:
     raise InputError(f"--learning_rate must be positive, got {settings.learning_rate}")
+  if any(step < 0 for step in settings.export_steps):
+    raise InputError(f"--export_steps must be steps >= 0, got {list(settings.export_steps)}")
   if settings.lr_schedule not in optimizer.SCHEDULES:
     raise InputError(f"--lr_schedule must be one of {', '.join(optimizer.SCHEDULES)}")
   reward_model.model_dtype(settings.dtype)
@@ -352,6 +359,15 @@ def run(settings: Settings) -> str:
   warned = False
   started, tokens_since = time.monotonic(), 0
   last_line = started
+  def export(step: int) -> None:
+    params = trainable.host_params(train_step_lib.merged_params(trained, frozen, lora_scale,
+                                                                jnp.float32))
+    hf_export.write(out / EXPORTS_DIR / str(step), params, model.sources,
+                    base_path=settings.model, base_config=model.hf_config, config=model.config,
+                    pad_token_id=pad_token_id)
+
+  if start_step == 0 and 0 in settings.export_steps:
+    export(0)
   for step in range(start_step, total_steps):
     for k in range(accumulation):
       micro = step * accumulation + k
@@ -394,6 +410,8 @@ def run(settings: Settings) -> str:
         done != total_steps):
       log.add({"step": done, **_evaluate(step_fn, trained, frozen, eval_encoded, eval_margins,
                                          settings.batch_size, buckets)})
+    if done in settings.export_steps:
+      export(done)
     if done == total_steps or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
       store.save(done, (trained, opt_state, rng), {"step": done, "num_tokens": num_tokens,
                                                    "micro_batches": done * accumulation})
