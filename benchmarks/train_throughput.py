@@ -159,9 +159,12 @@ def run_ours(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset
   result = run_process(argv, out.with_suffix(".log"))
   metrics = [json.loads(line) for line in (out / "train_metrics.jsonl").read_text().splitlines()
              if line.strip()]
-  steps = [m for m in metrics if "loss" in m and m.get("split", "train") == "train"]
+  steps = [m for m in metrics if "loss" in m]
+  # tokens_per_second is num_tokens (both sequences of each pair) over the seconds since the
+  # first step: their ratio is the training time.
   return {**result, "losses": [float(m["loss"]) for m in steps],
-          "train_seconds": float(sum(m.get("step_seconds", 0.0) for m in steps)) or None}
+          "train_seconds": steps[-1]["num_tokens"] / steps[-1]["tokens_per_second"],
+          "counted_tokens": int(steps[-1]["num_tokens"])}
 
 
 def run_trl(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset: Preset,
@@ -175,6 +178,7 @@ def run_trl(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset:
   report = json.loads((out / "trl_metrics.json").read_text())
   return {**result, "losses": [float(h["loss"]) for h in report["history"]],
           "train_seconds": report["train_seconds"], "trl": report["trl"],
+          "counted_tokens": int(report["history"][-1]["num_tokens"]),
           "torch_threads": report["threads"]}
 
 
@@ -204,6 +208,8 @@ def table(results: dict, tokens: int) -> list[str]:
     lines.append(f"{titles[name]:<32} {tokens / r['wall_seconds']:>9.0f} {train:>11} "
                  f"{r['wall_seconds']:>8.1f} {r['peak_rss_mib']:>12.0f} "
                  f"{np.mean(r['losses'][-SMOOTH:]):>10.4f}")
+  lines.append("tokens each trainer counted (its num_tokens): " + ", ".join(
+      f"{name} {r['counted_tokens']:,}" for name, r in results.items()) + f"; the pairs' {tokens:,}")
   if {"ours", "trl"} <= set(results):
     ours, trl = results["ours"], results["trl"]
     lines.append(f"speed-up, whole process: {trl['wall_seconds'] / ours['wall_seconds']:.2f}x")
