@@ -33,8 +33,8 @@ from socialrm_jax.orchestrators.pipeline import config_args
 STUDY_TRAIN = dict(lora_rank=32, lora_alpha=64.0, learning_rate=1e-5, epochs=2, batch_size=16,
                    max_length=1024, dtype="bfloat16", eval_fraction=0.05, warmup_steps=0,
                    lr_schedule="linear", log_every=10, checkpoint_every=500)
-# Tiny random bases learn nothing at the study's rate in a few steps: a larger one, full
-# fine-tuning of the score head and LoRA on every projection all the same.
+# The study's procedure (LoRA on every projection, the score head trained in full, linear decay)
+# at the sizes of a tiny random base: rank 4, and a rate that moves it in a few steps.
 TINY_TRAIN = dict(lora_rank=4, lora_alpha=8.0, learning_rate=1e-3, epochs=2, batch_size=4,
                   max_length=512, dtype="float32", eval_fraction=0.0, warmup_steps=0,
                   lr_schedule="linear", log_every=1, checkpoint_every=0)

@@ -107,8 +107,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   for name in ("model", "data", "output_dir", "seed", "export_steps"):
     if name in config.train:
       raise InputError(f"config.train.{name} is set by the grid itself")
-  train.check(train_settings(config, Run("", "", "", 0, 0), pathlib.Path("data.jsonl"),
-                             pathlib.Path("out"), ()))
+  train.check(train.Settings(model="base", data=("data",), output_dir="out",
+                             **procedure(config)))
 
 
 def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str | None,
@@ -140,19 +140,23 @@ def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str |
 def total_steps(config: ml_collections.ConfigDict, pairs: int) -> int:
   """The optimizer steps a run on `pairs` pairs takes, as the trainer counts them (checked against
   its manifest once trained)."""
-  settings = train_settings(config, Run("", "", "", 0, 0), pathlib.Path(""), pathlib.Path(""), ())
+  settings = train.Settings(**procedure(config))
   train_index, _ = pair_batches.split_indices(pairs, settings.eval_fraction, 0)
   per_epoch = len(train_index) // settings.batch_size
   return settings.max_steps or max(
       1, settings.epochs * per_epoch // settings.gradient_accumulation_steps)
 
 
+def procedure(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The training settings every run shares (`config.train`)."""
+  return {k: tuple(v) if isinstance(v, list) else v for k, v in config.train.items()}
+
+
 def train_settings(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path,
                    out: pathlib.Path, export_steps: tuple[int, ...]) -> train.Settings:
-  values = {k: tuple(v) if isinstance(v, list) else v for k, v in config.train.items()}
-  return train.Settings(model=config.bases[run.base].path if run.base else "m",
-                        data=(f"preference:{pairs}:name={pairs.stem}",),
-                        output_dir=str(out), seed=run.seed, export_steps=export_steps, **values)
+  return train.Settings(model=config.bases[run.base].path,
+                        data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
+                        seed=run.seed, export_steps=export_steps, **procedure(config))
 
 
 def probe_options(config: ml_collections.ConfigDict) -> engine.ScoringOptions:
