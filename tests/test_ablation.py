@@ -72,7 +72,8 @@ def test_summarise_tests_the_last_checkpoints_by_family_and_per_cell():
   assert final["families"] == ["llama", "gemma2"] and final["u"] == 16
   assert final["p_value"] == pytest.approx(2 / 70)
   assert final["difference"] == pytest.approx(1.0)
-  # At step 0 the families differ only by seed and quantity offsets, the same in both.
+  # Step 0 counts once per (base, seed): its weights are the same for every quantity.
+  assert tests["step_0"]["n"] == [2, 2]
   assert tests["step_0"]["difference"] == pytest.approx(0.0)
   assert set(tests["cells"]) == {"hh/16", "hh/32"}
   assert tests["cells"]["hh/16"]["n"] == [2, 2]

@@ -13,7 +13,8 @@ family against the other's, by a two-sided Mann-Whitney U test (`scipy.stats.man
 exact null distribution when there are no ties and few runs, as scipy chooses). A run is one
 observation; its seed, quantity and data source are what varies within a family. The same test
 is given per (data source, quantity) cell when each family has a run there, and at step 0
-(the base with its fresh score head, before any preference data).
+(the base with its fresh score head, before any preference data: the same weights for every
+data source and quantity, so one checkpoint per base and seed counts).
 """
 
 from __future__ import annotations
@@ -86,9 +87,10 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                    (source, quantity)]))
     if test is not None:
       cells[f"{source}/{quantity}"] = test
+  # Step 0 is the base with the score head its seed draws, whatever the data: one per (base, seed).
+  initial = {(r["base"], r["seed"]): r for r in rows if r["step"] == 0}
   return {"final": family_test(_by_family(final)),
-          "step_0": family_test(_by_family([r for r in rows if r["step"] == 0])),
-          "cells": cells}
+          "step_0": family_test(_by_family(list(initial.values()))), "cells": cells}
 
 
 def _test_text(test: Mapping[str, Any] | None) -> str:
