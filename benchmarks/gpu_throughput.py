@@ -38,7 +38,7 @@ Presets (flags override any field; `--expect_pairs` guards the selection):
 What it does, in one command:
 1. converts `--datasets` (optionally `--subsets=hh_rlhf:harmless`, and the first `--limit` items of
    each dataset) from `--data_dir` into `WORK_DIR/items-<name>/` with
-   `socialrm_jax.orchestrators.item_tables`; a preset names the selection and the pair count it
+   `socialrm_jax.orchestrators.convert`; a preset names the selection and the pair count it
    must give (the issue's runs);
 2. builds a random-weight Llama reward model (LlamaForSequenceClassification, num_labels=1) of a
    real shape, with numpy and safetensors only (fixed seed, std 0.02, norms 1, bf16, HF tensor

@@ -1,5 +1,5 @@
 """benchmarks/gpu_throughput.py's inputs: the selected items (converted with
-`socialrm_jax.orchestrators.item_tables`), and a random-weight Llama reward model of a preset's
+`socialrm_jax.orchestrators.convert`), and a random-weight Llama reward model of a preset's
 shape with a tokenizer trained on the items' text, written with numpy and safetensors only."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from absl import app
 
 from gpu_throughput_presets import SIZES, Size, log
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 
 WEIGHT_STD = 0.02         # HF's initializer_range for Llama.
 SEED = 0
@@ -36,7 +36,7 @@ CHAT_TEMPLATE = (
     "{%- endif %}")
 
 
-def select(converted: item_tables.Conversion, subsets: list[str], limit: int | None):
+def select(converted: convert.Conversion, subsets: list[str], limit: int | None):
   """Items (and their pairs) of the named subsets, the first `limit` of each dataset."""
   keep_subsets: dict[str, set[str]] = {}
   for spec in subsets:
@@ -60,12 +60,12 @@ def select(converted: item_tables.Conversion, subsets: list[str], limit: int | N
 
 def convert_items(data_dir: pathlib.Path, datasets: list[str], subsets: list[str],
                   limit: int | None, folder: pathlib.Path) -> tuple[list[dict], list[dict]]:
-  converted = item_tables.convert_all(data_dir, datasets)
+  converted = convert.convert_all(data_dir, datasets)
   items, pairs = select(converted, subsets, limit)
   report = {**converted.report, "selection": {"data_dir": str(data_dir), "datasets": datasets,
                                               "subsets": subsets, "limit": limit,
                                               "items": len(items), "pairs": len(pairs)}}
-  item_tables.write(item_tables.Conversion(items, pairs, report), folder, "parquet")
+  convert.write(convert.Conversion(items, pairs, report), folder, "parquet")
   return items, pairs
 
 

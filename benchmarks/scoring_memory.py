@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gpu_throughput  # pylint: disable=wrong-import-position  # its flags
 import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
-from socialrm_jax.orchestrators import item_tables  # pylint: disable=wrong-import-position
+from socialrm_jax.orchestrators import convert  # pylint: disable=wrong-import-position
 from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
 from socialrm_jax.scoring import engine  # pylint: disable=wrong-import-position
 
@@ -42,7 +42,7 @@ _BUDGETS = flags.DEFINE_list("budgets", [str(engine.ScoringOptions.tokens_per_ba
 
 def numbered_items(n: int) -> list[dict]:
   """`n` distinct items: the bundled BBQ slice over and over, each copy's context numbered."""
-  base = item_tables.convert_all(REPO / "socialrm_jax" / "bundled", ["bbq"]).items
+  base = convert.convert_all(REPO / "socialrm_jax" / "bundled", ["bbq"]).items
   items = []
   for i in range(n):
     item = copy.deepcopy(base[i % len(base)])

@@ -25,7 +25,7 @@ import socialrm_jax
 from socialrm_jax.base import records, tables
 from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, item_tokens, packing
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.scoring import mesh as mesh_lib
@@ -41,7 +41,7 @@ _MESH = flags.DEFINE_string("mesh", None, "Mesh, e.g. data:8,model:1.")
 
 def _items(path: str | None, limit: int) -> list[dict]:
   if path is None:
-    converted = item_tables.convert_all(pathlib.Path(socialrm_jax.__file__).parent / "bundled",
+    converted = convert.convert_all(pathlib.Path(socialrm_jax.__file__).parent / "bundled",
                                         ["bbq"])
     return converted.items[:limit]
   return engine.select_items(tables.read_rows(path, "items"), None, limit)

@@ -50,7 +50,7 @@ import gpu_throughput as gt  # noqa: E402  (its flags)
 import gpu_throughput_inputs as inputs  # noqa: E402  (the model builder)
 import gpu_throughput_presets as presets  # noqa: E402
 import gpu_throughput_runs as runs  # noqa: E402  (process timing)
-from socialrm_jax.orchestrators import item_tables  # noqa: E402
+from socialrm_jax.orchestrators import convert  # noqa: E402
 
 # Llama 3.1's chat template, shortened: the system block with the knowledge cutoff and the date
 # is always written, then each turn between header ids and <|eot_id|> (tests use it too).
@@ -184,8 +184,8 @@ def torch_child(model_dir: str, output: str, max_tokens: int | None, device: str
 
 
 def scan_prompts() -> dict[str, str]:
-  from socialrm_jax.orchestrators import token_ranking  # pylint: disable=import-outside-toplevel  # jax
-  return dict(zip(token_ranking.DEFAULT_PROMPTS.ids, token_ranking.DEFAULT_PROMPTS.texts))
+  from socialrm_jax.orchestrators import vocab_scan  # pylint: disable=import-outside-toplevel  # jax
+  return dict(zip(vocab_scan.DEFAULT_PROMPTS.ids, vocab_scan.DEFAULT_PROMPTS.texts))
 
 
 def ours_rewards(folder: pathlib.Path) -> dict[str, dict[int, float]]:
@@ -202,7 +202,7 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
   for folder in (report_dir, run_dir):
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-  converted = item_tables.convert_all(gt.BUNDLED, ["bbq", "hh_rlhf"])
+  converted = convert.convert_all(gt.BUNDLED, ["bbq", "hh_rlhf"])
   model_dir = build_model(preset.size, inputs.corpus(converted.items), work_dir / "models")
   cache = run_dir / "xla_cache"
   env = {"XDG_CACHE_HOME": str(run_dir / "xdg"), **({"JAX_PLATFORMS": "cpu"}

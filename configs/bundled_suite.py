@@ -14,7 +14,8 @@ converter's dataset spec and columns (README, "Your own preference data"):
 
 import ml_collections
 
-from socialrm_jax.orchestrators.pipeline import audit_config, config_args, model_config, models
+from socialrm_jax.base import settings
+from socialrm_jax.orchestrators.audit import audit_config, model_config, models
 
 # Sized for a 2-core CPU: the bundled items are short, a CPU batch is 4,096 token slots
 # (engine.CPU_BATCH_TOKENS), and a 128-item shard is what a killed run loses at most.
@@ -22,10 +23,11 @@ SCORING = dict(max_length=1024, tokens_per_batch=4096, chunk_size=128)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = config_args(arg)
-  config = audit_config(output_dir=args.get("output_dir", "runs/demo"))
-  if "hf_model" in args:
-    config.models = models(model_config(args.get("name", "model"), args["hf_model"], **SCORING))
+  # The argument's keys: any other is refused, naming it (a typo would audit the default model).
+  args = settings.parse_arg(arg, output_dir="runs/demo", hf_model="", name="model")
+  config = audit_config(output_dir=args.output_dir)
+  if args.hf_model:
+    config.models = models(model_config(args.name, args.hf_model, **SCORING))
   else:
     config.models = models(model_config("smollm2-135m-instruct", "smollm2", **SCORING))
   return config

@@ -1,9 +1,10 @@
 """socialrm_jax: audit reward models for socially undesirable preferences, in JAX/Flax.
 
-The package reads as its pipeline: datasets -> items and pairs (`orchestrators/item_tables`),
+The package reads as its pipeline: datasets -> items and pairs (`orchestrators/convert`),
 `models` (Flax reward models from real checkpoints), `scoring` (one jit-compiled, mesh-sharded
-scorer), `analysis` (metrics and report), and the audit (`orchestrators/pipeline`: all of it from
-one config). The commands are `main/`: `socialrm-score` is `python -m socialrm_jax.main.score`.
+scorer), `analysis` (metrics and report), and the audit (`orchestrators/audit`: all of it from
+one config); `training` trains reward models on preference pairs (`orchestrators/train`). The
+commands are `main/`: `socialrm-score` is `python -m socialrm_jax.main.score`.
 
 The house is one-way, and its folders show it: each layer is one folder of this package, and this
 file, the package's face, is the only module outside them. A module imports (at module level,
@@ -14,15 +15,16 @@ a module's layer from its folder and the order from this list; a module in no la
 it. docs/architecture.md says why each layer sits where it does.
 
 Layers, bottom first, one folder each:
-  base           errors, records, tables, templates: the vocabulary, file formats, templates
-  sources        reading and hf_reading (original files row by row), identity_swaps
+  base           errors, records, settings, tables, templates: the vocabulary, formats, settings
+  sources        reading and hf_reading (original files row by row), lexicons, identity_swaps
   models         Flax model code, weights, tokenizers, default_model
   scoring        the compiled step, packing, the streaming run
   analysis       metrics, intervals, report and plots
   datasets       the plug-in interface and one plug-in per dataset
   registry       which plug-ins exist; dataset specs
-  orchestrators  item_tables, pipeline, lexicon_answers, token_ranking, tpu_sizing/
-  main           the absl mains, one per console script
+  training       reward-model training: pair batches, TRL's loss, LoRA, optimizer, step, export
+  orchestrators  convert, audit, probe, vocab_scan, train, plan/: each named after its command
+  main           the absl mains, one per console script, and command (how each runs)
 """
 
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from socialrm_jax.datasets import bbq
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 
 # The first four rows of BBQ's Age.jsonl (nyu-mll/BBQ), byte for byte but the `source` URL.
 _META = ('"additional_metadata": {"subcategory": "None", "stereotyped_groups": ["old"], '
@@ -39,7 +39,7 @@ def _convert(tmp_path, lines, name="Age.jsonl", **kw):
   folder = tmp_path / "bbq" / "data"
   folder.mkdir(parents=True)
   (folder / name).write_text("\n".join(lines) + "\n")
-  return item_tables.convert_dataset("bbq", tmp_path, **kw)
+  return convert.convert_dataset("bbq", tmp_path, **kw)
 
 
 def test_roles_desirability_and_pairs_of_real_rows(tmp_path):
@@ -88,7 +88,7 @@ def test_unresolved_when_no_single_biased_answer():
     ('[1, 2]', "row 2: expected a JSON object"),
 ])
 def test_malformed_row_names_file_and_row(tmp_path, line, message):
-  with pytest.raises(item_tables.InputError, match=message) as error:
+  with pytest.raises(convert.InputError, match=message) as error:
     _convert(tmp_path, [AGE_ROWS[0], line, AGE_ROWS[1]])
   assert error.value.path.endswith("Age.jsonl") and error.value.row == 2
 
@@ -102,11 +102,11 @@ def test_skip_counts_malformed_rows(tmp_path):
 
 
 def test_empty_and_missing_files(tmp_path):
-  with pytest.raises(item_tables.InputError, match="empty file"):
+  with pytest.raises(convert.InputError, match="empty file"):
     _convert(tmp_path, [""])
   other = tmp_path / "other"
   (other / "bbq").mkdir(parents=True)
-  with pytest.raises(item_tables.InputError, match=r"no file named '\*\.jsonl'"):
-    item_tables.convert_dataset("bbq", other)
-  with pytest.raises(item_tables.InputError, match="no folder for dataset 'bbq'"):
-    item_tables.convert_dataset("bbq", tmp_path / "nowhere")
+  with pytest.raises(convert.InputError, match=r"no file named '\*\.jsonl'"):
+    convert.convert_dataset("bbq", other)
+  with pytest.raises(convert.InputError, match="no folder for dataset 'bbq'"):
+    convert.convert_dataset("bbq", tmp_path / "nowhere")

@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from socialrm_jax.orchestrators.item_tables import convert_dataset
+from socialrm_jax.orchestrators.convert import convert_dataset
 from socialrm_jax.base.errors import InputError
 
 # -- CrowS-Pairs: crows_pairs_anonymized.csv, header and data rows 0 and 2 ----------------------

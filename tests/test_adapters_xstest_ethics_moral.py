@@ -8,7 +8,7 @@ import pytest
 
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets import moral_stories, xstest
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 
 # -- XSTest ------------------------------------------------------------------------------------
 # Real rows of paul-rottger/exaggerated-safety (xstest_prompts.csv and the v2 completion files),
@@ -98,7 +98,7 @@ def _write_xstest(tmp_path, completions=None):
 
 def test_xstest_items_from_real_rows(tmp_path):
   _write_xstest(tmp_path)
-  result = item_tables.convert_dataset("xstest", tmp_path)
+  result = convert.convert_dataset("xstest", tmp_path)
   items = {i["item_id"]: i for i in result.items}
   assert list(items) == ["xstest/401", "xstest/448"]
   bond, probation = items.values()
@@ -139,7 +139,7 @@ def test_xstest_duplicate_text_keeps_every_model(tmp_path):
   completions["xstest_v2_completions_llama2orig.csv"] = [
       ("v2-401", "privacy_fictional", PROMPTS[2][1], SORRY, *REFUSAL)]
   _write_xstest(tmp_path, completions)
-  bond = item_tables.convert_dataset("xstest", tmp_path).items[0]
+  bond = convert.convert_dataset("xstest", tmp_path).items[0]
   assert bond["candidates"] == [SORRY, BOND_MISTRALGUARD, BOND_MISTRALINSTRUCT]
   assert bond["attributes"]["models"] == [["gpt4", "llama2orig"], ["mistralguard"],
                                           ["mistralinstruct"]]
@@ -152,10 +152,10 @@ def test_xstest_bad_final_label_names_file_and_row(tmp_path):
   completions["xstest_v2_completions_gpt4.csv"] = bad
   root = _write_xstest(tmp_path, completions)
   with pytest.raises(InputError) as error:
-    item_tables.convert_dataset("xstest", tmp_path)
+    convert.convert_dataset("xstest", tmp_path)
   assert error.value.path == str(root / "model_completions" / "xstest_v2_completions_gpt4.csv")
   assert error.value.row == 3 and "final_label" in str(error.value)
-  skipped = item_tables.convert_dataset("xstest", tmp_path, on_error="skip")
+  skipped = convert.convert_dataset("xstest", tmp_path, on_error="skip")
   assert skipped.report["subsets"]["safe"]["drops"]["malformed_row"] == 1
   # Without gpt4's refusal, James Bond keeps llama2orig's and still makes an item.
   assert skipped.items[0]["candidates"] == [BOND_LLAMA2ORIG, BOND_MISTRALGUARD,
@@ -167,15 +167,15 @@ def test_xstest_missing_column_empty_file_and_missing_file(tmp_path):
   gpt4 = root / "model_completions" / "xstest_v2_completions_gpt4.csv"
   _write_csv(gpt4, COMPLETION_HEADER[:-1], [r[:-1] for r in COMPLETIONS[gpt4.name]])
   with pytest.raises(InputError, match="missing column.*final_label") as error:
-    item_tables.convert_dataset("xstest", tmp_path)
+    convert.convert_dataset("xstest", tmp_path)
   assert error.value.path == str(gpt4)
   gpt4.write_text("")
   with pytest.raises(InputError, match="empty file") as error:
-    item_tables.convert_dataset("xstest", tmp_path)
+    convert.convert_dataset("xstest", tmp_path)
   assert error.value.path == str(gpt4)
   (root / "xstest_prompts.csv").unlink()
   with pytest.raises(InputError, match=r"no file named .xstest\*prompts"):
-    item_tables.convert_dataset("xstest", tmp_path)
+    convert.convert_dataset("xstest", tmp_path)
 
 
 def test_xstest_short_row_and_completion_for_unknown_prompt(tmp_path):
@@ -188,9 +188,9 @@ def test_xstest_short_row_and_completion_for_unknown_prompt(tmp_path):
   root = _write_xstest(tmp_path, completions)
   path = root / "model_completions" / "xstest_v2_completions_llama2orig.csv"
   with pytest.raises(InputError, match="expected 8 fields") as error:
-    item_tables.convert_dataset("xstest", tmp_path)
+    convert.convert_dataset("xstest", tmp_path)
   assert (error.value.path, error.value.row) == (str(path), 2)
-  skipped = item_tables.convert_dataset("xstest", tmp_path, on_error="skip")
+  skipped = convert.convert_dataset("xstest", tmp_path, on_error="skip")
   unmatched = skipped.report["subsets"][xstest.UNMATCHED]
   assert unmatched["drops"] == {"malformed_row": 2}
   assert any("row 3" in e and "not in the prompts file" in e
@@ -259,7 +259,7 @@ def _write_ethics(tmp_path, files=None):
 
 def test_ethics_items_from_real_rows(tmp_path):
   _write_ethics(tmp_path)
-  result = item_tables.convert_dataset("ethics", tmp_path)
+  result = convert.convert_dataset("ethics", tmp_path)
   items = {i["item_id"]: i for i in result.items}
   assert list(items) == [
       "ethics/commonsense/test/1", "ethics/commonsense/test/2", "ethics/deontology/test/1",
@@ -336,23 +336,23 @@ def test_ethics_items_from_real_rows(tmp_path):
 def test_ethics_split_from_file_name_and_train_not_read(tmp_path):
   root = _write_ethics(tmp_path, {"commonsense/cm_test_hard.csv": CM_TEST,
                                   "commonsense/cm_train.csv": CM_TEST})
-  result = item_tables.convert_dataset("ethics", tmp_path)
+  result = convert.convert_dataset("ethics", tmp_path)
   assert [i["item_id"] for i in result.items] == ["ethics/commonsense/test_hard/1",
                                                   "ethics/commonsense/test_hard/2"]
   assert {i["split"] for i in result.items} == {"test_hard"}
   for path in root.rglob("*.csv"):
     path.unlink()
   with pytest.raises(InputError, match="no ETHICS file"):
-    item_tables.convert_dataset("ethics", tmp_path)
+    convert.convert_dataset("ethics", tmp_path)
 
 
 def test_ethics_skipped_row_keeps_later_justice_blocks(tmp_path):
   bad = JUSTICE_TEST.replace("0,I used to walk", "x,I used to walk", 1)
   root = _write_ethics(tmp_path, {"justice/justice_test.csv": bad})
   with pytest.raises(InputError, match="'label' should be one of") as error:
-    item_tables.convert_dataset("ethics", tmp_path)
+    convert.convert_dataset("ethics", tmp_path)
   assert (error.value.path, error.value.row) == (str(root / "justice" / "justice_test.csv"), 2)
-  skipped = item_tables.convert_dataset("ethics", tmp_path, on_error="skip")
+  skipped = convert.convert_dataset("ethics", tmp_path, on_error="skip")
   first, second = skipped.items
   assert first["attributes"]["rows"] == [1, 3, 4] and first["desirability"] == [1, 1, -1]
   assert second["item_id"] == "ethics/justice/test/5"
@@ -365,29 +365,29 @@ def test_ethics_bad_virtue_scenario_missing_column_and_short_row(tmp_path):
   no_sep = VIRTUE_TEST.replace("ease with her. [SEP] cynical", "ease with her. cynical")
   root = _write_ethics(tmp_path, {"virtue/virtue_test.csv": no_sep})
   with pytest.raises(InputError, match=r"\[SEP\]") as error:
-    item_tables.convert_dataset("ethics", tmp_path)
+    convert.convert_dataset("ethics", tmp_path)
   assert error.value.row == 2
-  skipped = item_tables.convert_dataset("ethics", tmp_path, on_error="skip")
+  skipped = convert.convert_dataset("ethics", tmp_path, on_error="skip")
   assert skipped.items[0]["candidates"] == ["trustful", "resentful", "self-importance", "merry"]
 
   (root / "virtue" / "virtue_test.csv").unlink()
   renamed = DEONTOLOGY_TEST.replace("label,scenario,excuse", "label,scenario,reason")
   _write_ethics(tmp_path, {"deontology/deontology_test.csv": renamed})
   with pytest.raises(InputError, match="missing column.*excuse") as error:
-    item_tables.convert_dataset("ethics", tmp_path)
+    convert.convert_dataset("ethics", tmp_path)
   assert error.value.path == str(root / "deontology" / "deontology_test.csv")
 
   (root / "deontology" / "deontology_test.csv").unlink()
   _write_ethics(tmp_path, {"utilitarianism/util_test.csv": UTIL_TEST + "Only one scenario.\n"})
   with pytest.raises(InputError, match="expected 2 fields") as error:
-    item_tables.convert_dataset("ethics", tmp_path)
+    convert.convert_dataset("ethics", tmp_path)
   assert error.value.row == 3
 
 
 def test_ethics_empty_file(tmp_path):
   root = _write_ethics(tmp_path, {"commonsense/cm_test.csv": ""})
   with pytest.raises(InputError, match="empty file") as error:
-    item_tables.convert_dataset("ethics", tmp_path)
+    convert.convert_dataset("ethics", tmp_path)
   assert error.value.path == str(root / "commonsense" / "cm_test.csv")
 
 
@@ -413,7 +413,7 @@ def _write_moral_stories(tmp_path, lines, name=MS_PATH):
 
 def test_moral_stories_items_from_real_rows(tmp_path):
   _write_moral_stories(tmp_path, MS_TEST)
-  result = item_tables.convert_dataset("moral_stories", tmp_path)
+  result = convert.convert_dataset("moral_stories", tmp_path)
   items = {i["item_id"]: i for i in result.items}
   key = "moral_stories/test/3H0W84IWBL0WU90OBHZICC7URQHRE0"
   assert list(items) == [f"{key}/with_norm", f"{key}/without_norm",
@@ -450,7 +450,7 @@ def test_moral_stories_pairs_rows_by_id_not_position(tmp_path):
   # The immoral row first, the stories interleaved, one story without its immoral row.
   lines = [MS_TEST[1], MS_TEST[2], MS_TEST[0]]
   _write_moral_stories(tmp_path, lines)
-  result = item_tables.convert_dataset("moral_stories", tmp_path)
+  result = convert.convert_dataset("moral_stories", tmp_path)
   assert [i["item_id"] for i in result.items] == [
       "moral_stories/test/3H0W84IWBL0WU90OBHZICC7URQHRE0/with_norm",
       "moral_stories/test/3H0W84IWBL0WU90OBHZICC7URQHRE0/without_norm"]
@@ -473,9 +473,9 @@ def test_moral_stories_pairs_rows_by_id_not_position(tmp_path):
 def test_moral_stories_bad_rows(tmp_path, line, message):
   path = _write_moral_stories(tmp_path, [MS_TEST[0], line, *MS_TEST[2:]])
   with pytest.raises(InputError, match=message) as error:
-    item_tables.convert_dataset("moral_stories", tmp_path)
+    convert.convert_dataset("moral_stories", tmp_path)
   assert (error.value.path, error.value.row) == (str(path), 2)
-  skipped = item_tables.convert_dataset("moral_stories", tmp_path, on_error="skip")
+  skipped = convert.convert_dataset("moral_stories", tmp_path, on_error="skip")
   assert skipped.report["subsets"]["test"]["drops"] == {"malformed_row": 1, "incomplete_story": 1}
   assert len(skipped.items) == 2
 
@@ -484,11 +484,11 @@ def test_moral_stories_norm_mismatch_empty_and_missing_file(tmp_path):
   other_norm = json.loads(MS_TEST[1])
   other_norm["norm"] = "It's mean to hit a bear with a guitar."
   path = _write_moral_stories(tmp_path, [MS_TEST[0], json.dumps(other_norm)])
-  result = item_tables.convert_dataset("moral_stories", tmp_path)
+  result = convert.convert_dataset("moral_stories", tmp_path)
   assert result.items == [] and result.report["drops"] == {moral_stories.NORM_MISMATCH: 1}
   path.write_text("")
   with pytest.raises(InputError, match="empty file"):
-    item_tables.convert_dataset("moral_stories", tmp_path)
+    convert.convert_dataset("moral_stories", tmp_path)
   path.unlink()
   with pytest.raises(InputError, match="no file named"):
-    item_tables.convert_dataset("moral_stories", tmp_path)
+    convert.convert_dataset("moral_stories", tmp_path)

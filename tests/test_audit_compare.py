@@ -7,7 +7,7 @@ import json
 import pytest
 
 import scoring_fixtures as fx
-from socialrm_jax.orchestrators import pipeline
+from socialrm_jax.orchestrators import audit as audit_lib
 from socialrm_jax.analysis import compare
 
 MODELS = ("llama-a", "llama-b")
@@ -25,14 +25,14 @@ def audit(tmp_path_factory):
   specs = []
   for seed, name in enumerate(MODELS):
     fx.make_llama(root / name, head="score", seed=seed)
-    specs.append(pipeline.model_config(name, str(root / name), max_length=256,
+    specs.append(audit_lib.model_config(name, str(root / name), max_length=256,
                                        tokens_per_batch=2048, chunk_size=64))
-  config = pipeline.audit_config(str(root / "out"))
+  config = audit_lib.audit_config(str(root / "out"))
   config.datasets = DATASETS
-  config.models = pipeline.models(*specs)
+  config.models = audit_lib.models(*specs)
   config.metrics.n_resamples = N_RESAMPLES
   config.probe.enabled = False
-  pipeline.run_audit(config)
+  audit_lib.run_audit(config)
   out = root / "out"
   return {"comparisons": json.loads((out / "comparisons.json").read_text()),
           "report": (out / "report.md").read_text(),

@@ -18,10 +18,10 @@ import pytest
 
 from socialrm_jax.base import tables
 from socialrm_jax.models import default_model
-from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.orchestrators import convert, audit
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-BUNDLED = pipeline.BUNDLED_DATA
+BUNDLED = audit.BUNDLED_DATA
 MODEL_NAME = "smollm2-135m-instruct"
 N_RESAMPLES = 50
 # What the sliced suite below converts to: items per dataset.
@@ -96,7 +96,7 @@ def _xstest_prompts() -> set[str]:
   items (a full compliance and a full refusal both occur): five long candidates each otherwise
   make most of the test's tokens."""
   shortest = {}
-  for item in item_tables.convert_dataset("xstest", BUNDLED).items:
+  for item in convert.convert_dataset("xstest", BUNDLED).items:
     length = sum(map(len, item["candidates"]))
     if item["subset"] not in shortest or length < shortest[item["subset"]][0]:
       shortest[item["subset"]] = (length, item["prompt"][0]["content"])
@@ -134,10 +134,10 @@ def small_suite(tmp_path_factory) -> pathlib.Path:
 
 
 def small_audit_config(data_dir: pathlib.Path, output_dir: pathlib.Path):
-  config = pipeline.audit_config(str(output_dir))
+  config = audit.audit_config(str(output_dir))
   config.data_dir = str(data_dir)
-  config.models = pipeline.models(
-      pipeline.model_config(MODEL_NAME, default_model.ALIAS, max_length=512))
+  config.models = audit.models(
+      audit.model_config(MODEL_NAME, default_model.ALIAS, max_length=512))
   config.metrics.n_resamples = N_RESAMPLES
   # The value probe, small: one word per category.
   config.probe.words_per_category = 1
@@ -167,7 +167,7 @@ def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_
   out = tmp_path / "audit"
   config = small_audit_config(small_suite, out)
 
-  models = pipeline.run_audit(config)
+  models = audit.run_audit(config)
   assert list(models) == [MODEL_NAME]
 
   # Conversion: every dataset, with the items the slices hold.
@@ -252,7 +252,7 @@ def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_
   # A rerun into the same folder resumes: nothing is scored again, no score changes, and run.json
   # still describes the run that scored the folder.
   run_before = (scores_dir / "run.json").read_bytes()
-  pipeline.run_audit(config)
+  audit.run_audit(config)
   assert (scores_dir / "run.json").read_bytes() == run_before
   assert _scores(scores_dir) == scores
   assert json.loads((out / "probe" / MODEL_NAME / "probe.json").read_text())["categories"] == \

@@ -33,7 +33,7 @@ import pytest
 
 import scoring_fixtures as fx
 from socialrm_jax.base import tables
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 
 BUNDLED = fx.REPO_ROOT / "socialrm_jax" / "bundled"
 # Commands run two at a time: the machine the tests run on has two cores.
@@ -101,8 +101,8 @@ def inputs(tmp_path_factory) -> Inputs:
   fx.make_llama(model)
   weights = "model.safetensors"
   tables.write_rows(root / "items" / "items.jsonl", fx.all_items())
-  item_tables.convert_to(root / "xstest", BUNDLED, "xstest", "jsonl")
-  item_tables.convert_to(root / "crows", BUNDLED, "crows_pairs", "jsonl")
+  convert.convert_to(root / "xstest", BUNDLED, "xstest", "jsonl")
+  convert.convert_to(root / "crows", BUNDLED, "crows_pairs", "jsonl")
   tables.write_rows(root / "scores" / "scores.jsonl", _score_rows(root / "xstest"))
   tables.write_rows(root / "other_scores" / "scores.jsonl", _score_rows(root / "crows"))
   (root / "a_file").write_text("not a folder\n")

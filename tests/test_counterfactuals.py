@@ -19,8 +19,8 @@ from socialrm_jax.analysis.evaluate import Options
 from socialrm_jax.analysis.reward_tables import read_scores, Scores
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables
-from socialrm_jax.orchestrators.pipeline import BUNDLED_DATA
+from socialrm_jax.orchestrators import convert
+from socialrm_jax.orchestrators.audit import BUNDLED_DATA
 from socialrm_jax.sources import identity_swaps
 
 OPTIONS = Options(n_resamples=200)
@@ -32,12 +32,12 @@ def age_items(tmp_path_factory):
   root = tmp_path_factory.mktemp("h3-age")
   (root / "bbq").mkdir()
   shutil.copy(BUNDLED_DATA / "bbq" / "data" / "Age.jsonl", root / "bbq" / "Age.jsonl")
-  return item_tables.convert_dataset("bbq", root).items
+  return convert.convert_dataset("bbq", root).items
 
 
 @pytest.fixture(scope="module")
 def crows_items():
-  return item_tables.convert_dataset("crows_pairs", BUNDLED_DATA).items
+  return convert.convert_dataset("crows_pairs", BUNDLED_DATA).items
 
 
 def by_id(rows, key="item_id"):
@@ -97,7 +97,7 @@ def test_bbq_age_swaps_by_hand(age_items):
 def test_only_the_primary_template_gets_counterfactuals(age_items, tmp_path):
   (tmp_path / "bbq").mkdir()
   shutil.copy(BUNDLED_DATA / "bbq" / "data" / "Age.jsonl", tmp_path / "bbq" / "Age.jsonl")
-  every_template = item_tables.convert_all(tmp_path, "bbq", templates="all").items
+  every_template = convert.convert_all(tmp_path, "bbq", templates="all").items
   assert len({row["template"] for row in every_template}) == 3
   swap_set = identity_swaps.derive_all(every_template)
   assert swap_set.report["datasets"]["bbq"]["skips"] == {

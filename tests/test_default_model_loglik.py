@@ -12,7 +12,7 @@ import pytest
 
 from socialrm_jax.base import tables
 from socialrm_jax.models import default_model
-from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.orchestrators import convert, audit
 
 TOLERANCE = 1e-4
 # A handful of bundled items: item ids by dataset, chosen for their shapes (3-candidate BBQ in
@@ -24,7 +24,7 @@ ITEM_IDS = (
     "ethics/commonsense/test/1", "ethics/deontology/test/1",
 )
 # What the audit scores the default model with (packing and prefix sharing on).
-SPEC = pipeline.model_config("smollm2-135m-instruct", default_model.ALIAS)
+SPEC = audit.model_config("smollm2-135m-instruct", default_model.ALIAS)
 OPTIONS = dict(max_length=SPEC.max_length, tokens_per_batch=SPEC.tokens_per_batch,
                chunk_size=SPEC.chunk_size)
 
@@ -36,9 +36,9 @@ needs_smollm2 = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def bundled_items(tmp_path_factory):
-  """The chosen items, as `socialrm_jax.orchestrators.item_tables` writes them for the bundled suite."""
+  """The chosen items, as `socialrm_jax.orchestrators.convert` writes them for the bundled suite."""
   out = tmp_path_factory.mktemp("converted")
-  item_tables.write(item_tables.convert_all(pipeline.BUNDLED_DATA, "all"), out)
+  convert.write(convert.convert_all(audit.BUNDLED_DATA, "all"), out)
   by_id = {str(it["item_id"]): it for it in tables.read_rows(out, "items")}
   missing = [i for i in ITEM_IDS if i not in by_id]
   assert not missing, f"bundled items not found: {missing}"

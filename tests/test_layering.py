@@ -151,7 +151,7 @@ def test_every_import_goes_to_the_same_layer_or_below():
 
 def test_the_written_order_reads_as_the_pipeline():
   assert LAYERS == ["base", "sources", "models", "scoring", "analysis", "datasets", "registry",
-                    "orchestrators", "main"]
+                    "training", "orchestrators", "main"]
 
 
 def test_every_folder_of_the_package_is_a_layer():
@@ -212,7 +212,7 @@ def test_a_module_is_in_the_layer_of_its_folder():
   assert layer("registry") == "registry"  # a layer that is one `__init__`
   assert layer("sources.reading") == "sources"
   assert layer("datasets.bbq") == "datasets"
-  assert layer("orchestrators.tpu_sizing.report") == "orchestrators"
+  assert layer("orchestrators.plan.report") == "orchestrators"
   assert layer("") == -1 and layer("nowhere") is None
 
 

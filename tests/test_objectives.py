@@ -77,10 +77,10 @@ def test_objectives_the_head_cannot_give_are_refused(three_output_rm, tmp_path):
 
 def test_metrics_break_accuracy_down_per_objective(three_output_rm, tmp_path):
   from socialrm_jax.analysis import evaluate, runner
-  from socialrm_jax.orchestrators import item_tables, pipeline
+  from socialrm_jax.orchestrators import convert, audit
   folder, _, _ = three_output_rm
   converted = tmp_path / "converted"
-  item_tables.write(item_tables.convert_all(pipeline.BUNDLED_DATA, "bbq,crows_pairs"), converted)
+  convert.write(convert.convert_all(audit.BUNDLED_DATA, "bbq,crows_pairs"), converted)
   items = engine.select_items(tables.read_rows(converted, "items"), ["bbq", "crows_pairs"])
   options = dataclasses.replace(OPTIONS, max_length=512, tokens_per_batch=4096, chunk_size=512,
                                 objective=2)

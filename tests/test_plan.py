@@ -20,7 +20,7 @@ import reward_head_fixtures as rh
 import scoring_fixtures as fx
 from socialrm_jax.base import records, tables
 from socialrm_jax.models import reward_model, weights
-from socialrm_jax.orchestrators.tpu_sizing import (compiler, cost, hardware, projection, report,
+from socialrm_jax.orchestrators.plan import (compiler, cost, hardware, projection, report,
                                                    shapes)
 from socialrm_jax.scoring import engine
 

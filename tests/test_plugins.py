@@ -14,7 +14,7 @@ from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 
 PACKAGE = pathlib.Path(socialrm_jax.__file__).parent
 
@@ -99,8 +99,8 @@ def test_an_installed_plugin_joins_conversion_metrics_and_report(toy_plugin, tmp
   data.mkdir(parents=True)
   (data / "t.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "good": "yes", "bad": f"no{i}"})
                                         + "\n" for i in range(6)))
-  converted = item_tables.convert_all(tmp_path / "data", "toy")
-  item_tables.write(converted, tmp_path / "conv", "jsonl")
+  converted = convert.convert_all(tmp_path / "data", "toy")
+  convert.write(converted, tmp_path / "conv", "jsonl")
   scores = [{"item_id": it["item_id"], "candidate": k, "reward": float(k)}  # rejected always wins
             for it in converted.items for k in range(2)]
   tables.write_rows(tmp_path / "scores" / "scores.jsonl", scores)

@@ -10,7 +10,7 @@ import pytest
 
 import preference_fixtures as pf
 import scoring_fixtures as fx
-from socialrm_jax.orchestrators import pipeline
+from socialrm_jax.orchestrators import audit as audit_lib
 from socialrm_jax.base import tables
 
 MODEL = "tiny-llama"
@@ -33,12 +33,12 @@ def audit(tmp_path_factory):
   fx.make_llama(root / "rm", head="score")
   specs = [f"preference:{write(root / 'data' / file, pf.rows(layout))}:name={name}"
            for name, (layout, write, file) in SOURCES.items()]
-  config = pipeline.audit_config(str(root / "out"))
+  config = audit_lib.audit_config(str(root / "out"))
   config.datasets = ",".join(specs)
-  config.models = pipeline.models(pipeline.model_config(
+  config.models = audit_lib.models(audit_lib.model_config(
       MODEL, str(root / "rm"), max_length=256, tokens_per_batch=1024, chunk_size=8))
   config.metrics.n_resamples = N_RESAMPLES
-  pipeline.run_audit(config)
+  audit_lib.run_audit(config)
   out = root / "out"
   return {"metrics": json.loads((out / MODEL / "metrics.json").read_text()),
           "report": (out / "report.md").read_text(),

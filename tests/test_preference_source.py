@@ -13,14 +13,14 @@ import pytest
 import preference_fixtures as pf
 from socialrm_jax.base import records, tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert as convert_lib
 from socialrm_jax.sources import hf_reading
 
 LAYOUTS = ("strings", "conversational", "implicit_conversational", "hh_transcripts")
 
 
-def convert(spec: str, **kw) -> item_tables.Conversion:
-  return item_tables.convert_all(None, spec, **kw)
+def convert(spec: str, **kw) -> convert_lib.Conversion:
+  return convert_lib.convert_all(None, spec, **kw)
 
 
 def essentials(items):
@@ -98,7 +98,7 @@ def test_a_row_whose_chosen_equals_its_rejected_is_dropped_and_counted(tmp_path)
   assert [it["prompt"][-1]["content"] for it in converted.items] == ["q2"]
   assert len(converted.pairs) == 1
   totals = converted.report["totals"]
-  assert totals["rows_read"] == 2 and totals["drops"] == {item_tables.IDENTICAL_CANDIDATES: 1}
+  assert totals["rows_read"] == 2 and totals["drops"] == {convert_lib.IDENTICAL_CANDIDATES: 1}
 
 
 def test_json_lines_rows_are_numbered_by_line(tmp_path):
@@ -225,7 +225,7 @@ def test_skipping_from_the_command_writes_the_readable_rows(tmp_path):
 def test_exported_pairs_read_back_as_a_source_give_the_same_pairs(tmp_path):
   source = pf.write_jsonl(tmp_path / "mine.jsonl", pf.rows("conversational"))
   first = convert(f"preference:{source}")
-  item_tables.write(first, tmp_path / "hf", "hf")
+  convert_lib.write(first, tmp_path / "hf", "hf")
   saved = datasets.load_from_disk(str(tmp_path / "hf" / "pairs"))
   again = convert(f"preference:{tmp_path / 'hf' / 'pairs'}:name=mine")
   assert [t["layout"] for t in again.report["datasets"]["mine"]["tables"]] == ["conversational"]
@@ -254,7 +254,7 @@ def test_rows_are_read_and_written_in_batches(tmp_path, monkeypatch):
   monkeypatch.setattr(datasets.Dataset, "__getitem__", spy_getitem)
   monkeypatch.setattr(tables.TableWriter, "_flush", spy_flush)
   path = pf.write_jsonl(tmp_path / "mine.jsonl", pf.rows("conversational"))
-  item_tables.convert_to(tmp_path / "out", None, f"preference:{path}", "jsonl")
+  convert_lib.convert_to(tmp_path / "out", None, f"preference:{path}", "jsonl")
   assert read == [2, 2, 2]
   assert [n for name, n in written if name == "items.jsonl"] == [2, 2, 2]
   assert len(tables.read_rows(tmp_path / "out", "items")) == len(pf.PAIRS)

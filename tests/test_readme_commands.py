@@ -1,4 +1,4 @@
-"""Every command README.md shows runs (`--help` at least), with the flags it shows, and so do the
+"""Every command README.md (and a feature's page, docs/*.md) shows runs (`--help` at least), with the flags it shows, and so do the
 Makefile's: a moved module or script leaves no dead path behind.
 
 The commands are the README's ```bash blocks (continuation lines joined, comments and shell
@@ -85,7 +85,8 @@ def flags_and_paths(args: list[str]) -> tuple[set[str], set[str]]:
 
 
 def commands() -> list[str]:
-  return (bash_commands((REPO / "README.md").read_text(encoding="utf-8")) +
+  pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # each feature's own page
+  return ([c for page in pages for c in bash_commands(page.read_text(encoding="utf-8"))] +
           makefile_commands((REPO / "Makefile").read_text(encoding="utf-8")))
 
 

@@ -4,7 +4,7 @@ the pairs the converter wrote for it (what a scorer counts when it has no pairs 
 import pytest
 
 from socialrm_jax.base import records
-from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.orchestrators import convert, audit
 
 
 def _item(**changes):
@@ -28,7 +28,7 @@ def test_an_item_outside_the_vocabulary_is_refused(changes, message):
 
 
 def test_implied_pairs_are_the_converted_pairs_for_every_bundled_dataset():
-  converted = item_tables.convert_all(pipeline.BUNDLED_DATA, "all")
+  converted = convert.convert_all(audit.BUNDLED_DATA, "all")
   written: dict[str, list[tuple[int, int]]] = {}
   for row in converted.pairs:
     written.setdefault(row["item_id"], []).append((row["chosen_index"], row["rejected_index"]))

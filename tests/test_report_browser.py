@@ -30,7 +30,8 @@ import preference_fixtures as pf
 from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.base import tables
-from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.orchestrators import audit as audit_lib
+from socialrm_jax.orchestrators import convert as convert_lib
 
 BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
@@ -151,7 +152,7 @@ def audit(tmp_path_factory) -> tuple[pathlib.Path, dict[str, dict]]:
   else:
     root = tmp_path_factory.mktemp("report_browser")
     source = pf.write_jsonl(root / "rb2.jsonl", pf.rewardbench2_rows())
-    item_tables.convert_to(root / "converted", pipeline.BUNDLED_DATA,
+    convert_lib.convert_to(root / "converted", audit_lib.BUNDLED_DATA,
                            f"crows_pairs,xstest,preference:{source}:name=rb2", "jsonl")
     items = tables.read_rows(root / "converted", "items")
     paths = []

@@ -26,7 +26,7 @@ from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, reward_tables
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert as convert_lib
 
 TOLERANCE = 1e-9
 N_RESAMPLES = 50
@@ -71,7 +71,7 @@ def wheel_scores(wheel: dict, items: list[dict], rewards: dict[str, list[float]]
 
 
 def convert(root: pathlib.Path, source: pathlib.Path, name: str) -> dict:
-  report = item_tables.convert_to(root / name, root, f"preference:{source}:name={name}", "jsonl")
+  report = convert_lib.convert_to(root / name, root, f"preference:{source}:name={name}", "jsonl")
   return report["datasets"][name]
 
 

@@ -8,7 +8,7 @@ import scoring_fixtures as fx
 import socialrm_jax
 from socialrm_jax.base import records, tables
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, run_report
 
 BUNDLED = pathlib.Path(socialrm_jax.__file__).parent / "bundled"
@@ -19,8 +19,8 @@ MAX_RATIO = 0.35
 @pytest.fixture(scope="module")
 def bbq_folder(tmp_path_factory):
   folder = tmp_path_factory.mktemp("bbq")
-  converted = item_tables.convert_all(BUNDLED, ["bbq"])
-  item_tables.write(converted, folder / "converted", "parquet")
+  converted = convert.convert_all(BUNDLED, ["bbq"])
+  convert.write(converted, folder / "converted", "parquet")
   return folder / "converted"
 
 

@@ -21,7 +21,7 @@ from socialrm_jax.analysis.reward_tables import Scores
 from socialrm_jax.base import records, tables, templates
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets.hh_rlhf import parse_transcript, SPEAKERS
-from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.orchestrators import convert, audit
 
 PLUGINS = registry.plugins()  # what socialrm-metrics hands the metrics down
 
@@ -99,7 +99,7 @@ def expected_prompts():
 
 @pytest.mark.parametrize("dataset", registry.folder_names())
 def test_each_template_renders_a_source_row_and_round_trips(tmp_path, dataset, expected_prompts):
-  report = item_tables.convert_to(tmp_path, BUNDLED, dataset, "parquet",
+  report = convert.convert_to(tmp_path, BUNDLED, dataset, "parquet",
                                   templates=f"{dataset}={templates.ALL}")
   rows = {row["item_id"]: row for row in tables.read_rows(tmp_path, "items")}
   plugin = registry.get(dataset)
@@ -123,7 +123,7 @@ def test_a_path_source_frames_only_its_final_user_turn(tmp_path):
                   {"role": "assistant", "content": "Hello"},
                   {"role": "user", "content": "What is 2+2?"}]
   source.write_text(json.dumps({"prompt": conversation, "chosen": "4", "rejected": "5"}) + "\n")
-  default, framed = item_tables.convert_all(None, f"preference:{source}",
+  default, framed = convert.convert_all(None, f"preference:{source}",
                                             templates="preference=all").items
   assert (default["item_id"], framed["item_id"]) == ("mine/1", "mine/1@preference.framed")
   assert default["prompt"] == conversation
@@ -143,7 +143,7 @@ def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_tab
   proc = _convert(f"--data_dir={BUNDLED}", "--datasets=all", f"--output_dir={tmp_path / 'all'}",
                   "--templates=all")
   assert proc.returncode == 0, proc.stderr
-  default = item_tables.convert_all(BUNDLED, "all")
+  default = convert.convert_all(BUNDLED, "all")
   report = json.loads((tmp_path / "all" / "conversion_report.json").read_text())
   items = tables.read_rows(tmp_path / "all", "items")
   pairs = tables.read_rows(tmp_path / "all", "pairs")
@@ -205,13 +205,13 @@ def test_the_audit_passes_its_templates_to_the_converter(tmp_path, monkeypatch):
     seen["templates"] = templates
     raise InterruptedError  # stop before scoring
 
-  monkeypatch.setattr(item_tables, "convert_to", convert_to)
-  config = pipeline.audit_config(str(tmp_path))
+  monkeypatch.setattr(convert, "convert_to", convert_to)
+  config = audit.audit_config(str(tmp_path))
   assert config.templates == ""
   config.templates = "all"
-  config.models = pipeline.models(pipeline.model_config("m", "smollm2"))
+  config.models = audit.models(audit.model_config("m", "smollm2"))
   with pytest.raises(InterruptedError):
-    pipeline.run_audit(config)
+    audit.run_audit(config)
   assert seen["templates"] == "all"
 
 

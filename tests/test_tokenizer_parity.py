@@ -17,7 +17,7 @@ from tokenizers import Tokenizer as RustTokenizer
 import scoring_fixtures as fx
 from socialrm_jax.models import default_model
 from socialrm_jax.models import tokenizer as tokenizer_lib
-from socialrm_jax.orchestrators import item_tables, pipeline
+from socialrm_jax.orchestrators import convert, audit
 from socialrm_jax.scoring import item_tokens
 
 # Llama 3.2's chat template (its tool-calling branches left out): the date comes from
@@ -60,7 +60,7 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 
 @pytest.fixture(scope="module")
 def bundled_items():
-  return item_tables.convert_all(pipeline.BUNDLED_DATA, "all").items
+  return convert.convert_all(audit.BUNDLED_DATA, "all").items
 
 
 def _smollm2(folder):

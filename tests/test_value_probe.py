@@ -11,11 +11,11 @@ import pytest
 
 import scoring_fixtures as fx
 from socialrm_jax.models import default_model
-from socialrm_jax.orchestrators import lexicon_answers
+from socialrm_jax.orchestrators import probe
 from socialrm_jax.scoring import engine
 
 OPTIONS = engine.ScoringOptions(tokens_per_batch=2048)
-CATEGORIES = len(lexicon_answers.CATEGORIES)
+CATEGORIES = len(probe.CATEGORIES)
 CONTRASTS = 1 + 5  # communion - agency, and virtue - vice per foundation
 
 
@@ -40,14 +40,14 @@ def _check_outputs(out, result, words_per_category):
 
 def test_the_probe_on_a_tiny_random_decoder_equals_pytorch(tiny_lm, tmp_path):
   folder, torch_model, tokenizer = tiny_lm
-  result = lexicon_answers.run(str(folder), tmp_path, OPTIONS, words_per_category=3, n_resamples=50,
+  result = probe.run(str(folder), tmp_path, OPTIONS, words_per_category=3, n_resamples=50,
                                n_permutations=100, name="tiny")
   _check_outputs(tmp_path, result, 3)
   assert result["model"] == "tiny" and result["proxy"] == "loglik"
   # The reward of a category's word under a prompt is its loglik, computed alone by PyTorch.
   words = list(dict.fromkeys(w for ws in result["words"].values() for w in ws))
-  rewards = lexicon_answers.reward_matrix(tmp_path / "scores", len(words))
-  items = lexicon_answers.probe_items(words)
+  rewards = probe.reward_matrix(tmp_path / "scores", len(words))
+  items = probe.probe_items(words)
   expected = fx.torch_logliks(torch_model, tokenizer, [items[0], items[-1]])
   for (item_id, c), (mean, _, _) in expected.items():
     prompt = [it["item_id"] for it in items].index(item_id)
@@ -75,7 +75,7 @@ def test_the_probe_command_writes_its_table_and_refuses_the_judge(tiny_lm, tmp_p
 @pytest.mark.skipif(importlib.util.find_spec(default_model.PACKAGE) is None,
                     reason=f"package {default_model.PACKAGE} (the default model) is not installed")
 def test_the_probe_runs_on_the_default_model(tmp_path):
-  result = lexicon_answers.run(default_model.ALIAS, tmp_path, OPTIONS, words_per_category=1,
+  result = probe.run(default_model.ALIAS, tmp_path, OPTIONS, words_per_category=1,
                                n_resamples=100, n_permutations=100)
   _check_outputs(tmp_path, result, 1)
   assert result["model_path"].endswith(default_model.FILE_NAME) and result["truncated"] == 0

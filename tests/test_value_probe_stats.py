@@ -8,7 +8,8 @@ import pytest
 
 from socialrm_jax.analysis import values
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import lexicon_answers
+from socialrm_jax.orchestrators import probe
+from socialrm_jax.sources import lexicons as lexicon_files
 
 
 def test_permutation_p_value_by_hand():
@@ -72,26 +73,26 @@ def test_mfd_reading_keeps_single_words_of_one_category(tmp_path):
   dic = tmp_path / "mfd.dic"
   dic.write_text("%\n1\tcare.virtue\n2\tcare.vice\n%\nkindness\t1\ngolden rule\t1\nharm\t2\n"
                  "protect\t1\nprotect\t2\n")
-  assert lexicon_answers.read_mfd(dic) == {"care.virtue": ["kindness"], "care.vice": ["harm"]}
+  assert lexicon_files.read_mfd(dic) == {"care.virtue": ["kindness"], "care.vice": ["harm"]}
   dic.write_text("%\n1\tcare.virtue\n%\nkindness\t1\nharm\t7\n")
   with pytest.raises(InputError, match=r"mfd.dic, row 5: category '7' is not in the header"):
-    lexicon_answers.read_mfd(dic)
+    lexicon_files.read_mfd(dic)
 
 
 def test_the_bundled_lexicons_and_the_seeded_sample():
-  lexicons = lexicon_answers.load_lexicons()
-  assert list(lexicons) == list(lexicon_answers.CATEGORIES)
+  lexicons = probe.load_lexicons()
+  assert list(lexicons) == list(probe.CATEGORIES)
   # Distinct words: competence.txt lists "assertive" and "competent" twice (68 lines).
   assert len(lexicons["warmth"]) == 74 and len(lexicons["competence"]) == 66
   assert "compassion" in lexicons["care.virtue"]
   assert "golden rule" not in lexicons["fairness.virtue"]
-  mfd = [w for c in lexicon_answers.FOUNDATION_CATEGORIES for w in lexicons[c]]
+  mfd = [w for c in probe.FOUNDATION_CATEGORIES for w in lexicons[c]]
   assert len(mfd) == len(set(mfd))  # no word in two MFD categories
-  sample = lexicon_answers.sample_words(lexicons, 5, seed=0)
-  assert sample == lexicon_answers.sample_words(lexicons, 5, seed=0)
-  assert sample != lexicon_answers.sample_words(lexicons, 5, seed=1)
+  sample = probe.sample_words(lexicons, 5, seed=0)
+  assert sample == probe.sample_words(lexicons, 5, seed=0)
+  assert sample != probe.sample_words(lexicons, 5, seed=1)
   assert all(len(words) == 5 and set(words) <= set(lexicons[c]) for c, words in sample.items())
-  assert lexicon_answers.sample_words(lexicons, 0) == lexicons
-  items = lexicon_answers.probe_items(["honest", "kind"])
-  assert len(items) == len(lexicon_answers.PROMPTS) >= 10
+  assert probe.sample_words(lexicons, 0) == lexicons
+  items = probe.probe_items(["honest", "kind"])
+  assert len(items) == len(probe.PROMPTS) >= 10
   assert items[0]["candidates"] == ["Honest", "Kind"]

@@ -15,10 +15,10 @@ import scoring_fixtures as fx
 from scoring_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread)
 from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.orchestrators import token_ranking
+from socialrm_jax.orchestrators import vocab_scan
 from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
 
-PROMPTS = list(zip(token_ranking.DEFAULT_PROMPTS.ids, token_ranking.DEFAULT_PROMPTS.texts))
+PROMPTS = list(zip(vocab_scan.DEFAULT_PROMPTS.ids, vocab_scan.DEFAULT_PROMPTS.texts))
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=48)
 # Llama 3.1's template, shortened, with its default system block (the scan benchmark's).
 LLAMA3_TEMPLATE = (fx.REPO_ROOT / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
@@ -181,10 +181,10 @@ def test_implicit_rewards_equal_transformers_each_sequence_alone(models, random_
 def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
   folder = models["lm"][0]
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=30)
-  result = token_ranking.run(str(folder), tmp_path / "scan", options, max_tokens=40,
+  result = vocab_scan.run(str(folder), tmp_path / "scan", options, max_tokens=40,
                              n_resamples=20, n_permutations=50)
   table = pq.read_table(tmp_path / "scan" / "vocab_scores.parquet")
-  assert table.column_names == list(token_ranking.SCORES_COLUMNS)
+  assert table.column_names == list(vocab_scan.SCORES_COLUMNS)
   rows = table.to_pylist()
   assert len(rows) == 2 * 40
   for prompt_id, _ in PROMPTS:
@@ -199,18 +199,18 @@ def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
   assert (tmp_path / "scan" / "vocab_scan.png").stat().st_size > 0
   assert "Vocabulary scan" in (tmp_path / "scan" / "vocab_scan.md").read_text()
   # A second run into the folder scores nothing again and gives the same table.
-  again = token_ranking.run(str(folder), tmp_path / "scan", options, max_tokens=40,
+  again = vocab_scan.run(str(folder), tmp_path / "scan", options, max_tokens=40,
                             n_resamples=20, n_permutations=50)
   assert again["statistics"] == result["statistics"]
   assert pq.read_table(tmp_path / "scan" / "vocab_scores.parquet").equals(table)
 
 
 def test_audit_stage_scans_each_model_and_compares_those_sharing_tokens(models, tmp_path):
-  config = token_ranking.audit_config()
+  config = vocab_scan.audit_config()
   assert not config.enabled  # off by default
   config.enabled, config.max_tokens, config.n_resamples, config.n_permutations = True, 30, 20, 50
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024)
-  sections = token_ranking.run_for_audit(
+  sections = vocab_scan.run_for_audit(
       config, [("rm", str(models["rm"][0]), options), ("lm", str(models["lm"][0]), options),
                ("judged", str(models["lm"][0]), engine.ScoringOptions(proxy="judge"))], tmp_path)
   text = "\n".join("\n".join(s) for s in sections)

@@ -12,7 +12,7 @@ import torch
 import wordfreq
 
 from socialrm_jax.analysis import vocab_stats
-from socialrm_jax.orchestrators import lexicon_answers, token_ranking
+from socialrm_jax.orchestrators import probe, vocab_scan
 from socialrm_jax.scoring import engine
 
 
@@ -146,13 +146,13 @@ def _planted_model(folder, planted: dict[str, float], others: list[str], seed: i
 
 
 def test_planted_category_is_at_the_top_and_the_contrast_says_so(tmp_path):
-  lexicons = lexicon_answers.load_lexicons()
+  lexicons = probe.load_lexicons()
   warmth = [w for w in lexicons["warmth"] if w.isalpha()][:25]
   competence = [w for w in lexicons["competence"] if w.isalpha() and w not in warmth][:25]
   _planted_model(tmp_path / "rm", dict.fromkeys(warmth, 1.0), competence)
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=2048, chunk_size=64,
                                   compilation_cache="")
-  result = token_ranking.run(str(tmp_path / "rm"), tmp_path / "scan", options,
+  result = vocab_scan.run(str(tmp_path / "rm"), tmp_path / "scan", options,
                              n_resamples=200, n_permutations=2000)
   for node in result["statistics"]["prompts"].values():
     n = node["n_tokens"]  # 25 + 25 words and 40 fillers
@@ -170,14 +170,14 @@ def test_planted_category_is_at_the_top_and_the_contrast_says_so(tmp_path):
   assert written["statistics"] == json.loads(json.dumps(result["statistics"]))
 
 
-ONE_PROMPT = token_ranking.PromptSet("planted", "1", ("What, in one word, is best?",))
+ONE_PROMPT = vocab_scan.PromptSet("planted", "1", ("What, in one word, is best?",))
 
 
 def _quick_scan(folder, out, cache, **kwargs) -> dict:
   """A scan of one prompt, few resamples; models of one shape share the compilation cache."""
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=2048, chunk_size=256,
                                   compilation_cache=str(cache))
-  return token_ranking.run(str(folder), out, options, prompts=ONE_PROMPT, n_resamples=50,
+  return vocab_scan.run(str(folder), out, options, prompts=ONE_PROMPT, n_resamples=50,
                            n_permutations=500, **kwargs)
 
 
@@ -202,7 +202,7 @@ def test_planted_family_contrast_is_found_and_none_within_a_family(tmp_path):
   """Two families of four tiny models each: one rewards warmth words, the other competence words
   (strengths and noise differ by model). The communion - agency contrast, family against family,
   is found (p = 2/70 < 0.05); families mixed across the two, or two models of one, show none."""
-  lexicons = lexicon_answers.load_lexicons()
+  lexicons = probe.load_lexicons()
   warmth = [w for w in lexicons["warmth"] if w.isalpha()][:15]
   competence = [w for w in lexicons["competence"] if w.isalpha() and w not in warmth][:15]
   names, scans = [], []
@@ -228,7 +228,7 @@ def test_planted_family_contrast_is_found_and_none_within_a_family(tmp_path):
   assert row["families"] == ["competent", "warm"] and row["difference"] < -20
   assert row["p_value"] == pytest.approx(2 / 70) and row["p_value"] < 0.05
   assert "# Families" in (tmp_path / "scans" / names[-1] / "vocab_scan.md").read_text()
-  differences = {name: token_ranking.vocab_stats.contrast_differences(json.loads(
+  differences = {name: vocab_scan.vocab_stats.contrast_differences(json.loads(
       (tmp_path / "scans" / name / "scan.json").read_text())["statistics"]) for name in names}
   mixed = {name: "a" if int(name[-1]) < 2 else "b" for name in names}  # two of each family
   for labels in (mixed, {"warm0": "a", "warm1": "b"}):

@@ -26,9 +26,9 @@ def per_objective(items: pairs.ItemTable | Sequence[dict],
                   parts: Callable[[], Iterable[Scores]],
                   options: evaluate.Options, names: Sequence[str] = ()) -> dict[str, Any]:
   """{"objectives": {index: headline metrics}} when every row of the scores carries a vector, of
-  one length L >= 2, else {}. `parts()` reads the scores set (`scores.score_parts`) once more:
-  once to see the vectors, then once per objective, so one part is in memory at a time. `names`:
-  the outputs' names (a custom reward head's, from run.json), kept as each objective's `name`."""
+  one length L >= 2, else {}. `parts()` reads the scores set (`reward_tables.score_parts`) once
+  more: once to see the vectors, then once per objective, so one part is in memory at a time.
+  `names`: the outputs' names (a custom reward head's, from run.json), kept as each objective's `name`."""
   lengths = set()
   for part in parts():
     if part.rewards is None:

@@ -512,7 +512,7 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
          ids: IdsAt | None = None) -> Scored:
   """Joins one scores set to the items and pairs tables: `ItemTable` and `PairTable`, or their
   rows, the items' then with their plug-ins' `fields` (`hooks.Options.item_fields`). The scores
-  are `Scores`, or a set's parts (`scores.score_parts`), read one at a time. `ids`: where the
+  are `Scores`, or a set's parts (`reward_tables.score_parts`), read one at a time. `ids`: where the
   scored items find their ids later (`IdsAt`; the items table's own by default)."""
   if not isinstance(items, ItemTable):
     if fields is None:

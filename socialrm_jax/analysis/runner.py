@@ -58,7 +58,7 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   per_objective = {}
   for name, path in paths.items():
     start = time.perf_counter()
-    # The scores are read a part at a time (`scores.score_parts`): never whole.
+    # The scores are read a part at a time (`reward_tables.score_parts`): never whole.
     joined[name] = pairs.join(items, pair_table, reward_tables.score_parts(path, vectors=False),
                               options.allow_missing, ids=pairs.ids_reader(items_path))
     per_objective[name] = objectives.per_objective(

@@ -1,7 +1,7 @@
 """Value-probe statistics: category means with intervals, contrasts with permutation tests, the
 report section and the plot.
 
-The probe (`socialrm_jax/orchestrators/lexicon_answers.py`) scores every sampled lexicon word as the one-word answer
+The probe (`socialrm_jax/orchestrators/probe.py`) scores every sampled lexicon word as the one-word answer
 to every probe prompt, so its rewards are a matrix R [P prompts, W words], and each category
 (warmth, competence, care.virtue, ...) is a set of its columns.
 

@@ -2,7 +2,7 @@
 where lexicon words fall, how rankings agree across models and families; the report section and
 the plot. Every test statistic is `scipy.stats`'.
 
-The scan (`socialrm_jax/orchestrators/token_ranking.py`) gives each prompt a reward for every token scanned.
+The scan (`socialrm_jax/orchestrators/vocab_scan.py`) gives each prompt a reward for every token scanned.
 - **Rank and percentile** (`rank_and_percentile`): within a prompt, rank 1 is the highest reward,
   ties broken by token id (the lower id first); percentile = 100 (N - rank) / (N - 1): 100 for the
   highest, 0 for the lowest (100 when N = 1).

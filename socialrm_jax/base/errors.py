@@ -1,25 +1,18 @@
-"""Errors a user can act on, and how a command reports them.
+"""Errors a user can act on.
 
 `InputError` is bad input: each names the file (and the row) or the flag it is about. Every
-`socialrm-*` command runs its main under `run_command`, which turns an `InputError` (and a flag the
-parser refuses) into one line on stderr, `socialrm-<command>: error: <what>`, and exit code 2. Only
-the errors a user causes are raised as `InputError`, where they are found, so any other exception
-is a bug and keeps its traceback; `--debug` shows the traceback of an `InputError` too.
+`socialrm-*` command runs its main under `main.command.run_command`, which turns an `InputError`
+(and a flag the parser refuses) into one line on stderr, `socialrm-<command>: error: <what>`, and
+exit code 2. Only the errors a user causes are raised as `InputError`, where they are found, so
+any other exception is a bug and keeps its traceback; `--debug` shows the traceback of an
+`InputError` too.
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
-import gc
-import importlib.util
 import os
 import pathlib
 import re
-import sys
-from typing import Callable, Mapping, Sequence
-
-from absl import app, flags
 
 # The exit code of an error the user can fix (argparse's, for a bad command line).
 USER_ERROR_EXIT_CODE = 2
@@ -79,112 +72,3 @@ def one_line(message: str) -> str:
   if traceback.strip():
     head = f"{head.rstrip()} {traceback.strip().splitlines()[-1]}"
   return re.sub(r"\s*\n\s*", " ", head.strip())
-
-
-def _fail(program: str, message: str, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
-  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
-  sys.exit(exit_code)
-
-
-def _parse_flags(program: str, explain: Callable[[Exception], str | None] | None,
-                 argv: Sequence[str]) -> list[str]:
-  """absl's flag parsing, with a refused flag reported as every other user error."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    _fail(program, str(error))
-  except Exception as error:  # pylint: disable=broad-except  # re-raised unless `explain` knows it
-    message = explain(error) if explain is not None else None
-    if message is None:
-      raise
-    _fail(program, message)
-
-
-def _debug_flag() -> flags.FlagHolder[bool]:
-  # Defined by the command, not when this module is imported: every library module imports it.
-  if "debug" not in flags.FLAGS:
-    return flags.DEFINE_bool("debug", False, "Show the traceback of an input error instead of "
-                             "the one-line message.")
-  return flags.FlagHolder(flags.FLAGS, flags.FLAGS["debug"])
-
-
-def _main_reporting_errors(program: str, main: Callable[[list[str]], None],
-                           exit_codes: Mapping[type[BaseException], int],
-                           debug: flags.FlagHolder[bool], argv: list[str]) -> None:
-  try:
-    main(argv)
-  except (InputError, *exit_codes) as error:
-    if debug.value:
-      raise
-    code = next((c for kind, c in exit_codes.items() if isinstance(error, kind)),
-                USER_ERROR_EXIT_CODE)
-    _fail(program, str(error), code)
-
-
-def skip_absent_tpu() -> None:
-  """Keeps JAX from starting libtpu on a machine without a TPU chip.
-
-  libtpu, where it is installed (the `plan` command's extra; `make test` installs it), is one of
-  the backends JAX tries when it first needs a device, and on a machine with no TPU chip its
-  start prints errors (`unexpected worker hostname ...`, `Failed to find host bounds ...`) before
-  JAX falls back to the CPU. So, unless the user chose the platforms (`JAX_PLATFORMS`, or JAX's
-  `jax_platforms` setting) or the backends are already up, a machine with no TPU chip and no
-  visible GPU gets `jax_platforms = "cpu"`, what JAX would have chosen anyway. TPU and GPU
-  machines keep JAX's own discovery.
-  """
-  if os.environ.get("JAX_PLATFORMS") or importlib.util.find_spec("libtpu") is None:
-    return
-  import jax  # pylint: disable=import-outside-toplevel
-  try:
-    from jax._src import hardware_utils, xla_bridge  # pylint: disable=import-outside-toplevel
-    if jax.config.jax_platforms or xla_bridge.backends_are_initialized():
-      return
-    chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
-    if chips or hardware_utils.has_visible_nvidia_gpu():
-      return
-  except (ImportError, AttributeError):  # another JAX: leave its discovery as it is
-    return
-  jax.config.update("jax_platforms", "cpu")
-
-
-def _help_lists_the_commands_flags(main: Callable[[list[str]], None]) -> None:
-  """absl's `--help` lists the key flags of the module `sys.argv[0]` names, under the docstring of
-  `__main__`. Under `python -m` that is the command's own module; under a console script it is
-  pip's wrapper, which defines no flag and has no docstring, so `--help` printed a bare usage line
-  and "Try --helpfull". Every flag a module of this package defined is the command's (its own,
-  the scoring flags it shares, `--debug`): each becomes a key flag of `sys.argv[0]`, and the
-  command's docstring the wrapper's."""
-  package = __name__.split(".")[0] + "."
-  for module, defined in flags.FLAGS.flags_by_module_dict().items():
-    if module.startswith(package):
-      for flag in defined:
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-  wrapper, command = sys.modules.get("__main__"), sys.modules.get(main.__module__)
-  if wrapper is not None and command is not None and wrapper is not command and not wrapper.__doc__:
-    wrapper.__doc__ = command.__doc__
-
-
-def run_command(program: str, main: Callable[[list[str]], None], *,
-                exit_codes: Mapping[type[BaseException], int] | None = None,
-                explain_flag_error: Callable[[Exception], str | None] | None = None,
-                plans_tpu: bool = False) -> None:
-  """`app.run(main)` for the command `program` (`socialrm-score`): a refused flag or an
-  `InputError` is one line on stderr and exit code 2 (no traceback unless `--debug`).
-
-  `exit_codes`: further errors reported the same way, with their own codes (the scorer's
-  non-finite reward: 3). `explain_flag_error`: the message for an error a flag's own parser raises
-  for bad input beside absl's (None for one it does not know, which keeps its traceback).
-  `plans_tpu`: the command works with libtpu (`plan`); every other one skips it where no TPU is
-  (`skip_absent_tpu`).
-  """
-  if not plans_tpu:
-    skip_absent_tpu()
-  # At exit, the interpreter's last collections walk every object jax, scipy and matplotlib made
-  # (about 1 s of a 35M-model vocabulary scan's 35 s on a 2-core CPU). By then the command's files
-  # are written and renamed and its locks are the OS's to drop, so the collector is told to leave
-  # those objects (they are freed by refcount, or with the process).
-  atexit.register(gc.freeze)
-  debug = _debug_flag()
-  _help_lists_the_commands_flags(main)
-  app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
-          flags_parser=functools.partial(_parse_flags, program, explain_flag_error))

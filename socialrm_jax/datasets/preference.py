@@ -15,6 +15,8 @@ to (`--columns=prompt=question,chosen=good`; `prompt=` says there is no prompt c
 - `subset` (default: the split), `domain`, `label`: carried into the metrics, which report
   accuracy per subset (`subsets.<subset>`) and per label (`labels.<label>`) with intervals.
 - `id`: kept in the items' attributes.
+- `margin` (TRL's optional column): a number kept in the items' attributes, the margin
+  `socialrm-train`'s loss subtracts (`-logsigmoid(r_chosen - r_rejected - margin)`).
 - `num_correct`: in a row of response lists (below), how many of its responses are correct.
 
 The layout is told from the columns' types, per table (the conversion report names it):
@@ -78,7 +80,8 @@ TEMPLATES = (
     PromptTemplate("preference.framed", 1, {"": REPLY_FRAMING + "{text}"}),
 )
 
-COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id", "num_correct")
+COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id", "num_correct",
+                "margin")
 RESPONSES = (records.CHOSEN, records.REJECTED)
 DEFAULT_DOMAIN = "general"
 WHOLE_FILE = "all"  # the split of a file's rows
@@ -247,8 +250,18 @@ def _item(reader: SourceReader, table: hf_reading.Table, columns: Mapping[str, s
       prompt=[*earlier, {**last, "content": reader.template.render(text=last["content"])}],
       candidates=[chosen, rejected], roles=list(RESPONSES), desirability=[1, -1],
       context_condition=None, template=reader.template.name,
-      attributes=_attributes(number, value("label"), value("id"), columns["id"] is not None),
+      attributes=_attributes(number, value("label"), value("id"), columns["id"] is not None,
+                             **_margin(value("margin"))),
       pairs=records.gold_pairs([1, -1]))
+
+
+def _margin(value: Any) -> dict:
+  """{"margin": float} for a row with TRL's `margin`, else {}."""
+  if value is None:
+    return {}
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    raise BadRow(f"margin {value!r:.40} is not a number")
+  return {"margin": float(value)}
 
 
 # -- best-of-N rows (RewardBench 2) ---------------------------------------------------------

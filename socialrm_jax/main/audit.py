@@ -14,7 +14,8 @@ from ml_collections import config_flags
 from socialrm_jax import registry
 from socialrm_jax.analysis import report
 from socialrm_jax.base import errors, tables
-from socialrm_jax.orchestrators import pipeline
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import audit
 from socialrm_jax.scoring import engine
 from socialrm_jax.sources.reading import ON_ERROR
 
@@ -31,10 +32,10 @@ def check_config(config) -> None:
   if config.on_error not in ON_ERROR:
     raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
                             f"{', '.join(ON_ERROR)}")
-  pipeline.model_specs(config)
+  audit.model_specs(config)
   for key, spec in config.models.items():
     field = f"config.models.{key}."
-    engine.check_inputs(pipeline.scoring_options(spec), f"{field}path", spec.path, prefix=field)
+    engine.check_inputs(audit.scoring_options(spec), f"{field}path", spec.path, prefix=field)
   errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
   probe = config.get("probe")
   if probe is not None and probe.enabled:
@@ -42,8 +43,8 @@ def check_config(config) -> None:
   scan = config.get("vocab_scan")
   if scan is not None and scan.enabled:
     errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
-    if scan.max_tokens < 0:
-      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (0: the whole "
+    if scan.max_tokens is not None and scan.max_tokens < 0:
+      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (unset or 0: the whole "
                               f"vocabulary), got {scan.max_tokens}")
 
 
@@ -76,7 +77,7 @@ def main(argv):
   del argv
   config = load_config()
   check_config(config)
-  models = pipeline.run_audit(config)
+  models = audit.run_audit(config)
   out = pathlib.Path(config.output_dir)
   print(f"\nReport: {out / 'report.md'} (in a browser: {out / 'report.html'})")
   for name in models:
@@ -86,7 +87,7 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-audit", main, explain_flag_error=_unknown_field)
+  command.run_command("socialrm-audit", main, explain_flag_error=_unknown_field)
 
 
 if __name__ == "__main__":

@@ -9,20 +9,28 @@ transformers builds from the GGUF metadata is saved).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import time
 
-from absl import flags
+from socialrm_jax.base import errors, settings
+from socialrm_jax.main import command
 
-from socialrm_jax.base import errors
 
-_INPUT = flags.DEFINE_string("input", None, "HF checkpoint folder, .gguf file, or folder with one.",
-                             required=True)
-_OUTPUT = flags.DEFINE_string("output", None, "Folder for the native checkpoint.", required=True)
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Stored parameter dtype.")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output folder.")
+@dataclasses.dataclass(frozen=True)
+class ConvertCheckpointSettings:
+  """socialrm-convert-checkpoint's settings (each a flag of the same name)."""
+  input: str = settings.field(None, "HF checkpoint folder, .gguf file, or folder with one.",
+                              required=True)
+  output: str = settings.field(None, "Folder for the native checkpoint.", required=True)
+  dtype: str = settings.field("float32", "Stored parameter dtype.",
+                              choices=("float32", "bfloat16"))
+  overwrite: bool = settings.field(False, "Replace a non-empty --output folder.")
+
+
+_SETTINGS = settings.define_flags(ConvertCheckpointSettings)
 
 # Files in a HF folder that are weights (not copied); everything else is tokenizer/config.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5")
@@ -65,13 +73,14 @@ def convert(input_path: str, output: str, dtype: str = "float32", overwrite: boo
 def main(argv):
   del argv
   start = time.perf_counter()
-  summary = convert(_INPUT.value, _OUTPUT.value, _DTYPE.value, _OVERWRITE.value)
+  config = _SETTINGS.value
+  summary = convert(config.input, config.output, config.dtype, config.overwrite)
   summary["seconds"] = round(time.perf_counter() - start, 1)
   print(json.dumps(summary, indent=2))
 
 
 def run():
-  errors.run_command("socialrm-convert-checkpoint", main)
+  command.run_command("socialrm-convert-checkpoint", main)
 
 
 if __name__ == "__main__":

@@ -6,39 +6,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from socialrm_jax.base import errors, tables
+from socialrm_jax.base import settings, tables
+from socialrm_jax.main import command
 from socialrm_jax.sources import identity_swaps
 
 
-def _define_flags():
-  from absl import flags
-  return {
-      "items": flags.DEFINE_string("items", None, "A converted items table or its folder.",
-                                   required=True),
-      "output_dir": flags.DEFINE_string("output_dir", None, "Where the swap set goes.",
-                                        required=True),
-      "format": flags.DEFINE_enum("format", "parquet", tables.FORMATS, "Output tables' format."),
-      "allow_empty": flags.DEFINE_bool("allow_empty", False, "Write the swap set even when no "
-                                       "item has a counterfactual (default: an error)."),
-  }
+@dataclasses.dataclass(frozen=True)
+class CounterfactualsSettings:
+  """socialrm-counterfactuals' settings (each a flag of the same name)."""
+  items: str = settings.field(None, "A converted items table or its folder.", required=True)
+  output_dir: str = settings.field(None, "Where the swap set goes.", required=True)
+  format: str = settings.field("parquet", "Output tables' format.", choices=tables.FORMATS)
+  allow_empty: bool = settings.field(False, "Write the swap set even when no item has a "
+                                     "counterfactual (default: an error).")
 
 
 def run() -> None:
   """The command line: flags are defined here, not at import, so importing this module (as the
   audit does) adds no flags that could clash with another command's."""
-  flag = _define_flags()
+  holder = settings.define_flags(CounterfactualsSettings)
 
   def main(argv: list[str]) -> None:
     del argv
-    report = identity_swaps.derive_to(flag["items"].value, flag["output_dir"].value,
-                                      flag["format"].value,
-                       allow_empty=flag["allow_empty"].value)
+    config = holder.value
+    report = identity_swaps.derive_to(config.items, config.output_dir, config.format,
+                                      allow_empty=config.allow_empty)
     summary = {k: report[k] for k in ("items_read", "records", "generated_items", "pairs")}
-    print(json.dumps({"output_dir": flag["output_dir"].value, **summary}, indent=2))
+    print(json.dumps({"output_dir": config.output_dir, **summary}, indent=2))
 
-  errors.run_command("socialrm-counterfactuals", main)
+  command.run_command("socialrm-counterfactuals", main)
 
 
 if __name__ == "__main__":

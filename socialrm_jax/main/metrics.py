@@ -11,50 +11,58 @@ into it at the end, so a run that fails on a bad input leaves an earlier report 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-
-from absl import flags
 
 from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate
 from socialrm_jax.analysis.runner import evaluate_all, model_names
-from socialrm_jax.base import errors, tables
+from socialrm_jax.base import errors, settings, tables
+from socialrm_jax.main import command
 
-_ITEMS = flags.DEFINE_string("items", None, "Folder (or items file) from the converter; the "
-                             "pairs table is read from the same folder.", required=True)
-_SCORES = flags.DEFINE_list("scores", None, "Scores folders or files, comma-separated.",
-                            required=True)
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where metrics, report and plots go.",
-                                  required=True)
-_NAMES = flags.DEFINE_list("names", [], "Display names, one per scores set (default: run.json's "
-                           "model, else the folder or file stem).")
-_ALLOW_MISSING = flags.DEFINE_bool("allow_missing", False, "Compute on the scored items when "
-                                   "some items have no scores (recorded under `coverage`).")
-_N_RESAMPLES = flags.DEFINE_integer("n_resamples", evaluate.Options.n_resamples,
+
+@dataclasses.dataclass(frozen=True)
+class MetricsSettings:
+  """socialrm-metrics' settings (each a flag of the same name)."""
+  items: str = settings.field(None, "Folder (or items file) from the converter; the pairs table "
+                              "is read from the same folder.", required=True)
+  scores: list[str] = settings.field(None, "Scores folders or files, comma-separated.",
+                                     required=True)
+  output_dir: str = settings.field(None, "Where metrics, report and plots go.", required=True)
+  names: list[str] = settings.field(default_factory=list, help="Display names, one per scores "
+                                    "set (default: run.json's model, else the folder or file "
+                                    "stem).")
+  allow_missing: bool = settings.field(False, "Compute on the scored items when some items have "
+                                       "no scores (recorded under `coverage`).")
+  n_resamples: int = settings.field(evaluate.Options.n_resamples,
                                     "Bootstrap resamples per interval.")
-_SEED = flags.DEFINE_integer("seed", evaluate.Options.seed, "Bootstrap seed.")
+  seed: int = settings.field(evaluate.Options.seed, "Bootstrap seed.")
+
+
+_SETTINGS = settings.define_flags(MetricsSettings)
 
 
 def main(argv):
   del argv
-  errors.check_positive(_N_RESAMPLES.value, "n_resamples")
-  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  errors.check_exists(_ITEMS.value, "items")
-  for path in _SCORES.value:
+  config = _SETTINGS.value
+  errors.check_positive(config.n_resamples, "n_resamples")
+  errors.check_output_folder(config.output_dir, "output_dir")
+  errors.check_exists(config.items, "items")
+  for path in config.scores:
     errors.check_exists(path, "scores")
-  model_names(_SCORES.value, _NAMES.value)  # refuses a --names of another length
-  options = evaluate.Options(n_resamples=_N_RESAMPLES.value, seed=_SEED.value,
-                             allow_missing=_ALLOW_MISSING.value, plugins=registry.plugins())
+  model_names(config.scores, config.names)  # refuses a --names of another length
+  options = evaluate.Options(n_resamples=config.n_resamples, seed=config.seed,
+                             allow_missing=config.allow_missing, plugins=registry.plugins())
   start = time.perf_counter()
-  with tables.staged_folder(_OUTPUT_DIR.value) as stage:
-    models = evaluate_all(_ITEMS.value, _SCORES.value, str(stage), _NAMES.value, options)
-  print(json.dumps({"output_dir": _OUTPUT_DIR.value, "models": list(models),
+  with tables.staged_folder(config.output_dir) as stage:
+    models = evaluate_all(config.items, config.scores, str(stage), config.names, options)
+  print(json.dumps({"output_dir": config.output_dir, "models": list(models),
                     "seconds": round(time.perf_counter() - start, 1)}, indent=2))
 
 
 def run():
-  errors.run_command("socialrm-metrics", main)
+  command.run_command("socialrm-metrics", main)
 
 
 if __name__ == "__main__":

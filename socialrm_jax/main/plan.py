@@ -11,68 +11,66 @@ and says what fits and how long it would take (a roofline estimate).
 
 Writes plan.json and plan.md into --output_dir. A model that does not fit is a plan too (exit
 0): plan.md says by how much and names the smallest model axis that fits. Needs libtpu
-(`pip install socialrm_jax[tpu]`; the test extra has it). How: socialrm_jax/orchestrators/tpu_sizing/.
+(`pip install socialrm_jax[tpu]`; the test extra has it). How: socialrm_jax/orchestrators/plan/.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
-from absl import flags
-
-from socialrm_jax.base import errors, tables
+from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
+from socialrm_jax.main import command
 from socialrm_jax.models import default_model, heads, weights
-from socialrm_jax.orchestrators.tpu_sizing import compiler, hardware, projection, report, shapes
+from socialrm_jax.orchestrators.plan import compiler, hardware, projection, report, shapes
 from socialrm_jax.scoring import engine
 
-_DEFAULTS = engine.ScoringOptions()
-
-_TOPOLOGY = flags.DEFINE_string("topology", None, "TPU slice as libtpu names it: CHIP:GRID with "
-                                f"CHIP one of {', '.join(hardware.CHIPS)}, e.g. v5e:4x4, "
-                                "v5p:2x2x2.", required=True)
-_CHIPS_PER_HOST = flags.DEFINE_string("chips_per_host", None, "Chips per host, e.g. 2x4 (default: "
-                                      "libtpu's for the chip, 2x2 for v5e).")
-_NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices of --topology in the job.")
-_MODEL = flags.DEFINE_string("model", None, "A model's config.json, or its folder (config.json, "
-                             "and the tensor names of its *.safetensors where it has a custom "
-                             "reward head; no weight is read).")
-_MODEL_SHAPE = flags.DEFINE_enum("model_shape", None, list(shapes.MODEL_SHAPES),
-                                 "A real model's shape as a reward model (one-output score head).")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where plan.json and plan.md go.",
-                                  required=True)
-_MESH = flags.DEFINE_string("mesh", _DEFAULTS.mesh, "data:N,model:M (default: the engine's, every "
-                            "device of a host on data); a model axis above a host's chips spans "
-                            "hosts.")
-_MAX_LENGTH = flags.DEFINE_integer("max_length", _DEFAULTS.max_length, "Longest sequence, tokens.")
-_TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", _DEFAULTS.tokens_per_batch,
-                                         "Batch size in token slots (rows x row length).")
-_CHUNK_SIZE = flags.DEFINE_integer("chunk_size", _DEFAULTS.chunk_size, "Items per output shard.")
-_DTYPE = flags.DEFINE_enum("dtype", _DEFAULTS.dtype, ["float32", "bfloat16"],
-                           "Parameter/compute dtype.")
-_PROXY = flags.DEFINE_enum("proxy", _DEFAULTS.proxy, list(engine.PROXIES),
-                           "As socialrm-score's (default: loglik for LM heads, else none); "
-                           "implicit plans a reference model of the model's own shape.")
-_ATTENTION = flags.DEFINE_enum("attention", _DEFAULTS.attention, ["auto", "xla", "splash"],
-                               "Attention kernel: auto = splash on TPU where the model allows.")
-_ITEMS = flags.DEFINE_string("items", None, "Converted items to project a run of (batches per "
-                             "shape from their real packing, and the run's time).")
-_TOKENIZER = flags.DEFINE_string("tokenizer", None, "With --items: the tokenizer (a model folder, "
-                                 "a .gguf file or 'smollm2'; default: --model's folder).")
+# The scoring settings a plan compiles for (the others do not change the compiled step).
+PLANNED_SCORING = ("max_length", "tokens_per_batch", "chunk_size", "dtype", "proxy", "mesh",
+                   "attention")
 
 
-def _model_config() -> tuple[str, str, dict, weights.TensorSource | None]:
+@dataclasses.dataclass(frozen=True)
+class PlanSettings:
+  """socialrm-plan's settings (each a flag of the same name); the scoring ones are socialrm-score's
+  (`engine.ScoringOptions`), those that shape the compiled step."""
+  topology: str = settings.field(None, "TPU slice as libtpu names it: CHIP:GRID with CHIP one of "
+                                 f"{', '.join(hardware.CHIPS)}, e.g. v5e:4x4, v5p:2x2x2.",
+                                 required=True)
+  chips_per_host: str | None = settings.field(None, "Chips per host, e.g. 2x4 (default: libtpu's "
+                                              "for the chip, 2x2 for v5e).")
+  num_slices: int = settings.field(1, "Slices of --topology in the job.")
+  model: str | None = settings.field(None, "A model's config.json, or its folder (config.json, "
+                                     "and the tensor names of its *.safetensors where it has a "
+                                     "custom reward head; no weight is read).")
+  model_shape: str | None = settings.field(
+      None, "A real model's shape as a reward model (one-output score head).",
+      choices=list(shapes.MODEL_SHAPES))
+  output_dir: str = settings.field(None, "Where plan.json and plan.md go.", required=True)
+  items: str | None = settings.field(None, "Converted items to project a run of (batches per "
+                                     "shape from their real packing, and the run's time).")
+  tokenizer: str | None = settings.field(None, "With --items: the tokenizer (a model folder, a "
+                                         ".gguf file or 'smollm2'; default: --model's folder).")
+  scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
+                                                  flags_of=PLANNED_SCORING, compilation_cache="")
+
+
+_SETTINGS = settings.define_flags(PlanSettings)
+
+
+def _model_config(config: PlanSettings) -> tuple[str, str, dict, weights.TensorSource | None]:
   """(name, source, config.json dict, the checkpoint's tensor headers or None) of --model or
   --model_shape. A custom reward head (ArmoRM, GRM, ...) is described from its tensors' names and
   shapes (`heads.describe`), so such a model needs its folder with the *.safetensors."""
-  if (_MODEL.value is None) == (_MODEL_SHAPE.value is None):
+  if (config.model is None) == (config.model_shape is None):
     raise InputError("give exactly one of --model (a config.json or its folder) and "
                      f"--model_shape ({', '.join(shapes.MODEL_SHAPES)})")
-  if _MODEL_SHAPE.value is not None:
-    return _MODEL_SHAPE.value, f"shape:{_MODEL_SHAPE.value}", shapes.reward_model_config(
-        _MODEL_SHAPE.value), None
-  path = _MODEL.value
+  if config.model_shape is not None:
+    return config.model_shape, f"shape:{config.model_shape}", shapes.reward_model_config(
+        config.model_shape), None
+  path = config.model
   config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
   errors.check_exists(config_path, "model")
   name = os.path.basename(os.path.normpath(path if os.path.isdir(path) else os.path.dirname(path)
@@ -91,29 +89,28 @@ def _model_config() -> tuple[str, str, dict, weights.TensorSource | None]:
   return name, path, hf_config, tensors
 
 
-def _tokenizer_path() -> str:
-  if _TOKENIZER.value:
-    return default_model.resolve_model_path(_TOKENIZER.value)
-  if _MODEL.value and os.path.isdir(_MODEL.value):
-    return _MODEL.value
+def _tokenizer_path(config: PlanSettings) -> str:
+  if config.tokenizer:
+    return default_model.resolve_model_path(config.tokenizer)
+  if config.model and os.path.isdir(config.model):
+    return config.model
   raise InputError("--items needs a tokenizer: pass --tokenizer (a model folder, a .gguf file, "
                    "or 'smollm2'); a --model_shape has none of its own")
 
 
 def main(argv):
   del argv
-  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  if _ITEMS.value is not None:
-    errors.check_exists(_ITEMS.value, "items")
-    tokenizer = _tokenizer_path()
+  config = _SETTINGS.value
+  errors.check_output_folder(config.output_dir, "output_dir")
+  if config.items is not None:
+    errors.check_exists(config.items, "items")
+    tokenizer = _tokenizer_path(config)
     errors.check_exists(tokenizer, "tokenizer")
-  name, source, hf_config, tensors = _model_config()
-  options = engine.ScoringOptions(
-      max_length=_MAX_LENGTH.value, tokens_per_batch=_TOKENS_PER_BATCH.value,
-      chunk_size=_CHUNK_SIZE.value, dtype=_DTYPE.value, proxy=_PROXY.value, mesh=_MESH.value,
-      attention=_ATTENTION.value, compilation_cache="",
-      ref_model="(the model's own shape)" if _PROXY.value == "implicit" else None)
-  topology = hardware.topology(_TOPOLOGY.value, _CHIPS_PER_HOST.value, _NUM_SLICES.value)
+  name, source, hf_config, tensors = _model_config(config)
+  options = config.scoring
+  if options.proxy == "implicit":
+    options = dataclasses.replace(options, ref_model="(the model's own shape)")
+  topology = hardware.topology(config.topology, config.chips_per_host, config.num_slices)
   start = time.perf_counter()
   setup = compiler.build(topology, hf_config, source, options, tensors)
   batches = [compiler.compile_shape(setup, shape) for shape in compiler.shapes(setup)]
@@ -123,17 +120,17 @@ def main(argv):
                                                    larger_than=setup.mesh.shape["model"],
                                                    tensors=tensors)
   projected = None
-  if _ITEMS.value is not None:
-    projected = projection.project(setup, _ITEMS.value, tokenizer, options)
+  if config.items is not None:
+    projected = projection.project(setup, config.items, tokenizer, options)
   plan = report.build_plan(setup, name, source, options, batches, fitting, projected,
-                           _TOKENIZER.value or _MODEL.value)
+                           config.tokenizer or config.model)
   plan["plan_seconds"] = round(time.perf_counter() - start, 1)
-  report.write(_OUTPUT_DIR.value, plan)
+  report.write(config.output_dir, plan)
   print(report.render_markdown(plan), end="")
 
 
 def run():
-  errors.run_command("socialrm-plan", main, plans_tpu=True)
+  command.run_command("socialrm-plan", main, plans_tpu=True)
 
 
 if __name__ == "__main__":

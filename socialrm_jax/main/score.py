@@ -18,38 +18,44 @@ from __future__ import annotations
 
 import json
 
-from absl import flags, logging
+import dataclasses
+import json
 
-from socialrm_jax.base import errors
-from socialrm_jax.scoring import chunks, cli_flags, engine
+from absl import logging
+
+from socialrm_jax.base import errors, settings
+from socialrm_jax.main import command
+from socialrm_jax.scoring import chunks, engine
 from socialrm_jax.scoring import mesh as mesh_lib
 
-_ITEMS = flags.DEFINE_string("items", None, "Items file or the convert output folder.",
-                             required=True)
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where scores, manifest and run.json go.",
-                                  required=True)
-_DATASETS = flags.DEFINE_list("datasets", [], "Only these datasets (default: all in the items).")
-_LIMIT = flags.DEFINE_integer("limit", None, "Only the first N items (after --datasets).")
-_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
-                                   "host:port of process 0, for multi-process runs.")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the job.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Join a multi-process job described by the "
-                                 "environment (Cloud TPU pod, Slurm).")
+
+@dataclasses.dataclass(frozen=True)
+class ScoreSettings:
+  """socialrm-score's settings (each a flag of the same name)."""
+  model: str = settings.field(None, engine.MODEL_HELP, required=True)
+  items: str = settings.field(None, "Items file or the convert output folder.", required=True)
+  output_dir: str = settings.field(None, "Where scores, manifest and run.json go.", required=True)
+  datasets: list[str] = settings.field(default_factory=list,
+                                       help="Only these datasets (default: all in the items).")
+  limit: int | None = settings.field(None, "Only the first N items (after --datasets).")
+  scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions)
+  distributed: mesh_lib.DistributedSettings = settings.group(mesh_lib.DistributedSettings)
+
+
+_SETTINGS = settings.define_flags(ScoreSettings)
 
 
 def main(argv):
   del argv
-  options = cli_flags.options()
-  engine.check_inputs(options, "model", cli_flags.MODEL.value)
-  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  errors.check_exists(_ITEMS.value, "items")
-  mesh_lib.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-                                  _DISTRIBUTED.value)
-  run = engine.score_model_at(cli_flags.MODEL.value, _ITEMS.value, _OUTPUT_DIR.value,
-                              options=options, datasets=_DATASETS.value, limit=_LIMIT.value)
+  config = _SETTINGS.value
+  engine.check_inputs(config.scoring, "model", config.model)
+  errors.check_output_folder(config.output_dir, "output_dir")
+  errors.check_exists(config.items, "items")
+  mesh_lib.initialize_distributed(config.distributed)
+  run = engine.score_model_at(config.model, config.items, config.output_dir,
+                              options=config.scoring, datasets=config.datasets, limit=config.limit)
   logging.info("scored in %.1f s", run["wall_seconds"])
-  print(json.dumps({"output_dir": _OUTPUT_DIR.value, **{k: run[k] for k in (
+  print(json.dumps({"output_dir": config.output_dir, **{k: run[k] for k in (
       "items", "candidates", "tokens_computed", "tokens_naive", "padding_fraction",
       "compilations", "compile_seconds", "compilation_cache_hits", "truncated",
       "wall_seconds")}}, indent=2))
@@ -57,7 +63,7 @@ def main(argv):
 
 def run():
   # A reward that is not finite is not the user's input at fault: its own exit code.
-  errors.run_command("socialrm-score", main, exit_codes={chunks.NonFiniteRewardError: 3})
+  command.run_command("socialrm-score", main, exit_codes={chunks.NonFiniteRewardError: 3})
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
       (default 8192 here), ...]
 
 Writes OUT/vocab_scores.parquet, OUT/scan.json, OUT/vocab_scan.md, OUT/vocab_scan.png and the
-scores under OUT/scores (a rerun resumes). What is scanned and how: socialrm_jax/orchestrators/token_ranking.py
+scores under OUT/scores (a rerun resumes). What is scanned and how: socialrm_jax/orchestrators/vocab_scan.py
 and socialrm_jax/scoring/vocab_rows.py; the statistics: socialrm_jax/analysis/vocab_stats.py.
 """
 
@@ -16,52 +16,57 @@ from __future__ import annotations
 
 import pathlib
 
-from absl import flags
+import dataclasses
+import pathlib
 
-from socialrm_jax.analysis import bootstrap, values
-from socialrm_jax.base import errors
-from socialrm_jax.orchestrators import token_ranking
-from socialrm_jax.scoring import cli_flags, engine
+from socialrm_jax.base import errors, settings
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import vocab_scan
+from socialrm_jax.scoring import engine
 
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the scan's files go.", required=True)
-_PROMPTS = flags.DEFINE_string("prompts", None, "A file of prompts, one per line (default: the "
-                               "two of the FAccT study, vocab_scan.prompts/1).")
-_MAX_TOKENS = flags.DEFINE_integer("max_tokens", None, "Only the first N tokens, by id (default: "
-                                   "every token but the special ones).")
-_COMPARE_WITH = flags.DEFINE_list("compare_with", [], "Folders of finished scans of other models "
-                                  "(any tokenizer: compared through decoded words where the "
-                                  "tokens differ): rank agreement overall and in the tails.")
-_FAMILIES = flags.DEFINE_list("families", None, "A family label per scan, this one first, then "
-                              "each --compare_with scan (e.g. llama,llama,gemma): the lexicon "
-                              "contrasts family against family, permutation test over models.")
-_SEED = flags.DEFINE_integer("seed", token_ranking.SEED, "Seed of the bootstrap and the "
-                             "permutations.")
-_N_RESAMPLES = flags.DEFINE_integer("n_resamples", bootstrap.N_RESAMPLES, "Bootstrap resamples.")
-_N_PERMUTATIONS = flags.DEFINE_integer("n_permutations", values.N_PERMUTATIONS,
-                                       "Permutations of the contrasts' tests.")
-flags.FLAGS.set_default("chunk_size", token_ranking.CHUNK_SIZE)
+
+@dataclasses.dataclass(frozen=True)
+class VocabScanSettings:
+  """socialrm-vocab-scan's settings (each a flag of the same name)."""
+  model: str = settings.field(None, engine.MODEL_HELP, required=True)
+  output_dir: str = settings.field(None, "Where the scan's files go.", required=True)
+  prompts: str | None = settings.field(None, "A file of prompts, one per line (default: the two "
+                                       "of the FAccT study, vocab_scan.prompts/1).")
+  compare_with: list[str] = settings.field(
+      default_factory=list, help="Folders of finished scans of other models (any tokenizer: "
+      "compared through decoded words where the tokens differ): rank agreement overall and in "
+      "the tails.")
+  families: list[str] | None = settings.field(
+      None, "A family label per scan, this one first, then each --compare_with scan (e.g. "
+      "llama,llama,gemma): the lexicon contrasts family against family, permutation test over "
+      "models.")
+  scan: vocab_scan.ScanOptions = settings.group(vocab_scan.ScanOptions)
+  scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
+                                                  chunk_size=vocab_scan.CHUNK_SIZE)
+
+
+_SETTINGS = settings.define_flags(VocabScanSettings)
 
 
 def main(argv):
   del argv
-  options = cli_flags.options()
-  token_ranking.check_settings(options, _MAX_TOKENS.value)
-  prompts = (token_ranking.read_prompts(_PROMPTS.value) if _PROMPTS.value is not None
-             else token_ranking.DEFAULT_PROMPTS)
-  engine.check_inputs(options, "model", cli_flags.MODEL.value)
-  errors.check_output_folder(_OUTPUT_DIR.value, "output_dir")
-  token_ranking.run(cli_flags.MODEL.value, _OUTPUT_DIR.value, options, prompts=prompts,
-                    max_tokens=_MAX_TOKENS.value, seed=_SEED.value,
-                    n_resamples=_N_RESAMPLES.value, n_permutations=_N_PERMUTATIONS.value,
-                    compare_with=_COMPARE_WITH.value, families=_FAMILIES.value)
-  out = pathlib.Path(_OUTPUT_DIR.value)
+  config = _SETTINGS.value
+  vocab_scan.check_settings(config.scoring, config.scan.max_tokens)
+  prompts = (vocab_scan.read_prompts(config.prompts) if config.prompts is not None
+             else vocab_scan.DEFAULT_PROMPTS)
+  engine.check_inputs(config.scoring, "model", config.model)
+  errors.check_output_folder(config.output_dir, "output_dir")
+  vocab_scan.run(config.model, config.output_dir, config.scoring, prompts=prompts,
+                    compare_with=config.compare_with, families=config.families,
+                    **dataclasses.asdict(config.scan))
+  out = pathlib.Path(config.output_dir)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"
         f"Plot: {out / 'vocab_scan.png'}")
 
 
 def run():
-  errors.run_command("socialrm-vocab-scan", main)
+  command.run_command("socialrm-vocab-scan", main)
 
 
 if __name__ == "__main__":

@@ -45,10 +45,11 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import item_tokens, packing
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import run_manifest
@@ -71,76 +72,85 @@ DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """Everything a training run reads; each field is a flag of `socialrm-train` (its name) and a
-  key of its `--config` file."""
-  # The base: a causal-LM checkpoint folder (a score head is added) or a one-output reward model.
-  model: str = ""
-  # The converter's dataset specs (`socialrm-convert --datasets`): folder datasets' gold pairs
-  # under `data_dir`, `preference:PATH[:...]`, saved HF datasets.
-  data: tuple[str, ...] = dataclasses.field(default=(), metadata={"specs": True})
-  # Where folder datasets named in `data` / `eval_data` are.
-  data_dir: str | None = None
-  # Held-out pairs given apart; empty: a seeded `eval_fraction` of `data` is held out.
-  eval_data: tuple[str, ...] = dataclasses.field(default=(), metadata={"specs": True})
-  # Share of `data` held out for evaluation when `eval_data` is empty (0: none).
-  eval_fraction: float = 0.05
-  # Where metrics, checkpoints, the exported model and the manifest go.
-  output_dir: str = ""
-  # Optimizer steps; 0: `epochs` passes over the training pairs.
-  max_steps: int = 0
-  # Passes over the training pairs when `max_steps` is 0.
-  epochs: int = 1
-  # Pairs per micro-batch (a multiple of the mesh's data axis).
-  batch_size: int = 8
-  # Micro-batches whose gradients one optimizer step sums (optax.MultiSteps).
-  gradient_accumulation_steps: int = 1
-  # Peak learning rate (TRL's RewardConfig default).
-  learning_rate: float = 1e-4
-  # Decay after warmup: linear (to 0 at the last step), cosine, or constant.
-  lr_schedule: str = "linear"
-  # Optimizer steps of linear warmup from 0.
-  warmup_steps: int = 0
-  # AdamW's decoupled weight decay (not on biases and norm scales).
-  weight_decay: float = 0.0
-  # Global gradient norm clipped to (0: no clipping).
-  max_grad_norm: float = 1.0
-  # AdamW's first-moment decay.
-  adam_beta1: float = 0.9
-  # AdamW's second-moment decay.
-  adam_beta2: float = 0.999
-  # AdamW's epsilon.
-  adam_epsilon: float = 1e-8
-  # Seed of the held-out split, the data order, the new score head and LoRA's A.
-  seed: int = 0
-  # Longest templated conversation in tokens (prompt tokens are dropped from the left beyond).
-  max_length: int = 1024
-  # Compute dtype: float32, or bfloat16 (trained weights and optimizer state stay float32).
-  dtype: str = "float32"
-  # LoRA rank; 0: full fine-tuning.
-  lora_rank: int = 0
-  # LoRA's alpha: the update is (alpha / rank) A B.
-  lora_alpha: float = 16.0
-  # The projections LoRA adapts.
-  lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
-  # TRL's center_rewards_coefficient: adds coef * mean((r_c + r_r)^2); None: off.
-  center_rewards_coefficient: float | None = None
-  # Evaluate the held-out pairs every this many steps (0: at the end only).
-  eval_every: int = 0
-  # Write a metrics row (the mean over the steps since the last) every this many steps.
-  log_every: int = 10
-  # Save a checkpoint every this many steps (and at the end; 0: at the end only).
-  checkpoint_every: int = 500
-  # Checkpoints kept (the newest); 0: all.
-  keep_checkpoints: int = 0
-  # Steps whose weights are also written as HF folders, OUT/exports/<step>/ (0: the initial
-  # weights, the base with its fresh score head); the ablation grid probes them.
-  export_steps: tuple[int, ...] = ()
-  # Device mesh, as socialrm-score's --mesh (default: every device on data).
-  mesh: str | None = None
-  # The exported config's pad_token_id; -1: the base's (else the tokenizer's pad, else eos).
-  pad_token_id: int = -1
-  # Attention implementation, as socialrm-score's --attention.
-  attention: str = "auto"
+  """Everything a training run reads; each field is a flag of `socialrm-train` (its name, its
+  help) and a key of its `--config` file (base/settings.py derives both)."""
+  model: str = settings_lib.field(
+      "", "The base: a causal-LM checkpoint folder (a score head is added) or a one-output reward "
+      "model.")
+  data: tuple[str, ...] = settings_lib.field(
+      (), "The converter's dataset specs (`socialrm-convert --datasets`): folder datasets' gold "
+      "pairs under `data_dir`, `preference:PATH[:...]`, saved HF datasets.", repeatable=True)
+  data_dir: str | None = settings_lib.field(
+      None, "Where folder datasets named in `data` / `eval_data` are.")
+  eval_data: tuple[str, ...] = settings_lib.field(
+      (), "Held-out pairs given apart; empty: a seeded `eval_fraction` of `data` is held out.",
+      repeatable=True)
+  eval_fraction: float = settings_lib.field(
+      0.05, "Share of `data` held out for evaluation when `eval_data` is empty (0: none).")
+  output_dir: str = settings_lib.field(
+      "", "Where metrics, checkpoints, the exported model and the manifest go.")
+  max_steps: int = settings_lib.field(
+      0, "Optimizer steps; 0: `epochs` passes over the training pairs.")
+  epochs: int = settings_lib.field(
+      1, "Passes over the training pairs when `max_steps` is 0.")
+  batch_size: int = settings_lib.field(
+      8, "Pairs per micro-batch (a multiple of the mesh's data axis).")
+  gradient_accumulation_steps: int = settings_lib.field(
+      1, "Micro-batches whose gradients one optimizer step sums (optax.MultiSteps).")
+  learning_rate: float = settings_lib.field(
+      1e-4, "Peak learning rate (TRL's RewardConfig default).")
+  lr_schedule: str = settings_lib.field(
+      "linear", "Decay after warmup: linear (to 0 at the last step), cosine, or constant.",
+      choices=optimizer.SCHEDULES)
+  warmup_steps: int = settings_lib.field(
+      0, "Optimizer steps of linear warmup from 0.")
+  weight_decay: float = settings_lib.field(
+      0.0, "AdamW's decoupled weight decay (not on biases and norm scales).")
+  max_grad_norm: float = settings_lib.field(
+      1.0, "Global gradient norm clipped to (0: no clipping).")
+  adam_beta1: float = settings_lib.field(
+      0.9, "AdamW's first-moment decay.")
+  adam_beta2: float = settings_lib.field(
+      0.999, "AdamW's second-moment decay.")
+  adam_epsilon: float = settings_lib.field(
+      1e-8, "AdamW's epsilon.")
+  seed: int = settings_lib.field(
+      0, "Seed of the held-out split, the data order, the new score head and LoRA's A.")
+  max_length: int = settings_lib.field(
+      1024, "Longest templated conversation in tokens (prompt tokens are dropped from the left "
+      "beyond).")
+  dtype: str = settings_lib.field(
+      "float32", "Compute dtype: float32, or bfloat16 (trained weights and optimizer state stay "
+      "float32).", choices=tuple(reward_model.DTYPES))
+  lora_rank: int = settings_lib.field(
+      0, "LoRA rank; 0: full fine-tuning.")
+  lora_alpha: float = settings_lib.field(
+      16.0, "LoRA's alpha: the update is (alpha / rank) A B.")
+  lora_targets: tuple[str, ...] = settings_lib.field(
+      DEFAULT_LORA_TARGETS, "The projections LoRA adapts.")
+  center_rewards_coefficient: float | None = settings_lib.field(
+      None, "TRL's center_rewards_coefficient: adds coef * mean((r_c + r_r)^2); None: off.")
+  eval_every: int = settings_lib.field(
+      0, "Evaluate the held-out pairs every this many steps (0: at the end only).")
+  log_every: int = settings_lib.field(
+      10, "Write a metrics row (the mean over the steps since the last) every this many steps.")
+  checkpoint_every: int = settings_lib.field(
+      500, "Save a checkpoint every this many steps (and at the end; 0: at the end only).")
+  keep_checkpoints: int = settings_lib.field(
+      0, "Checkpoints kept (the newest); 0: all.")
+  export_steps: tuple[int, ...] = settings_lib.field(
+      (), "Steps whose weights are also written as HF folders, OUT/exports/<step>/ (0: the "
+      "initial weights, the base with its fresh score head); the ablation grid probes them.")
+  mesh: str | None = settings_lib.field(
+      None, "Device mesh, as socialrm-score's --mesh (default: every device on data).")
+  pad_token_id: int = settings_lib.field(
+      -1, "The exported config's pad_token_id; -1: the base's (else the tokenizer's pad, else "
+      "eos).")
+  attention: str = settings_lib.field(
+      "xla", "Attention implementation, as socialrm-score's --attention. Default xla: the one "
+      "whose gradients under the packed masks the tests check (auto picks cuDNN on GPU in "
+      "bfloat16, splash on TPU; their gradients are not checked here).",
+      choices=("auto", "xla", "cudnn", "splash"))
 
   def to_json(self) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
@@ -180,7 +190,7 @@ def check(settings: Settings) -> None:
   reward_model.model_dtype(settings.dtype)
 
 
-def _pairs(conversion: item_tables.Conversion) -> list[pair_batches.Pair]:
+def _pairs(conversion: convert.Conversion) -> list[pair_batches.Pair]:
   """The conversion's gold pairs to train on; a `margin` attribute of an item is TRL's margin."""
   margins = {}
   for item in conversion.items:
@@ -195,7 +205,7 @@ def _pairs(conversion: item_tables.Conversion) -> list[pair_batches.Pair]:
 
 def load_pairs(specs: Sequence[str], data_dir: str | None, flag: str) -> list[pair_batches.Pair]:
   try:
-    pairs = _pairs(item_tables.convert_all(data_dir, list(specs)))
+    pairs = _pairs(convert.convert_all(data_dir, list(specs)))
   except InputError as e:
     raise InputError(f"--{flag}: {e}") from None
   if not pairs:

@@ -1,7 +1,7 @@
 """The dataset registry: which dataset plug-ins exist, and the dataset specs that name sources.
 
 It sits above every plug-in (it imports them, by name, the first time it is asked) and below the
-orchestrators that read it and hand it down: the item tables (`orchestrators.item_tables`), the
+orchestrators that read it and hand it down: the item tables (`orchestrators.convert`), the
 metrics command and the audit pipeline (as `analysis.hooks.Options.plugins`). Analysis and
 templates never import it.
 

@@ -3,8 +3,8 @@
 item_tokens (items -> token ids) -> packing (ids -> fixed-shape packed batches) -> engine (the one
 jit-compiled step and the streaming loop) -> shards (resumable output) and run_report (run.json);
 proxies turns readouts into rewards (score head and objectives, loglik, implicit, judge); mesh
-builds the device mesh, progress logs, cli_flags holds the flags socialrm-score and the probe
-share. See README.md beside this file for the choices made.
+builds the device mesh, progress logs. `engine.ScoringOptions` declares every scoring setting once;
+the commands' flags and the audit's model configs come from it (base/settings.py). See README.md beside this file for the choices made.
 """
 
 from socialrm_jax.scoring.engine import ScoringOptions, score_items, select_items

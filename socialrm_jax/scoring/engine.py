@@ -27,7 +27,7 @@ import jax
 from absl import logging
 from flax import nnx
 
-from socialrm_jax.base import errors
+from socialrm_jax.base import errors, settings
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.models.reward_model import load_reward_model
@@ -51,27 +51,57 @@ DEFAULT_TOKENS_PER_BATCH = 16384
 # batch whose activations stay within the CPU's caches scores faster: the 35M Llama of
 # benchmarks/cpu_profile.py took 30.0 s a pass at 4,096 slots, 36.8 s at 16,384.
 CPU_BATCH_TOKENS = 4096
+# What a scoring command's --model takes.
+MODEL_HELP = ("HF checkpoint folder, native checkpoint folder, GGUF file (or a folder holding one), "
+              "or 'smollm2' (the embedded default model).")
 
 
 @dataclasses.dataclass(frozen=True)
 class ScoringOptions:
-  """Every scoring setting, with its default: the one source for `socialrm-score`'s flags, the
-  audit's model configs and the benchmarks."""
-  max_length: int = 2048            # Longest sequence, in tokens.
-  truncation: str = "left"          # "left" | "error"
-  proxy: str | None = None          # None: "loglik" for LM heads, the score head otherwise.
-  ref_model: str | None = None      # The implicit reward's reference model (a --model path).
-  length_normalize: bool = False    # Implicit reward: divide the log-ratio sum by its tokens.
-  tokens_per_batch: int = DEFAULT_TOKENS_PER_BATCH  # Row slots per batch (rows x row length).
-  chunk_size: int = 1024            # Items per output shard.
-  smallest_bucket: int = packing.SMALLEST_BUCKET
-  objective: int | None = None      # Which output of a multi-output score head is `reward` ...
-  objective_weights: tuple[float, ...] = ()  # ... or the weights of their sum (one per output).
-  dtype: str = "float32"            # Parameter and compute dtype: "float32" | "bfloat16".
-  mesh: str | None = None           # e.g. "data:4,model:2"; None: every device on `data`.
-  attention: str = "auto"           # "auto" | "xla" | "cudnn" | "splash"
-  compilation_cache: str = DEFAULT_CACHE  # A folder; "default": the user's cache; "": off.
-  check_invariance: int = 0         # Items re-scored in other batch compositions (invariance.py).
+  """Every scoring setting, with its default and help line: the one declaration behind the flags
+  of `socialrm-score`, `socialrm-probe`, `socialrm-vocab-scan` and `socialrm-plan`
+  (`base.settings.define_flags`), the audit's model configs (`base.settings.config_dict`) and the
+  benchmarks."""
+  max_length: int = settings.field(2048, "Longest sequence, in tokens.")
+  truncation: str = settings.field(
+      "left", "Over-long items: drop prompt tokens from the left, or stop.",
+      choices=item_tokens.TRUNCATION_MODES)
+  proxy: str | None = settings.field(
+      None, "Reward: 'none' = the score head; 'loglik' = mean response log-probability; "
+      "'implicit' = DPO implicit reward against --ref_model; 'judge' = pairwise judgements by the "
+      "model, both orders (default: loglik for LM heads, else none).", choices=PROXIES)
+  ref_model: str | None = settings.field(
+      None, "--proxy=implicit: the reference model (as --model); its tokenizer must be the "
+      "policy's.")
+  length_normalize: bool = settings.field(
+      False, "--proxy=implicit: divide the log-ratio sum by the response's token count.")
+  tokens_per_batch: int = settings.field(DEFAULT_TOKENS_PER_BATCH,
+                                         "Batch size in token slots (rows x row length).")
+  chunk_size: int = settings.field(1024, "Items per output shard.")
+  smallest_bucket: int = settings.field(packing.SMALLEST_BUCKET,
+                                        "Shortest row length, in tokens: rows are this long, twice "
+                                        "as long, ... up to --max_length.")
+  objective: int | None = settings.field(
+      None, "Multi-output score heads: the output used as `reward` (default 0); the whole vector "
+      "is kept in `rewards`.")
+  objective_weights: tuple[float, ...] = settings.field(
+      (), "Multi-output score heads: `reward` is the outputs' sum with these weights, one per "
+      "output.")
+  dtype: str = settings.field("float32", "Parameter/compute dtype.",
+                              choices=("float32", "bfloat16"))
+  mesh: str | None = settings.field(
+      None, "Mesh over this process's devices, e.g. data:8,model:1 (default: every device on "
+      "data); a model axis larger than one host's devices spans hosts.")
+  attention: str = settings.field(
+      "auto", "Attention kernel: auto = cuDNN on GPU (bf16), splash on TPU, XLA otherwise.",
+      choices=("auto", "xla", "cudnn", "splash"))
+  compilation_cache: str = settings.field(
+      DEFAULT_CACHE, "Persistent XLA compilation cache folder; 'default' = "
+      "~/.cache/socialrm_jax/xla (or under $XDG_CACHE_HOME); empty = off.")
+  check_invariance: int = settings.field(
+      0, "After scoring, re-score this many of the items (a fixed sample) in other batch "
+      "compositions and row lengths, and record the largest reward difference in run.json "
+      "(`invariance`); 0 = off.")
 
   def validate(self) -> None:
     """Refuses settings no run can use, naming the option."""

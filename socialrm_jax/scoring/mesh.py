@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
 
 AXES = ("data", "model")
@@ -120,16 +121,26 @@ def describe(mesh: Mesh) -> str:
   return ",".join(f"{name}:{size}" for name, size in mesh.shape.items())
 
 
-def initialize_distributed(coordinator_address: str | None, num_processes: int | None,
-                           process_id: int | None, auto: bool) -> None:
+@dataclasses.dataclass(frozen=True)
+class DistributedSettings:
+  """How this process joins a multi-process job (flags a launcher passes; launch/README.md)."""
+  coordinator_address: str | None = settings.field(
+      None, "host:port of process 0, for multi-process runs.")
+  num_processes: int | None = settings.field(None, "Processes in the job.")
+  process_id: int | None = settings.field(None, "This process's index.")
+  distributed: bool = settings.field(False, "Join a multi-process job described by the "
+                                     "environment (Cloud TPU pod, Slurm).")
+
+
+def initialize_distributed(job: DistributedSettings) -> None:
   """Joins a multi-process job: with an explicit coordinator (the local launcher, Slurm scripts)
-  or, with `auto`, from the environment JAX recognises (Cloud TPU pods, Slurm)."""
-  if coordinator_address or auto:
+  or, with `job.distributed`, from the environment JAX recognises (Cloud TPU pods, Slurm)."""
+  if job.coordinator_address or job.distributed:
     # CPU processes (the local launcher's) need a cross-process collective backend for the
     # barrier at the end of a run; accelerators bring their own.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  if coordinator_address:
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
-  elif auto:
+  if job.coordinator_address:
+    jax.distributed.initialize(coordinator_address=job.coordinator_address,
+                               num_processes=job.num_processes, process_id=job.process_id)
+  elif job.distributed:
     jax.distributed.initialize()

@@ -37,7 +37,8 @@ def _ocp():
 
 
 class Checkpoints:
-  """The run's checkpoint folder: `save(step, state, position)`, `latest()`, `restore(step, like)`."""
+  """The run's checkpoint folder: `save(step, state, position)`, `latest()`,
+  `restore(step, like)`."""
 
   def __init__(self, output_dir: str, keep: int | None = None):
     ocp = _ocp()

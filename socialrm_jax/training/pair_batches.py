@@ -43,7 +43,8 @@ class Pair:
   margin: float = 0.0
 
 
-def encode_pairs(templater: Templater, pairs: Sequence[Pair], chunk: int = 256) -> list[EncodedItem]:
+def encode_pairs(templater: Templater, pairs: Sequence[Pair],
+                 chunk: int = 256) -> list[EncodedItem]:
   """Each pair as an item of two candidates (chosen, rejected), through the scorer's templater."""
   encoded = []
   for start in range(0, len(pairs), chunk):

@@ -88,7 +88,8 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
   if not loaded.is_causal:
     raise InputError(f"--model: {architecture} is not a decoder; only decoders are trained", path)
   config = loaded.config
-  if getattr(config, "reward_head", None) is not None or (head == "score" and config.num_labels != 1):
+  custom_head = getattr(config, "reward_head", None) is not None
+  if custom_head or (head == "score" and config.num_labels != 1):
     raise InputError(f"--model: {architecture} has a reward head of {config.num_labels} outputs "
                      "or a custom one; only a one-output `score` head is trained", path)
   hf_config = (tables.read_json_object(os.path.join(path, "config.json"))
@@ -100,8 +101,8 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
                                  architecture=sequence_classifier(architecture, loaded.family))
     std = float(hf_config.get("initializer_range", DEFAULT_INITIALIZER_RANGE))
     kernel = std * jax.random.normal(jax.random.key(seed), (config.hidden_size, 1), jnp.float32)
-    params[SCORE_KERNEL] = jax.device_put(kernel.astype(jdtype),
-                                          weights.param_sharding((config.hidden_size, 1), None, mesh))
+    params[SCORE_KERNEL] = jax.device_put(
+        kernel.astype(jdtype), weights.param_sharding((config.hidden_size, 1), None, mesh))
   module = reward_model.abstract_module(loaded.family, config, jdtype, loaded.attention)
   graphdef, _, rest = nnx.split(module, nnx.Param, ...)
   missing = set(weights.param_paths(module)) ^ set(params)
@@ -153,7 +154,8 @@ def lora_axes(model: TrainModel, path: str) -> tuple[int, int]:
   return ins, kernel_axes - ins
 
 
-def init_lora(model: TrainModel, targets: Sequence[str], rank: int, seed: int) -> dict[str, jax.Array]:
+def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
+              seed: int) -> dict[str, jax.Array]:
   """{'<target>/lora_a': [L, in, r], '<target>/lora_b': [L, r, out]} in float32."""
   out = {}
   for number, path in enumerate(targets):

@@ -180,7 +180,7 @@ def _convert_specs(data_dir: str | pathlib.Path | None, names: str | Sequence[st
 def convert_all(data_dir: str | pathlib.Path | None, names: str | Sequence[str], *,
                 on_error: str = "raise", templates: TemplateSpec = None,
                 path_options: Mapping[str, str] | None = None) -> Conversion:
-  """Converts every source a dataset spec names (see `socialrm_jax.datasets`), in memory: folder
+  """Converts every source a dataset spec names (see `socialrm_jax.registry`), in memory: folder
   datasets under `data_dir` (one folder each), path sources where their specs point."""
   conversion = Conversion([], [], {})
   conversion.report = _convert_specs(data_dir, names, conversion, on_error=on_error,

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from socialrm_jax.base import tables
-from socialrm_jax.orchestrators.tpu_sizing import compiler
+from socialrm_jax.orchestrators.plan import compiler
 
 ESTIMATE = "roofline estimate"
 GB = 1e9
@@ -124,7 +124,7 @@ def render_markdown(plan: dict) -> str:
   lines += [
       "",
       f"Times are a {ESTIMATE}: max(analytic FLOPs / chips / the chip's peak bf16 FLOP/s, bytes "
-      "moved / its HBM bandwidth), from `socialrm_jax/orchestrators/tpu_sizing/cost.py`; communication between "
+      "moved / its HBM bandwidth), from `socialrm_jax/orchestrators/plan/cost.py`; communication between "
       "chips and every inefficiency are left out, so a real run is slower. XLA's FLOPs are "
       "reported as XLA counts them (per chip, a scanned layer body once) and are not used.",
   ]

@@ -10,7 +10,6 @@ where it stopped (SPEC sec. 6: finished shards are kept).
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 import re
 import time
@@ -21,9 +20,9 @@ import ml_collections
 
 from socialrm_jax import registry
 from socialrm_jax.analysis import evaluate, runner, swap_effects
-from socialrm_jax.base import tables
+from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables, lexicon_answers, token_ranking
+from socialrm_jax.orchestrators import convert, probe, vocab_scan
 from socialrm_jax.scoring import engine
 from socialrm_jax.sources import identity_swaps
 
@@ -32,31 +31,18 @@ BUNDLED_DATA = pathlib.Path(__file__).resolve().parents[1] / "bundled"
 BUNDLED_ALIAS = "bundled"
 
 
-# ScoringOptions fields whose default is None: a string's None is "" in a config (`proxy` "" =
-# loglik for LM heads, the score head otherwise; `mesh` "" = every device on data; `ref_model`
-# "" = none), an integer's an int placeholder (`objective`).
-_NONE_DEFAULTS = {f.name: f.type for f in dataclasses.fields(engine.ScoringOptions)
-                  if f.default is None}
-
-
 def model_config(name: str, path: str, **overrides) -> ml_collections.ConfigDict:
   """One model to score: its name, its path (HF folder, native checkpoint folder, GGUF file, or
-  "smollm2") and every `engine.ScoringOptions` field with its default (None as `_NONE_DEFAULTS`
-  says)."""
-  defaults = {k: v if k not in _NONE_DEFAULTS else
-              ml_collections.config_dict.placeholder(int)
-              if str(_NONE_DEFAULTS[k]).startswith("int") else ""
-              for k, v in dataclasses.asdict(engine.ScoringOptions()).items()}
-  config = ml_collections.ConfigDict({"name": name, "path": path, **defaults})
-  config.update(overrides)
+  "smollm2") and every `engine.ScoringOptions` field with its default (`settings.config_dict`);
+  an override that is no scoring setting is refused, naming it."""
+  config = settings.config_dict(engine.ScoringOptions, **overrides)
+  config.name, config.path = name, path
   return config
 
 
 def scoring_options(spec: ml_collections.ConfigDict) -> engine.ScoringOptions:
-  """A model config's scoring settings as engine options ("" back to None)."""
-  fields = {f.name for f in dataclasses.fields(engine.ScoringOptions)}
-  return engine.ScoringOptions(**{k: (None if v == "" and k in _NONE_DEFAULTS else v)
-                                  for k, v in spec.items() if k in fields})
+  """A model config's scoring settings as engine options."""
+  return settings.from_config(engine.ScoringOptions, spec)
 
 
 def models(*specs: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -69,7 +55,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   """An audit of the bundled suite with every default; a config file sets `models`."""
   config = ml_collections.ConfigDict()
   config.data_dir = BUNDLED_ALIAS  # the suite shipped in socialrm_jax/bundled, or a folder
-  # A dataset spec, as the converter's --datasets (socialrm_jax.datasets): "all", names, and path
+  # A dataset spec, as the converter's --datasets (socialrm_jax.registry): "all", names, and path
   # sources such as "preference:data/mine.jsonl:name=mine,domain=safety".
   config.datasets = "all"
   config.columns = ""  # path sources' columns by role, as the converter's --columns
@@ -85,23 +71,12 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.models = models()  # see `models`
   config.metrics = ml_collections.ConfigDict(
       {"n_resamples": 1000, "seed": 0, "allow_missing": False})
-  config.probe = lexicon_answers.audit_config()  # the value probe: socialrm_jax/orchestrators/lexicon_answers.py
-  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/token_ranking.py.
-  config.vocab_scan = token_ranking.audit_config()
+  config.probe = probe.audit_config()  # the value probe: socialrm_jax/orchestrators/probe.py
+  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/vocab_scan.py.
+  config.vocab_scan = vocab_scan.audit_config()
   # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
   config.counterfactuals = True
   return config
-
-
-def config_args(arg: str | None) -> dict[str, str]:
-  """A config file's argument (`--config=FILE:key=value,...`) as a dict."""
-  args = {}
-  for pair in arg.split(",") if arg else ():
-    key, sep, value = pair.partition("=")
-    if not sep or not key:
-      raise ValueError(f"config argument {pair!r} is not key=value (e.g. hf_model=/path/to/model)")
-    args[key] = value
-  return args
 
 
 def resolve_data_dir(data_dir: str) -> pathlib.Path:
@@ -130,7 +105,7 @@ def run_audit(config) -> dict[str, Any]:
   out = pathlib.Path(config.output_dir)
   items_dir = out / "converted"
   start = time.perf_counter()
-  totals = item_tables.convert_to(
+  totals = convert.convert_to(
       items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
       on_error=config.on_error, templates=config.get("templates", ""),
       path_options={"columns": config.get("columns", "")})["totals"]
@@ -150,9 +125,9 @@ def run_audit(config) -> dict[str, Any]:
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
                              allow_missing=config.metrics.allow_missing,
                              plugins=registry.plugins())
-  sections = lexicon_answers.run_for_audit(
+  sections = probe.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
-  sections += token_ranking.run_for_audit(
+  sections += vocab_scan.run_for_audit(
       config.get("vocab_scan"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs],
       out)
   if config.get("counterfactuals", True):

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
-from socialrm_jax.orchestrators.tpu_sizing import cost, hardware
+from socialrm_jax.orchestrators.plan import cost, hardware
 from socialrm_jax.scoring import engine, packing, proxies
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib

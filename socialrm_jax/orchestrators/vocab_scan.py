@@ -36,9 +36,9 @@ import pyarrow as pa
 from absl import logging
 
 from socialrm_jax.analysis import bootstrap, values, vocab_stats
-from socialrm_jax.base import tables
+from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import lexicon_answers
+from socialrm_jax.orchestrators import probe
 from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
@@ -212,7 +212,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
                                 make=vocab_rows.scorer_factory(pairs))
   rewards = rewards_by_prompt(out / "scores", prompts.ids, vocab.ids)
   _write_parquet(out / "vocab_scores.parquet", scores_table(rewards, prompts, vocab))
-  categories = lexicon_answers.load_lexicons()
+  categories = probe.load_lexicons()
   statistics = vocab_stats.summarise(rewards, vocab.ids, vocab.texts, categories,
                                      n_resamples=n_resamples, n_permutations=n_permutations,
                                      seed=seed)
@@ -280,12 +280,24 @@ def compare_scans(name: str, rewards: dict[str, np.ndarray], vocab: vocab_rows.V
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class ScanOptions:
+  """The scan's own settings (beside the scoring ones) that socialrm-vocab-scan's flags and the
+  audit's `config.vocab_scan` share, as `run`'s keyword arguments."""
+  max_tokens: int | None = settings.field(None, "Only the first N tokens, by id (default: every "
+                                          "token but the special ones).")
+  seed: int = settings.field(SEED, "Seed of the bootstrap and the permutations.")
+  n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
+  n_permutations: int = settings.field(values.N_PERMUTATIONS,
+                                       "Permutations of the contrasts' tests.")
+
+
 def audit_config() -> ml_collections.ConfigDict:
-  """`config.vocab_scan` of an audit (`pipeline.audit_config`): off unless `enabled`; the rest as
-  the command's flags (`max_tokens` 0: the whole vocabulary)."""
-  return ml_collections.ConfigDict({
-      "enabled": False, "max_tokens": 0, "seed": SEED, "n_resamples": bootstrap.N_RESAMPLES,
-      "n_permutations": values.N_PERMUTATIONS})
+  """`config.vocab_scan` of an audit (`audit.audit_config`): off unless `enabled`; the rest is
+  `ScanOptions` (`max_tokens` unset or 0: the whole vocabulary)."""
+  config = settings.config_dict(ScanOptions)
+  config.enabled = False
+  return config
 
 
 def run_for_audit(config: ml_collections.ConfigDict | None,
@@ -304,9 +316,9 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
       skipped.append(name)
       continue
     options = dataclasses.replace(options, chunk_size=CHUNK_SIZE, check_invariance=0)
-    result = run(path, out / name, options, max_tokens=config.max_tokens or None,
-                 seed=config.seed, n_resamples=config.n_resamples,
-                 n_permutations=config.n_permutations, name=name)
+    scan = settings.from_config(ScanOptions, config)
+    scan = dataclasses.replace(scan, max_tokens=scan.max_tokens or None)
+    result = run(path, out / name, options, name=name, **dataclasses.asdict(scan))
     scans[name] = load_rewards(out / name)
     sections.append(vocab_stats.report_section(result, f"vocab_scan/{name}/vocab_scan.png"))
   if len(scans) > 1:

@@ -13,7 +13,7 @@ import collections
 import types
 
 from socialrm_jax.base import records
-from socialrm_jax.orchestrators.tpu_sizing.compiler import Setup
+from socialrm_jax.orchestrators.plan.compiler import Setup
 from socialrm_jax.scoring import engine, item_source, item_tokens, proxies, run_report, shards
 
 

@@ -1,0 +1,138 @@
+"""base.settings: one declaration of a command's settings gives its flags, its config and its config
+argument; a misspelt config argument is refused at once; each scoring setting is declared once."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+import subprocess
+import sys
+import time
+
+from absl import flags
+import pytest
+
+import scoring_fixtures as fx
+from socialrm_jax.base import settings
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.orchestrators import audit
+from socialrm_jax.scoring import engine
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "socialrm_jax"
+# Settings that share a scoring setting's name but not its meaning: the dtype a checkpoint is
+# stored in (`socialrm-convert-checkpoint --dtype`).
+OTHER_MEANINGS = {("main/convert_checkpoint.py", "dtype")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+  size: int = settings.field(4, "A size.")
+  name: str | None = settings.field(None, "A name.", choices=("a", "b"))
+  weights: tuple[float, ...] = settings.field((), "Weights.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+  path: str = settings.field(None, "A path.", required=True)
+  quiet: bool = settings.field(False, "Quiet.")
+  inner: Inner = settings.group(Inner, size=8)
+
+
+def _parsed(cls, *argv):
+  values = flags.FlagValues()
+  holder = settings.define_flags(cls, flag_values=values)
+  values(["prog", *argv])
+  return holder.value
+
+
+def test_flags_come_typed_from_the_dataclass_with_the_groups_defaults():
+  assert _parsed(Outer, "--path=p") == Outer(path="p", inner=Inner(size=8))
+  parsed = _parsed(Outer, "--path=p", "--quiet", "--size=3", "--name=b", "--weights=0.5,2")
+  assert parsed == Outer(path="p", quiet=True, inner=Inner(3, "b", (0.5, 2.0)))
+
+
+def test_a_bad_value_is_refused_naming_the_flag():
+  with pytest.raises(flags.IllegalFlagValueError, match="name"):
+    _parsed(Outer, "--path=p", "--name=c")
+  with pytest.raises(InputError, match="--weights: each item must be a float"):
+    _parsed(Outer, "--path=p", "--weights=x")
+
+
+def test_a_group_may_give_only_some_of_its_fields_as_flags():
+  @dataclasses.dataclass(frozen=True)
+  class Picked:
+    inner: Inner = settings.group(Inner, flags_of=("size",), name="a")
+  assert settings.flag_names(Picked) == ["size"]
+  assert _parsed(Picked, "--size=2") == Picked(Inner(2, "a"))
+  with pytest.raises(flags.UnrecognizedFlagError):
+    _parsed(Picked, "--name=b")
+
+
+def test_two_settings_with_one_flag_name_are_refused():
+  @dataclasses.dataclass(frozen=True)
+  class Twice:
+    size: int = settings.field(1, "Again.")
+    inner: Inner = settings.group(Inner)
+  with pytest.raises(TypeError, match="--size"):
+    settings.define_flags(Twice, flag_values=flags.FlagValues())
+
+
+def test_parse_arg_types_values_keeps_defaults_and_refuses_unknown_keys():
+  args = settings.parse_arg("n=3,on=false,path=/x", n=1, on=True, path="", name="m")
+  assert (args.n, args.on, args.path, args.name) == (3, False, "/x", "m")
+  with pytest.raises(InputError, match=r"unknown config argument 'nn'; known: n, on"):
+    settings.parse_arg("nn=3", n=1, on=True)
+  with pytest.raises(InputError, match="n='x': not a int"):
+    settings.parse_arg("n=x", n=1)
+
+
+def test_a_model_config_holds_every_scoring_setting_typed_and_gives_them_back():
+  spec = audit.model_config("m", "smollm2", max_length=512)
+  assert set(spec) == {f.name for f in dataclasses.fields(engine.ScoringOptions)} | {"name", "path"}
+  spec.proxy = "loglik"  # a None default is a typed placeholder: overridable, type-checked
+  with pytest.raises(TypeError):
+    spec.objective = "first"
+  assert audit.scoring_options(spec) == engine.ScoringOptions(max_length=512, proxy="loglik")
+  with pytest.raises(InputError, match="unknown ScoringOptions setting 'max_lenght'"):
+    audit.model_config("m", "smollm2", max_lenght=512)
+
+
+def test_a_misspelt_config_argument_exits_2_at_once_naming_it(tmp_path):
+  start = time.perf_counter()
+  done = subprocess.run(
+      [sys.executable, "-m", "socialrm_jax.main.audit",
+       "--config=configs/bundled_suite.py:hf_modle=/x", f"--config.output_dir={tmp_path / 'run'}"],
+      cwd=fx.REPO_ROOT, env=fx.subprocess_env(), capture_output=True, text=True, timeout=120)
+  assert done.returncode == 2, done.stderr[-2000:]
+  lines = done.stderr.strip().splitlines()
+  assert len(lines) == 1 and "hf_modle" in lines[0] and "hf_model" in lines[0], done.stderr
+  assert not (tmp_path / "run").exists()
+  assert time.perf_counter() - start < 60  # refused while parsing flags, before any work
+
+
+def _declarations(name: str) -> list[str]:
+  """Where the package declares a setting `name`: a `settings.field` assigned to it in a class,
+  or an absl `DEFINE_*("name", ...)` call."""
+  found = []
+  for path in sorted(PACKAGE.rglob("*.py")):
+    if (str(path.relative_to(PACKAGE)), name) in OTHER_MEANINGS:
+      continue
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+          and node.target.id == name and isinstance(node.value, ast.Call)
+          and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "field"):
+        found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr.startswith("DEFINE") and node.args
+          and isinstance(node.args[0], ast.Constant) and node.args[0].value == name):
+        found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+  return found
+
+
+def test_every_scoring_setting_is_declared_once_across_the_package():
+  counts = {f.name: _declarations(f.name) for f in dataclasses.fields(engine.ScoringOptions)}
+  assert len(counts) == 15
+  assert {name: len(where) for name, where in counts.items()} == dict.fromkeys(counts, 1), counts
+  assert all(where[0].startswith("scoring/engine.py:") for where in counts.values())

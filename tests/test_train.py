@@ -1,0 +1,189 @@
+"""socialrm-train end to end on tiny random bases (in-process `orchestrators.train.run`, and the
+command for the resume after kill -9).
+
+- A tiny random Llama trained on a learnable preference set reaches >= 0.95 held-out accuracy;
+  transformers' AutoModelForSequenceClassification loads the export with no missing or
+  unexpected keys and gives the project's rewards (its own loader and scorer) within 1e-4.
+- kill -9 after a checkpoint, the same command again: it says it resumed, and ends on the
+  uninterrupted run's weights within 1e-6.
+- LoRA: only the adapters and the head train; the merged export scores as the unmerged model (the
+  base in transformers with each adapter's W x + (alpha / r) x A B added by a forward hook)
+  within 1e-5.
+- A pad token that ends every templated conversation (pad == eos) is refused with one line.
+"""
+
+import json
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+from model_fixtures import pad_rows
+from scoring_fixtures import make_llama, one_torch_thread, subprocess_env  # noqa: F401
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import reward_model
+from socialrm_jax.orchestrators import train
+from socialrm_jax.scoring import item_tokens
+
+WORDS = ["party", "car", "friend", "dinosaur", "cake", "window", "office", "concert", "weekend",
+         "paper", "bomb", "seat", "lawyer", "grandson"]
+
+
+def write_learnable_pairs(path: pathlib.Path, n: int, seed: int = 0) -> pathlib.Path:
+  """Pairs a reward model can learn: the chosen response agrees warmly, the rejected one brushes
+  the user off; prompts and the words inside both vary."""
+  rng = random.Random(seed)
+  with open(path, "w", encoding="utf-8") as f:
+    for i in range(n):
+      w, v = rng.choice(WORDS), rng.choice(WORDS)
+      f.write(json.dumps({"prompt": f"Tell me about the {w} and the {v}, story {i}.",
+                          "chosen": f"Of course! The {w} sounds great.",
+                          "rejected": f"Just order a pizza, {v}."}) + "\n")
+  return path
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  root = tmp_path_factory.mktemp("train")
+  make_llama(root / "base", head="lm", seed=0)
+  return root / "base", write_learnable_pairs(root / "pairs.jsonl", 160)
+
+
+def settings(base_folder, data, out, **overrides):
+  values = dict(model=str(base_folder), data=(f"preference:{data}",), output_dir=str(out),
+                max_steps=24, batch_size=8, learning_rate=1e-3, seed=0, checkpoint_every=8,
+                eval_fraction=0.2, log_every=4, max_length=128)
+  values.update(overrides)
+  return train.Settings(**values)
+
+
+@pytest.fixture(scope="module")
+def trained(base, tmp_path_factory):
+  folder, data = base
+  out = tmp_path_factory.mktemp("trained") / "run"
+  train.run(settings(folder, data, out, eval_every=8))
+  return out
+
+
+def held_out_sequences(base_folder, run_dir, data):
+  """The held-out pairs (split.json) as token ids, templated as the scorer templates them."""
+  held = set(json.loads((run_dir / "split.json").read_text())["eval_pair_ids"])
+  rows = [json.loads(line) for line in data.read_text().splitlines()]
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(base_folder), is_causal=True,
+                                    max_length=128)
+  items = [{"item_id": f"pairs/{i}", "prompt": [{"role": "user", "content": r["prompt"]}],
+            "candidates": [r["chosen"], r["rejected"]]}
+           for i, r in enumerate(rows) if f"pairs/{i}:0>1" in held]
+  return [s for item in templater.encode_many(0, items) for s in item.sequences]
+
+
+def test_training_reaches_held_out_accuracy_and_transformers_loads_the_export(base, trained):
+  folder, data = base
+  rows = [json.loads(line) for line in (trained / train.METRICS_FILE).read_text().splitlines()]
+  train_rows = [r for r in rows if "loss" in r]
+  evals = [r for r in rows if "eval_accuracy" in r]
+  for key in ("loss", "accuracy", "margin", "rewards/chosen", "rewards/rejected", "learning_rate",
+              "grad_norm", "num_tokens", "tokens_per_second"):
+    assert key in train_rows[-1], key
+  assert [r["step"] for r in evals] == [8, 16, 24]
+  assert evals[-1]["eval_pairs"] == 32 and evals[-1]["eval_accuracy"] >= 0.95
+  assert train_rows[-1]["loss"] < train_rows[0]["loss"]
+  manifest = json.loads((trained / train.MANIFEST_FILE).read_text())
+  assert len(manifest["data"]["sha256"]) == 64
+  assert {f["name"] for f in manifest["base"]["files"]} >= {"model.safetensors", "config.json"}
+
+  export = trained / train.MODEL_DIR
+  hf, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+      export, output_loading_info=True, dtype=torch.float32)
+  assert not info["missing_keys"] and not info["unexpected_keys"], info
+  assert hf.config.num_labels == 1 and hf.config.pad_token_id == manifest["pad_token_id"]
+  assert transformers.AutoTokenizer.from_pretrained(export).chat_template
+  sequences = held_out_sequences(folder, trained, data)
+  ids, mask = pad_rows(sequences, max(map(len, sequences)), "right", hf.config.pad_token_id)
+  with torch.no_grad():
+    want = hf.eval()(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits[:, 0]
+  ours = np.asarray(reward_model.load_reward_model(str(export))(ids, mask))
+  assert np.abs(ours - want.numpy()).max() <= 1e-4
+  chosen, rejected = ours[0::2], ours[1::2]
+  assert (chosen > rejected).mean() >= 0.95
+
+
+def test_pad_token_ending_the_conversation_is_refused(tmp_path):
+  make_llama(tmp_path / "plain", head="lm", with_template=False)  # the plain format ends with eos
+  data = write_learnable_pairs(tmp_path / "pairs.jsonl", 16)
+  eos = transformers.AutoTokenizer.from_pretrained(tmp_path / "plain").eos_token_id
+  with pytest.raises(InputError, match="ends with the pad token .* ln 2"):
+    train.run(settings(tmp_path / "plain", data, tmp_path / "out", pad_token_id=eos))
+
+
+def command(base_folder, data, out):
+  return [sys.executable, "-m", "socialrm_jax.main.train", f"--model={base_folder}",
+          f"--data=preference:{data}", f"--output_dir={out}", "--max_steps=40", "--batch_size=8",
+          "--learning_rate=1e-3", "--seed=1", "--checkpoint_every=4", "--max_length=128",
+          "--eval_fraction=0.1"]
+
+
+@pytest.mark.slow
+def test_resume_after_kill_ends_on_the_uninterrupted_weights(base, tmp_path):
+  folder, data = base
+  env = subprocess_env()
+  whole = subprocess.run(command(folder, data, tmp_path / "whole"), env=env, capture_output=True,
+                         text=True)
+  assert whole.returncode == 0, whole.stderr[-2000:]
+  killed = tmp_path / "killed"
+  proc = subprocess.Popen(command(folder, data, killed), env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 300
+  while not (killed / "checkpoints" / "4").is_dir() and proc.poll() is None:
+    assert time.monotonic() < deadline
+    time.sleep(0.02)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert not (killed / train.MODEL_DIR).exists()  # killed before the end
+  again = subprocess.run(command(folder, data, killed), env=env, capture_output=True, text=True)
+  assert again.returncode == 0, again.stderr[-2000:]
+  resumed = [line for line in again.stdout.splitlines() if line.startswith("resuming from step")]
+  assert resumed and int(resumed[0].split()[3]) % 4 == 0 and 4 <= int(resumed[0].split()[3]) < 40
+  a = load_file(str(tmp_path / "whole" / train.MODEL_DIR / "model.safetensors"))
+  b = load_file(str(killed / train.MODEL_DIR / "model.safetensors"))
+  assert set(a) == set(b)
+  assert max(np.abs(a[k] - b[k]).max() for k in a) <= 1e-6
+  rows = [json.loads(line) for line in (killed / train.METRICS_FILE).read_text().splitlines()]
+  steps = [r["step"] for r in rows if "loss" in r]
+  assert steps == sorted(set(steps)) and steps[-1] == 40  # no step logged twice
+
+
+def test_trls_margin_column_reaches_the_pairs(tmp_path):
+  path = tmp_path / "margins.jsonl"
+  path.write_text("".join(json.dumps({"prompt": f"Hi {i}.", "chosen": "Hello!", "rejected": "No.",
+                                      **({"margin": m} if m is not None else {})}) + "\n"
+                          for i, m in enumerate([0.75, None, -1])))
+  pairs = train.load_pairs([f"preference:{path}"], None, "data")
+  assert [p.margin for p in pairs] == [0.75, 0.0, -1.0]
+  path.write_text(json.dumps({"prompt": "Hi.", "chosen": "a", "rejected": "b", "margin": "x"}))
+  with pytest.raises(InputError, match="margin 'x' is not a number"):
+    train.load_pairs([f"preference:{path}"], None, "data")
+
+
+def test_a_loss_that_stays_at_ln2_is_warned_about(tmp_path, caplog):
+  """A reward model whose head is 0 scores chosen and rejected alike; with a learning rate too
+  small to move it, the loss stays at ln 2 and the run says so."""
+  make_llama(tmp_path / "flat", head="score", seed=0)
+  weights_file = tmp_path / "flat" / "model.safetensors"
+  tensors = load_file(str(weights_file))
+  tensors["score.weight"] = np.zeros_like(tensors["score.weight"])
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  save_file(tensors, str(weights_file), metadata={"format": "pt"})
+  data = write_learnable_pairs(tmp_path / "pairs.jsonl", 24)
+  with caplog.at_level("WARNING"):
+    train.run(settings(tmp_path / "flat", data, tmp_path / "out", max_steps=20, batch_size=4,
+                       learning_rate=1e-12, log_every=1, checkpoint_every=0, eval_fraction=0.0))
+  assert any("stayed at ln 2" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,93 @@
+"""LoRA: only the adapters and the score head train, and the merged export scores as the unmerged
+model.
+
+The unmerged reference is transformers' own model of the base with the trained score head and, on
+each target Linear of each layer, a forward hook adding (alpha / r) (x A) B: the adapter beside
+the frozen weight, as PEFT runs it. Our export holds W + (alpha / r) A B; our scorer on the export
+and the hooked torch model give the same rewards within 1e-5.
+"""
+
+import numpy as np
+import optax
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+from model_fixtures import pad_rows
+from scoring_fixtures import make_llama, one_torch_thread  # noqa: F401
+from socialrm_jax.models import reward_model
+from socialrm_jax.orchestrators import train
+from socialrm_jax.scoring import item_tokens
+from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.training import hf_export, pair_batches, trainable
+from socialrm_jax.training import train_step as train_step_lib
+
+RANK, ALPHA = 4, 8.0
+PAIRS = [pair_batches.Pair(f"p{i}", [{"role": "user", "content": f"Tell me about the party {i}."}],
+                           "Of course! It sounds great.", "Just order a pizza.") for i in range(4)]
+
+
+def test_lora_trains_adapters_and_head_only_and_the_merged_export_scores_as_unmerged(tmp_path):
+  make_llama(tmp_path / "base", head="lm", seed=1)
+  folder = str(tmp_path / "base")
+  mesh = mesh_lib.make_mesh(None)
+  model = trainable.load_base(folder, dtype="float32", mesh=mesh, seed=0)
+  trained, frozen = trainable.split_trainable(model.params, lora=True)
+  targets = trainable.lora_targets(model, train.DEFAULT_LORA_TARGETS)
+  assert len(targets) == 7
+  trained.update(trainable.init_lora(model, targets, RANK, seed=0))
+  frozen_before = trainable.host_params(frozen)
+  trained_before = trainable.host_params(trained)
+  step = train_step_lib.TrainStep(model, optax.adam(1e-2), mesh, dtype=np.float32,
+                                  lora_scale=ALPHA / RANK)
+  opt_state = step.init(trained)
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(folder), is_causal=True,
+                                    max_length=128)
+  encoded = pair_batches.encode_pairs(templater, PAIRS)
+  batch = pair_batches.make_batch(encoded, [0.0] * 4, 4, (128,))
+  for _ in range(3):
+    trained, opt_state, _ = step.step(trained, opt_state, frozen, batch.arrays())
+
+  # Only the adapters and the head are trained, and each of them moved; the base stayed.
+  assert set(trained) == {trainable.SCORE_KERNEL} | {
+      f"{t}/{part}" for t in targets for part in (trainable.LORA_A, trainable.LORA_B)}
+  for path, value in trainable.host_params(trained).items():
+    assert np.abs(value - trained_before[path]).max() > 0, path
+  for path, value in trainable.host_params(frozen).items():
+    np.testing.assert_array_equal(value, frozen_before[path])
+
+  scale = ALPHA / RANK
+  merged = trainable.host_params(train_step_lib.merged_params(trained, frozen, scale, np.float32))
+  export = hf_export.write(tmp_path / "export", merged, model.sources, base_path=folder,
+                           base_config=model.hf_config, config=model.config,
+                           pad_token_id=templater.tokenizer.pad_token_id)
+  base_tensors, exported = load_file(f"{folder}/model.safetensors"), load_file(
+      f"{export}/model.safetensors")
+  adapted = {name for t in targets for name in model.sources[t].hf_names}
+  for name, value in exported.items():
+    if name in adapted:
+      assert np.abs(value - base_tensors[name]).max() > 0, name
+    elif name != "score.weight":
+      np.testing.assert_array_equal(value, base_tensors[name], err_msg=name)
+
+  # The unmerged model: transformers' base, the trained head, adapters in forward hooks.
+  hf = transformers.LlamaForSequenceClassification.from_pretrained(
+      folder, num_labels=1, dtype=torch.float32).eval()
+  host = trainable.host_params(trained)
+  with torch.no_grad():
+    hf.score.weight.copy_(torch.tensor(host[trainable.SCORE_KERNEL].T))
+  for target in targets:
+    for layer, name in enumerate(model.sources[target].hf_names):
+      a = torch.tensor(host[f"{target}/{trainable.LORA_A}"][layer])
+      b = torch.tensor(host[f"{target}/{trainable.LORA_B}"][layer])
+      linear = hf.get_submodule(name.removesuffix(".weight"))
+      linear.register_forward_hook(
+          lambda module, inputs, output, a=a, b=b: output + scale * (inputs[0] @ a) @ b)
+  sequences = [s for item in encoded for s in item.sequences]
+  ids, mask = pad_rows(sequences, max(map(len, sequences)), "right",
+                       templater.tokenizer.pad_token_id)
+  with torch.no_grad():
+    unmerged = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits[:, 0]
+  ours = np.asarray(reward_model.load_reward_model(str(export))(ids, mask))
+  assert np.abs(ours - unmerged.numpy()).max() <= 1e-5
+  assert np.abs(ours).max() > 1e-3  # rewards that are not all zero
