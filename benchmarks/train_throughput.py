@@ -46,7 +46,7 @@ from absl import app, flags
 
 import gpu_throughput_inputs as inputs
 from gpu_throughput_presets import SIZES, log
-from socialrm_jax.orchestrators import item_tables
+from socialrm_jax.orchestrators import convert
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "socialrm_jax" / "bundled"
@@ -78,7 +78,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of both trainer
 def select_pairs(data_dir: pathlib.Path, count: int, tokenizer, max_length: int) -> list[dict]:
   """The first `count` HH-RLHF pairs whose templated sequences fit `max_length` (TRL drops longer
   ones), as the project's pairs file rows, each with its `tokens`."""
-  converted = item_tables.convert_all(data_dir, "hh_rlhf")
+  converted = convert.convert_all(data_dir, "hh_rlhf")
   rows = []
   for pair in converted.pairs:
     lengths = [len(tokenizer.apply_chat_template(
@@ -241,7 +241,7 @@ def main(argv):
   for run in _RUNS.value:
     if run not in RUNS:
       raise app.UsageError(f"--runs: {run!r} is none of {', '.join(RUNS)}")
-  converted = item_tables.convert_all(data_dir, "hh_rlhf")
+  converted = convert.convert_all(data_dir, "hh_rlhf")
   texts = inputs.corpus(converted.items)
   model = build_model(preset, texts, work / "models", _SEED.value)
   import transformers

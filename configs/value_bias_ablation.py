@@ -11,7 +11,8 @@ by `socialrm-train` and probed along its training (agency vs communion).
 
 Argument keys (`key=value,...`): `preset` (`tiny`, the default, or `study`), `output_dir`; for
 `tiny`, `bases_dir` (what tools/tiny_bases.py wrote, default runs/tiny_bases); for `study`, each
-base's folder by its name (`llama`, `gemma2`). Every field can be overridden with
+base's folder by its name (`llama`, `gemma2`) and each source's spec (`skywork_80k`,
+`unified_feedback`; a spec holding commas is given as `--config.sources.NAME.spec=...`). Every field can be overridden with
 `--config.FIELD=...` (e.g. `--config.seeds="(0, 1, 2)"`, `--config.train.learning_rate=2e-5`).
 
 Presets:
@@ -28,7 +29,8 @@ Presets:
 
 import ml_collections
 
-from socialrm_jax.orchestrators.pipeline import config_args
+from socialrm_jax.base import settings
+from socialrm_jax.base.errors import InputError
 
 STUDY_TRAIN = dict(lora_rank=32, lora_alpha=64.0, learning_rate=1e-5, epochs=2, batch_size=16,
                    max_length=1024, dtype="bfloat16", eval_fraction=0.05, warmup_steps=0,
@@ -63,31 +65,29 @@ def audit(checkpoints: int, words_per_category: int, n_resamples: int, n_permuta
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = config_args(arg)
-  preset = args.get("preset", "tiny")
+  # The argument's keys: any other is refused, naming it.
+  args = settings.parse_arg(arg, preset="tiny", output_dir="", bases_dir="runs/tiny_bases",
+                            llama="", gemma2="", skywork_80k="", unified_feedback="")
   config = ml_collections.ConfigDict()
-  if preset == "study":
-    config.output_dir = args.get("output_dir", "runs/value_bias")
+  if args.preset == "study":
+    config.output_dir = args.output_dir or "runs/value_bias"
     config.data_dir = ""  # folder datasets' parent; the study's sources are paths
-    config.bases = {"llama": base(args.get("llama", ""), "llama"),
-                    "gemma2": base(args.get("gemma2", ""), "gemma2")}
+    config.bases = {"llama": base(args.llama, "llama"), "gemma2": base(args.gemma2, "gemma2")}
     config.sources = {
-        "skywork_80k": source(args.get("skywork_80k", ""), (0,)),
-        "unified_feedback": source(args.get("unified_feedback", ""),
-                                   (10_000, 20_000, 40_000, 80_000))}
+        "skywork_80k": source(args.skywork_80k, (0,)),
+        "unified_feedback": source(args.unified_feedback, (10_000, 20_000, 40_000, 80_000))}
     config.seeds = (0, 1, 2)
     config.train = STUDY_TRAIN
     config.audit = audit(6, 12, 1000, 10_000, "bfloat16")
-  elif preset == "tiny":
-    config.output_dir = args.get("output_dir", "runs/value_bias_tiny")
+  elif args.preset == "tiny":
+    config.output_dir = args.output_dir or "runs/value_bias_tiny"
     config.data_dir = "bundled"  # socialrm_jax/bundled: the HH-RLHF slice's 60 pairs
-    bases_dir = args.get("bases_dir", "runs/tiny_bases")
-    config.bases = {"llama": base(f"{bases_dir}/llama", "llama"),
-                    "gemma2": base(f"{bases_dir}/gemma2", "gemma2")}
+    config.bases = {"llama": base(f"{args.bases_dir}/llama", "llama"),
+                    "gemma2": base(f"{args.bases_dir}/gemma2", "gemma2")}
     config.sources = {"hh_rlhf": source("hh_rlhf", (16, 48))}
     config.seeds = (0, 1)
     config.train = TINY_TRAIN
     config.audit = audit(3, 4, 200, 200, "float32")
   else:
-    raise ValueError(f"preset={preset!r}: use tiny or study")
+    raise InputError(f"config argument preset={args.preset!r}: use tiny or study")
   return config

@@ -47,13 +47,12 @@ CHAT_TEMPLATES = {
 def corpus() -> list[str]:
   """The texts the tokenizer learns: the bundled HH-RLHF slice's turns and responses, the value
   probe's prompts and lexicon words (answers as the probe writes them)."""
-  from socialrm_jax.orchestrators import item_tables, lexicon_answers
-  bundled = pathlib.Path(lexicon_answers.LEXICONS).parent
-  converted = item_tables.convert_all(bundled, "hh_rlhf")
+  from socialrm_jax.orchestrators import audit, convert, probe
+  converted = convert.convert_all(audit.BUNDLED_DATA, "hh_rlhf")
   texts = [m["content"] for item in converted.items for m in item["prompt"]]
   texts += [c for item in converted.items for c in item["candidates"]]
-  texts += list(lexicon_answers.PROMPTS)
-  texts += [lexicon_answers.answer(w) for ws in lexicon_answers.load_lexicons().values()
+  texts += list(probe.PROMPTS)
+  texts += [probe.answer(w) for ws in probe.load_lexicons().values()
             for w in ws]
   return texts
 

@@ -2,7 +2,7 @@
 the base family's effect across runs, the table and the plot.
 
 A grid (`orchestrators/ablation.py`) trains one reward model per (data source, base, quantity,
-seed) and probes its checkpoints with the value probe (`orchestrators/lexicon_answers.py`). A
+seed) and probes its checkpoints with the value probe (`orchestrators/probe.py`). A
 checkpoint's value is the probe's communion - agency contrast with its sign turned, agency -
 communion (competence - warmth: a positive value favours agency), with the probe's 95% bootstrap
 interval over words and prompts (the interval of the negated resamples is the negated, swapped

@@ -17,6 +17,7 @@ import pathlib
 from ml_collections import config_flags
 
 from socialrm_jax.base import errors
+from socialrm_jax.main import command
 from socialrm_jax.orchestrators import ablation
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -24,22 +25,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 
 
-def load_config():
-  """The parsed --config; a file that could not be loaded is the user's error, named here."""
-  config = _CONFIG.value
-  if config is None:
-    raise errors.InputError("--config is required (e.g. configs/value_bias_ablation.py)")
-  try:
-    config.get("output_dir")
-  except OSError as e:
-    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
-    raise errors.InputError(f"--config: cannot load the config file: {reason}") from None
-  return config
-
-
 def main(argv):
   del argv
-  config = load_config()
+  config = command.load_config(_CONFIG, "configs/value_bias_ablation.py")
   errors.check_output_folder(config.output_dir, "config.output_dir")
   ablation.run(config)
   out = pathlib.Path(config.output_dir)
@@ -48,7 +36,8 @@ def main(argv):
 
 
 def run():
-  errors.run_command("socialrm-ablation", main)
+  command.run_command("socialrm-ablation", main,
+                      explain_flag_error=command.unknown_config_field)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ preference data by the same procedure, each audited along its training by the va
   python -m socialrm_jax.main.ablation --config=configs/value_bias_ablation.py:preset=tiny
 
 The grid is bases x data sources x quantities x seeds (`configs/value_bias_ablation.py`). For
-each data source the converter reads its spec once (`item_tables.convert_all`), its gold pairs are
+each data source the converter reads its spec once (`convert.convert_all`), its gold pairs are
 shuffled once (`numpy.random.default_rng(config.shuffle_seed)`), and a quantity q is the first q
 pairs of that shuffle (0: all), written to `OUTPUT/data/<source>/pairs-<q>.jsonl`: the quantities
 are nested prefixes, so a larger subsample holds every pair of a smaller one, and every base and
@@ -12,10 +12,10 @@ seed trains on the same file. A run trains with `orchestrators.train` (the setti
 `config.train`, its seed the run's) into `OUTPUT/runs/<source>/<base>/<q>/seed<seed>/train/`, and
 exports its weights at step 0 (the base with its fresh score head) and at `config.audit.checkpoints`
 steps spaced evenly on a log scale up to the last (`analysis.ablation.log_spaced_steps`; the
-last is the run's final model). Each is probed (`orchestrators.lexicon_answers`, the settings of
+last is the run's final model). Each is probed (`orchestrators.probe`, the settings of
 `config.audit.probe`) into `.../probe/<step>/`, and the export is removed once its probe is
 written (a study base's export is the base's size). With `config.audit.vocab_scan.enabled` the
-final model is also scanned (`orchestrators.token_ranking`) into `.../vocab_scan/`.
+final model is also scanned (`orchestrators.vocab_scan`) into `.../vocab_scan/`.
 
 A rerun skips what is done: a trained run (its manifest names its export), a probe whose
 probe.json exists; a run killed mid-training resumes from its last checkpoint (the trainer's own
@@ -42,8 +42,8 @@ from absl import logging
 from socialrm_jax.analysis import ablation
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import item_tables, lexicon_answers, token_ranking, train
-from socialrm_jax.orchestrators.pipeline import resolve_data_dir
+from socialrm_jax.orchestrators import convert, probe, train, vocab_scan
+from socialrm_jax.orchestrators.audit import resolve_data_dir
 from socialrm_jax.scoring import engine
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.training import pair_batches
@@ -119,7 +119,7 @@ def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str |
   if all(path.exists() for path in wanted.values()):
     return wanted
   try:
-    pairs = item_tables.convert_all(data_dir, data.spec).pairs
+    pairs = convert.convert_all(data_dir, data.spec).pairs
   except InputError as e:
     raise InputError(f"config.sources.{name}.spec: {e}") from None
   order = np.random.default_rng(data.shuffle_seed).permutation(len(pairs))
@@ -194,7 +194,7 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
     raise RuntimeError(f"{run.name}: the trainer took {manifest['total_steps']} steps, the grid "
                        f"counted {total}")
   options = probe_options(config)
-  probe = config.audit.probe
+  probing = config.audit.probe
   rows = []
   for step in steps:
     model = train_dir / (train.MODEL_DIR if step == total else f"{EXPORTS}/{step}")
@@ -202,11 +202,10 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
     if (probe_dir / "probe.json").exists():
       result = tables.read_json_object(probe_dir / "probe.json")
     else:
-      result = lexicon_answers.run(str(model), probe_dir, options,
-                                   words_per_category=probe.words_per_category, seed=probe.seed,
-                                   n_resamples=probe.n_resamples,
-                                   n_permutations=probe.n_permutations,
-                                   name=f"{run.name}@{step}")
+      result = probe.run(str(model), probe_dir, options,
+                         words_per_category=probing.words_per_category, seed=probing.seed,
+                         n_resamples=probing.n_resamples,
+                         n_permutations=probing.n_permutations, name=f"{run.name}@{step}")
     if step != total:
       shutil.rmtree(model, ignore_errors=True)  # probed: its weights are the base's size
     rows.append({"run": run.name, "source": run.source, "base": run.base, "family": run.family,
@@ -216,9 +215,9 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
                  **ablation.agency_minus_communion(result)})
   scan = config.audit.vocab_scan
   if scan.enabled and not (folder / "vocab_scan" / "scan.json").exists():
-    token_ranking.run(str(train_dir / train.MODEL_DIR), folder / "vocab_scan", options,
-                      max_tokens=scan.max_tokens or None, seed=probe.seed,
-                      n_resamples=scan.n_resamples, n_permutations=probe.n_permutations,
+    vocab_scan.run(str(train_dir / train.MODEL_DIR), folder / "vocab_scan", options,
+                      max_tokens=scan.max_tokens or None, seed=probing.seed,
+                      n_resamples=scan.n_resamples, n_permutations=probing.n_permutations,
                       name=run.name)
   return rows
 
