@@ -73,6 +73,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "Folder holding hh_rlhf/ (the 
 _WORK_DIR = flags.DEFINE_string("work_dir", "runs/train_throughput", "Where everything goes.")
 _RUNS = flags.DEFINE_list("runs", list(RUNS), "Which trainers run, in this order.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of both trainers.")
+_PAIRS = flags.DEFINE_integer("pairs", None, "Pairs to train on instead of the preset's.")
 
 
 def select_pairs(data_dir: pathlib.Path, count: int, tokenizer, max_length: int) -> list[dict]:
@@ -235,6 +236,8 @@ def table(results: dict, tokens: int) -> list[str]:
 def main(argv):
   del argv
   preset = PRESETS[_PRESET.value]
+  if _PAIRS.value is not None:
+    preset = dataclasses.replace(preset, pairs=_PAIRS.value)
   work = pathlib.Path(_WORK_DIR.value).resolve()
   (work / "models").mkdir(parents=True, exist_ok=True)
   data_dir = pathlib.Path(_DATA_DIR.value) if _DATA_DIR.value else BUNDLED
