@@ -156,6 +156,10 @@ def test_quantities_are_nested_prefixes_of_one_shuffle(tmp_path):
     data.quantities = (61,)
   with pytest.raises(InputError, match=r"quantities: 61 pairs asked, the source has 60"):
     orchestrator.write_subsamples("hh_rlhf", data, BUNDLED, tmp_path / "more")
+  with data.unlocked():
+    data.shuffle_seed = 1
+  with pytest.raises(InputError, match=r"holds subsamples of 'hh_rlhf' \(shuffle seed 0\)"):
+    orchestrator.write_subsamples("hh_rlhf", data, BUNDLED, tmp_path)
 
 
 @pytest.mark.slow

@@ -116,8 +116,14 @@ def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str |
   """{quantity: its pairs file}: nested prefixes of one seeded shuffle of the source's pairs."""
   folder = out / "data" / name
   wanted = {int(q): folder / f"pairs-{int(q)}.jsonl" for q in data.quantities}
-  if all(path.exists() for path in wanted.values()):
-    return wanted
+  if (folder / "shuffle.json").exists():
+    written = tables.read_json_object(folder / "shuffle.json")
+    if (written["spec"], written["shuffle_seed"]) != (data.spec, data.shuffle_seed):
+      raise InputError(f"holds subsamples of {written['spec']!r} (shuffle seed "
+                       f"{written['shuffle_seed']}), not of config.sources.{name}: use a new "
+                       "config.output_dir", folder)
+    if all(path.exists() for path in wanted.values()):
+      return wanted
   try:
     pairs = convert.convert_all(data_dir, data.spec).pairs
   except InputError as e:
