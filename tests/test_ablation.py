@@ -186,7 +186,8 @@ def test_a_tiny_grid_end_to_end_and_a_rerun_skips_it(tmp_path):
                         "probe.json").read_text())
     assert row["value"] == -probe["contrasts"][ablation.CONTRAST]["difference"]
   run = tmp_path / "grid" / "runs" / "hh_rlhf" / "llama" / "8" / "seed0"
-  assert not (run / "train" / "exports" / "0").exists()  # probed, then removed
+  assert (run / "train" / "checkpoints" / "0").is_dir()  # the initial weights, checkpointed
+  assert not (run / "exports" / "0").exists()  # exported, probed, then removed
   assert (run / "train" / "model" / "config.json").exists()
   assert (tmp_path / "grid" / "value_bias_ablation.png").stat().st_size > 10_000
   assert "| hh_rlhf | llama | llama | 8 | 0 | 0: " in first.stdout

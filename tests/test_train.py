@@ -69,7 +69,7 @@ def settings(base_folder, data, out, **overrides):
 def trained(base, tmp_path_factory):
   folder, data = base
   out = tmp_path_factory.mktemp("trained") / "run"
-  train.run(settings(folder, data, out, eval_every=8))
+  train.run(settings(folder, data, out, eval_every=8, checkpoint_steps=(0, 2)))
   return out
 
 
@@ -187,3 +187,30 @@ def test_a_loss_that_stays_at_ln2_is_warned_about(tmp_path, caplog):
     train.run(settings(tmp_path / "flat", data, tmp_path / "out", max_steps=20, batch_size=4,
                        learning_rate=1e-12, log_every=1, checkpoint_every=0, eval_fraction=0.0))
   assert any("stayed at ln 2" in r.getMessage() for r in caplog.records)
+
+
+def test_bad_flags_are_one_line_and_exit_code_2(base, tmp_path):
+  folder, data = base
+  done = subprocess.run(command(folder, data, tmp_path / "out") + ["--batch_size=0"],
+                        env=subprocess_env(), capture_output=True, text=True)
+  assert done.returncode == 2
+  assert done.stderr.strip().splitlines()[-1] == (
+      "socialrm-train: error: --batch_size must be at least 1, got 0")
+
+
+def test_a_checkpoint_exports_as_a_model(base, trained, tmp_path):
+  """`export_checkpoint`: the last step's is the run's export; step 0's is the base with the new
+  head; a step with no checkpoint is one line naming those there are."""
+  folder, data = base
+  run = settings(folder, data, trained, eval_every=8, checkpoint_steps=(0, 2))
+  assert [int(p.name) for p in sorted((trained / "checkpoints").iterdir(), key=lambda p: int(
+      p.name))] == [0, 2, 8, 16, 24]
+  last = load_file(f"{train.export_checkpoint(run, 24, tmp_path / 'last')}/model.safetensors")
+  final = load_file(str(trained / train.MODEL_DIR / "model.safetensors"))
+  assert all(np.array_equal(last[k], final[k]) for k in final)
+  first = load_file(f"{train.export_checkpoint(run, 0, tmp_path / 'first')}/model.safetensors")
+  base_tensors = load_file(str(folder / "model.safetensors"))
+  assert all(np.array_equal(first[k], base_tensors[k]) for k in first if k != "score.weight")
+  assert not np.array_equal(first["score.weight"], final["score.weight"])
+  with pytest.raises(InputError, match="no checkpoint at step 5 .* there are: 0, 2, 8, 16, 24"):
+    train.export_checkpoint(run, 5, tmp_path / "none")

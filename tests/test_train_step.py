@@ -61,7 +61,7 @@ def trl_loss_and_grads(model, folder, pairs, margin, center, tmp_path):
   loss = trainer.compute_loss(trainer.model, inputs)
   loss.backward()
   grads = {name: p.grad.detach().numpy().copy() for name, p in trainer.model.named_parameters()}
-  return float(loss), grads
+  return float(loss.detach()), grads
 
 
 _STEPS = {}

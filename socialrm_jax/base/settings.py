@@ -15,12 +15,15 @@ and a help line, and where they apply the choices or `required`). Everything els
   parsed as big_vision's `parse_arg` does: each value typed as its default, defaults for what is
   absent, and an unknown key refused with one line naming it and the known ones.
 
-A new command needs three lines beside its dataclass:
+A new command needs three lines beside its dataclass (in `main/train.py`):
 
     _SETTINGS = settings.define_flags(TrainSettings)      # at module level, before app.run
     ...
     def main(argv):
       config = _SETTINGS.value                             # a TrainSettings, typed
+    ...
+    def run():
+      command.run_command("socialrm-train", main)          # socialrm_jax.main.command
 
 Types map to flags as: bool -> DEFINE_bool, int -> DEFINE_integer, float -> DEFINE_float, str ->
 DEFINE_string (DEFINE_enum with `choices`), list[...] / tuple[...] -> DEFINE_list (items converted

@@ -9,12 +9,13 @@ shuffled once (`numpy.random.default_rng(config.shuffle_seed)`), and a quantity 
 pairs of that shuffle (0: all), written to `OUTPUT/data/<source>/pairs-<q>.jsonl`: the quantities
 are nested prefixes, so a larger subsample holds every pair of a smaller one, and every base and
 seed trains on the same file. A run trains with `orchestrators.train` (the settings of
-`config.train`, its seed the run's) into `OUTPUT/runs/<source>/<base>/<q>/seed<seed>/train/`, and
-exports its weights at step 0 (the base with its fresh score head) and at `config.audit.checkpoints`
-steps spaced evenly on a log scale up to the last (`analysis.ablation.log_spaced_steps`; the
-last is the run's final model). Each is probed (`orchestrators.probe`, the settings of
-`config.audit.probe`) into `.../probe/<step>/`, and the export is removed once its probe is
-written (a study base's export is the base's size). With `config.audit.vocab_scan.enabled` the
+`config.train`, its seed the run's) into `OUTPUT/runs/<source>/<base>/<q>/seed<seed>/train/`,
+with checkpoints (`checkpoint_steps`) at step 0 (the base with its fresh score head) and at
+`config.audit.checkpoints` steps spaced evenly on a log scale up to the last
+(`analysis.ablation.log_spaced_steps`; the last is the run's final model, `train/model/`). Each is
+exported as a HF folder (`train.export_checkpoint`) into `.../exports/<step>/`, probed
+(`orchestrators.probe`, the settings of `config.audit.probe`) into `.../probe/<step>/`, and the
+export removed once its probe is written (a study base's export is the base's size). With `config.audit.vocab_scan.enabled` the
 final model is also scanned (`orchestrators.vocab_scan`) into `.../vocab_scan/`.
 
 A rerun skips what is done: a trained run (its manifest names its export), a probe whose
@@ -51,7 +52,7 @@ from socialrm_jax.training import pair_batches
 GRID_FILE = "grid.json"
 REPORT_FILE = "value_bias_ablation.md"
 FIGURE_FILE = "value_bias_ablation.png"
-EXPORTS = train.EXPORTS_DIR
+EXPORTS = "exports"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +105,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if unknown:
     raise InputError(f"config.train sets {', '.join(sorted(unknown))}, which are not settings "
                      "of socialrm-train")
-  for name in ("model", "data", "output_dir", "seed", "export_steps"):
-    if name in config.train:
+  for name in ("model", "data", "output_dir", "seed", "checkpoint_steps", "keep_checkpoints"):
+    if name in config.train:  # keep_checkpoints: the audited checkpoints must all stay
       raise InputError(f"config.train.{name} is set by the grid itself")
   train.check(train.Settings(model="base", data=("data",), output_dir="out",
                              **procedure(config)))
@@ -159,10 +160,10 @@ def procedure(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def train_settings(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path,
-                   out: pathlib.Path, export_steps: tuple[int, ...]) -> train.Settings:
+                   out: pathlib.Path, checkpoint_steps: tuple[int, ...]) -> train.Settings:
   return train.Settings(model=config.bases[run.base].path,
                         data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
-                        seed=run.seed, export_steps=export_steps, **procedure(config))
+                        seed=run.seed, checkpoint_steps=checkpoint_steps, **procedure(config))
 
 
 def probe_options(config: ml_collections.ConfigDict) -> engine.ScoringOptions:
@@ -178,7 +179,7 @@ def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
     return False
   wanted = settings.to_json()
   changed = sorted(k for k, v in manifest["settings"].items()
-                   if k not in ("output_dir", "export_steps") and wanted.get(k) != v)
+                   if k not in ("output_dir", "checkpoint_steps") and wanted.get(k) != v)
   if changed:
     raise InputError(f"holds a finished run with other settings ({', '.join(changed)}): use a "
                      "new config.output_dir", folder)
@@ -203,17 +204,19 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
   probing = config.audit.probe
   rows = []
   for step in steps:
-    model = train_dir / (train.MODEL_DIR if step == total else f"{EXPORTS}/{step}")
+    model = train_dir / train.MODEL_DIR if step == total else folder / EXPORTS / str(step)
     probe_dir = folder / "probe" / str(step)
     if (probe_dir / "probe.json").exists():
       result = tables.read_json_object(probe_dir / "probe.json")
     else:
+      if step != total:
+        train.export_checkpoint(settings, step, model)
       result = probe.run(str(model), probe_dir, options,
                          words_per_category=probing.words_per_category, seed=probing.seed,
                          n_resamples=probing.n_resamples,
                          n_permutations=probing.n_permutations, name=f"{run.name}@{step}")
     if step != total:
-      shutil.rmtree(model, ignore_errors=True)  # probed: its weights are the base's size
+      shutil.rmtree(model, ignore_errors=True)  # probed: a study base's export is its size
     rows.append({"run": run.name, "source": run.source, "base": run.base, "family": run.family,
                  "quantity": quantity, "seed": run.seed, "step": step, "total_steps": total,
                  "eval_accuracy": manifest.get("final_eval", {}).get("eval_accuracy")

@@ -5,7 +5,8 @@ Interface (stable; the ablation grid calls it in-process):
   from socialrm_jax.orchestrators import train
   train.run(train.Settings(model=PATH, data=("preference:pairs.jsonl",), output_dir=OUT,
                            max_steps=100, batch_size=8, learning_rate=1e-4, seed=0,
-                           checkpoint_every=50))  # -> OUT
+                           checkpoint_every=50, checkpoint_steps=(0, 10)))  # -> OUT
+  train.export_checkpoint(settings, step, FOLDER)  # a checkpoint as a HF folder, to score
 
 and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --output_dir=OUT
 --max_steps=N (or --epochs=N) --batch_size=N --learning_rate=X --seed=N --checkpoint_every=N
@@ -16,8 +17,8 @@ and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --outp
                             num_tokens; tokens_per_second) and per evaluation (eval_loss,
                             eval_accuracy, eval_margin, ...)
   OUT/checkpoints/<step>/   orbax: trained parameters, optimizer state, RNG, data position
+                            (every `checkpoint_every` steps, at `checkpoint_steps`, at the end)
   OUT/model/                the trained reward model as a HF folder (LoRA merged)
-  OUT/exports/<step>/       the weights at each of `export_steps` as HF folders (LoRA merged)
   OUT/split.json            the held-out pair ids (seeded) and the train / eval counts
   OUT/train_manifest.json   settings, the base's and the data's sha256, steps, final metrics
 
@@ -61,7 +62,6 @@ METRICS_FILE = "train_metrics.jsonl"
 MANIFEST_FILE = "train_manifest.json"
 SPLIT_FILE = "split.json"
 MODEL_DIR = "model"
-EXPORTS_DIR = "exports"
 LN2 = math.log(2.0)
 # The loss "stays at ln 2" when its mean over this many logged steps is within LN2_TOLERANCE.
 LN2_WINDOW_STEPS = 20
@@ -136,11 +136,11 @@ class Settings:
       10, "Write a metrics row (the mean over the steps since the last) every this many steps.")
   checkpoint_every: int = settings_lib.field(
       500, "Save a checkpoint every this many steps (and at the end; 0: at the end only).")
+  checkpoint_steps: tuple[int, ...] = settings_lib.field(
+      (), "Further steps to save a checkpoint at (0: the initial weights), e.g. log-spaced ones "
+      "for an audit of training (`export_checkpoint`).")
   keep_checkpoints: int = settings_lib.field(
       0, "Checkpoints kept (the newest); 0: all.")
-  export_steps: tuple[int, ...] = settings_lib.field(
-      (), "Steps whose weights are also written as HF folders, OUT/exports/<step>/ (0: the "
-      "initial weights, the base with its fresh score head); the ablation grid probes them.")
   mesh: str | None = settings_lib.field(
       None, "Device mesh, as socialrm-score's --mesh (default: every device on data).")
   pad_token_id: int = settings_lib.field(
@@ -158,8 +158,8 @@ class Settings:
 
 # Settings that change what is trained: a resume must find them as the checkpoint's run had them.
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Settings)
-                       if f.name not in ("output_dir", "checkpoint_every", "keep_checkpoints",
-                                         "log_every", "attention", "mesh", "export_steps"))
+                       if f.name not in ("output_dir", "checkpoint_every", "checkpoint_steps",
+                                         "keep_checkpoints", "log_every", "attention", "mesh"))
 
 
 def check(settings: Settings) -> None:
@@ -183,8 +183,6 @@ def check(settings: Settings) -> None:
     raise InputError(f"--eval_fraction must be in [0, 1), got {settings.eval_fraction}")
   if settings.learning_rate <= 0:
     raise InputError(f"--learning_rate must be positive, got {settings.learning_rate}")
-  if any(step < 0 for step in settings.export_steps):
-    raise InputError(f"--export_steps must be steps >= 0, got {list(settings.export_steps)}")
   if settings.lr_schedule not in optimizer.SCHEDULES:
     raise InputError(f"--lr_schedule must be one of {', '.join(optimizer.SCHEDULES)}")
   reward_model.model_dtype(settings.dtype)
@@ -274,6 +272,69 @@ def _evaluate(step_fn, trained, frozen, encoded, margins, rows, buckets) -> dict
   return out
 
 
+
+@dataclasses.dataclass
+class _TrainState:
+  """What a run trains and with what: the step, the optimizer's schedule, the trained and the
+  frozen parameters, the optimizer state, the RNG key, LoRA's scale."""
+  schedule: Any
+  step_fn: train_step_lib.TrainStep
+  trained: dict
+  frozen: dict
+  opt_state: Any
+  rng: Any
+  lora_scale: float
+
+
+def _train_state(settings: Settings, model: trainable.TrainModel, mesh,
+                 total_steps: int) -> _TrainState:
+  """The fresh state of a run (what a checkpoint's restore replaces)."""
+  tx, schedule = optimizer.make_optimizer(
+      learning_rate=settings.learning_rate, total_steps=total_steps,
+      warmup_steps=settings.warmup_steps, schedule=settings.lr_schedule,
+      weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm,
+      adam_beta1=settings.adam_beta1, adam_beta2=settings.adam_beta2,
+      adam_epsilon=settings.adam_epsilon,
+      accumulation_steps=settings.gradient_accumulation_steps)
+  lora = settings.lora_rank > 0
+  trained, frozen = trainable.split_trainable(model.params, lora)
+  if lora:
+    targets = trainable.lora_targets(model, settings.lora_targets)
+    trained.update(trainable.init_lora(model, targets, settings.lora_rank, settings.seed))
+  lora_scale = settings.lora_alpha / settings.lora_rank if lora else 1.0
+  step_fn = train_step_lib.TrainStep(
+      model, tx, mesh, dtype=reward_model.model_dtype(settings.dtype), lora_scale=lora_scale,
+      center_rewards_coefficient=settings.center_rewards_coefficient)
+  return _TrainState(schedule, step_fn, trained, frozen, step_fn.init(trained),
+                     jax.random.key_data(jax.random.key(settings.seed)), lora_scale)
+
+
+def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) -> str:
+  """Writes checkpoint `step` of the run `settings` describe as a HF folder at `output` (as
+  `OUT/model/`, LoRA merged), for the project's commands to score; returns its path."""
+  store = checkpoints_lib.Checkpoints(settings.output_dir)
+  if step not in store.steps():
+    raise InputError(f"no checkpoint at step {step} in {store.directory}; there are: "
+                     f"{', '.join(map(str, store.steps())) or 'none'}")
+  mesh = mesh_lib.make_mesh(settings.mesh)
+  model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
+                              seed=settings.seed, attention=settings.attention)
+  state = _train_state(settings, model, mesh, total_steps=1)  # the steps shape no state
+  (trained, _, _), _ = store.restore(step, (state.trained, state.opt_state, state.rng))
+  store.close()
+  pad_token_id = tables.read_json_object(
+      pathlib.Path(settings.output_dir) / MANIFEST_FILE)["pad_token_id"]
+  _export(settings, model, trained, state.frozen, state.lora_scale, pad_token_id, output)
+  return str(output)
+
+
+def _export(settings, model, trained, frozen, lora_scale, pad_token_id, output) -> None:
+  params = trainable.host_params(train_step_lib.merged_params(trained, frozen, lora_scale,
+                                                              jnp.float32))
+  hf_export.write(output, params, model.sources, base_path=settings.model,
+                  base_config=model.hf_config, config=model.config, pad_token_id=pad_token_id)
+
+
 def run(settings: Settings) -> str:
   """Trains (or resumes) the run `settings` describe; returns its output folder."""
   check(settings)
@@ -287,6 +348,7 @@ def run(settings: Settings) -> str:
   model_digests = run_manifest.start_file_digests(settings.model)
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
                               seed=settings.seed, attention=settings.attention)
+  hf_export.hf_shapes(settings.model, model.sources, model.config)  # exportable, before training
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
   templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=settings.max_length)
 
@@ -319,23 +381,9 @@ def run(settings: Settings) -> str:
   per_epoch = len(train_pairs) // settings.batch_size  # micro-batches; the rest of an epoch waits
   accumulation = settings.gradient_accumulation_steps
   total_steps = settings.max_steps or max(1, settings.epochs * per_epoch // accumulation)
-  tx, schedule = optimizer.make_optimizer(
-      learning_rate=settings.learning_rate, total_steps=total_steps,
-      warmup_steps=settings.warmup_steps, schedule=settings.lr_schedule,
-      weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm,
-      adam_beta1=settings.adam_beta1, adam_beta2=settings.adam_beta2,
-      adam_epsilon=settings.adam_epsilon, accumulation_steps=accumulation)
-  lora = settings.lora_rank > 0
-  trained, frozen = trainable.split_trainable(model.params, lora)
-  if lora:
-    targets = trainable.lora_targets(model, settings.lora_targets)
-    trained.update(trainable.init_lora(model, targets, settings.lora_rank, settings.seed))
-  lora_scale = settings.lora_alpha / settings.lora_rank if lora else 1.0
-  jdtype = reward_model.model_dtype(settings.dtype)
-  step_fn = train_step_lib.TrainStep(model, tx, mesh, dtype=jdtype, lora_scale=lora_scale,
-                                     center_rewards_coefficient=settings.center_rewards_coefficient)
-  opt_state = step_fn.init(trained)
-  rng = jax.random.key_data(jax.random.key(settings.seed))
+  state = _train_state(settings, model, mesh, total_steps)
+  schedule, step_fn, frozen = state.schedule, state.step_fn, state.frozen
+  trained, opt_state, rng = state.trained, state.opt_state, state.rng
 
   store = checkpoints_lib.Checkpoints(str(out), keep=settings.keep_checkpoints or None)
   manifest_path = out / MANIFEST_FILE
@@ -360,24 +408,19 @@ def run(settings: Settings) -> str:
               "total_steps": total_steps, "micro_batches_per_epoch": per_epoch,
               "pairs_left_out_per_epoch": len(train_pairs) - per_epoch * settings.batch_size,
               "mesh": mesh_lib.describe(mesh), "versions": run_manifest.package_versions(),
-              "architecture": model.config.architecture, "lora": lora}
+              "architecture": model.config.architecture, "lora": settings.lora_rank > 0,
+              "pad_token_id": pad_token_id}
   tables.atomic_write_json(manifest_path, manifest)
 
+  extra_steps = set(settings.checkpoint_steps)
+  if start_step == 0 and 0 in extra_steps and latest is None:
+    store.save(0, (trained, opt_state, rng), {"step": 0, "num_tokens": 0, "micro_batches": 0})
   log = MetricsLog(out / METRICS_FILE, start_step)
   window: list[dict] = []
   losses: list[float] = []
   warned = False
   started, tokens_since = time.monotonic(), 0
   last_line = started
-  def export(step: int) -> None:
-    params = trainable.host_params(train_step_lib.merged_params(trained, frozen, lora_scale,
-                                                                jnp.float32))
-    hf_export.write(out / EXPORTS_DIR / str(step), params, model.sources,
-                    base_path=settings.model, base_config=model.hf_config, config=model.config,
-                    pad_token_id=pad_token_id)
-
-  if start_step == 0 and 0 in settings.export_steps:
-    export(0)
   for step in range(start_step, total_steps):
     for k in range(accumulation):
       micro = step * accumulation + k
@@ -420,9 +463,8 @@ def run(settings: Settings) -> str:
         done != total_steps):
       log.add({"step": done, **_evaluate(step_fn, trained, frozen, eval_encoded, eval_margins,
                                          settings.batch_size, buckets)})
-    if done in settings.export_steps:
-      export(done)
-    if done == total_steps or (settings.checkpoint_every and done % settings.checkpoint_every == 0):
+    if done == total_steps or done in extra_steps or (
+        settings.checkpoint_every and done % settings.checkpoint_every == 0):
       store.save(done, (trained, opt_state, rng), {"step": done, "num_tokens": num_tokens,
                                                    "micro_batches": done * accumulation})
   final = {}
@@ -432,13 +474,9 @@ def run(settings: Settings) -> str:
     log.add({"step": total_steps, **final})
   store.close()
 
-  params = trainable.host_params(train_step_lib.merged_params(trained, frozen, lora_scale,
-                                                              jnp.float32))
-  hf_export.write(out / MODEL_DIR, params, model.sources, base_path=settings.model,
-                  base_config=model.hf_config, config=model.config, pad_token_id=pad_token_id)
+  _export(settings, model, trained, frozen, state.lora_scale, pad_token_id, out / MODEL_DIR)
   digests = model_digests.result()
   manifest["base"]["files"] = [{"name": n, "sha256": d} for n, d in sorted(digests.items())]
-  manifest.update(final_eval=final, pad_token_id=pad_token_id,
-                  export=os.path.abspath(out / MODEL_DIR))
+  manifest.update(final_eval=final, export=os.path.abspath(out / MODEL_DIR))
   tables.atomic_write_json(manifest_path, manifest)
   return str(out)

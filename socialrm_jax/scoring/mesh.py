@@ -1,5 +1,8 @@
 """The device mesh (`--mesh data:8,model:1`), batch sharding, and multi-process start-up.
 
+The mesh is laid on the devices' physical topology (`device_grid`, JAX's `create_device_mesh`):
+on a TPU slice the `model` axis runs along neighbouring chips.
+
 Rows of a batch are split over `data`, parameters over `model` (see `models/weights.py`). A
 *data-parallel group* is the set of processes one mesh spans:
 - a model that fits on one host's devices: each process builds its mesh over its own devices, so
@@ -20,6 +23,8 @@ from typing import Sequence
 
 import jax
 import numpy as np
+from absl import logging
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from socialrm_jax.base import settings
@@ -63,13 +68,30 @@ def _model_axis_size(spec: str | None) -> int | None:
 
 
 def make_mesh(spec: str | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A `data` x `model` mesh over `devices` (default: this process's group, `group_devices`)."""
+  """A `data` x `model` mesh over `devices` (default: this process's group, `group_devices`),
+  laid on the devices' physical topology (`device_grid`)."""
   if devices is None:
     devices = group_devices(spec, jax.devices(), jax.process_index())
   devices = list(devices)
   sizes = parse_mesh_spec(spec, len(devices))
-  grid = np.asarray(devices, dtype=object).reshape(sizes["data"], sizes["model"])
-  return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+  return Mesh(device_grid((sizes["data"], sizes["model"]), devices), AXES,
+              axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def device_grid(shape: tuple[int, int], devices: Sequence[jax.Device]) -> np.ndarray:
+  """`devices` as a [data, model] array placed by the physical topology: on a TPU slice, JAX's
+  `mesh_utils.create_device_mesh` (what `jax.make_mesh` calls) maps the `model` axis, the one whose
+  collectives run every layer, onto neighbouring chips of the torus (and `data` across), splitting
+  a physical axis where the shape needs it; on GPUs it orders by device id, on CPUs it keeps the
+  order given. Devices that form no whole cuboid (a group over hosts of several slices) keep the
+  order given, with a warning: the run is the same, its collectives may be slower."""
+  try:
+    return mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+  except (ValueError, NotImplementedError, AssertionError) as error:
+    reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+    logging.warning("mesh %s over %d %s devices: not laid on their topology (%s); using their "
+                    "order", shape, len(devices), devices[0].platform, reason)
+    return np.asarray(devices, dtype=object).reshape(shape)
 
 
 def group_devices(spec: str | None, devices: Sequence[jax.Device],
