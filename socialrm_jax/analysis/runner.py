@@ -1,7 +1,8 @@
 """Metrics for several scores sets at once: one metrics.json per model, comparisons.json (each
 pair of models compared on the same items, see `compare`), one report.
 
-The library side of `python -m socialrm_jax.main.metrics`, used by the audit pipeline too.
+The library side of `python -m socialrm_jax.main.metrics`, used by the audit
+(`orchestrators/audit`) too.
 """
 
 from __future__ import annotations
