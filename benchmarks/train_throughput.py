@@ -5,6 +5,8 @@ weights on the same pairs with the same hyperparameters.
   python benchmarks/train_throughput.py --preset=cpu35m --data_dir=../shared/data
   python benchmarks/train_throughput.py --preset=tiny          # the bundled slice, seconds
 
+`--pairs=N` trains on the first N pairs instead of the preset's count.
+
 Presets:
 - `cpu35m`: a 35,267,584-parameter Llama reward model (hidden 512, 8 layers, 8 heads, 4 KV heads,
   intermediate 1024, 32,000 tokens: `gpu_throughput_presets.SIZES["35m"]`) built with
@@ -78,10 +80,13 @@ _PAIRS = flags.DEFINE_integer("pairs", None, "Pairs to train on instead of the p
 
 def select_pairs(data_dir: pathlib.Path, count: int, tokenizer, max_length: int) -> list[dict]:
   """The first `count` HH-RLHF pairs whose templated sequences fit `max_length` (TRL drops longer
-  ones), as the project's pairs file rows, each with its `tokens`."""
+  ones) and whose responses are not empty, as the project's pairs file rows, each with its
+  `tokens`."""
   converted = convert.convert_all(data_dir, "hh_rlhf")
   rows = []
   for pair in converted.pairs:
+    if not (pair["chosen"].strip() and pair["rejected"].strip()):
+      continue  # an empty response: the project's pairs reader refuses it as malformed
     lengths = [len(tokenizer.apply_chat_template(
         pair["prompt"] + [{"role": "assistant", "content": pair[side]}], tokenize=True,
         return_dict=True)["input_ids"]) for side in ("chosen", "rejected")]
