@@ -12,9 +12,9 @@ Presets:
   intermediate 1024, 32,000 tokens: `gpu_throughput_presets.SIZES["35m"]`) built with
   transformers' `LlamaConfig` and `LlamaForSequenceClassification` from seed 0, with a byte-level
   BPE learned from the pairs' text and a Llama-3-style chat template; the first 1,000 HH-RLHF
-  pairs of `--data_dir` (harmless-base first, as the converter reads them); 1 epoch, batch 8,
-  learning rate 5e-5 decayed linearly to 0 without warmup, AdamW without weight decay, gradients
-  clipped at 1.0, fp32, sequences up to 1,024 tokens.
+  pairs of `--data_dir` with both responses non-empty (harmless-base first, as the converter
+  reads them); 1 epoch, batch 8, learning rate 5e-5 decayed linearly to 0 without warmup, AdamW
+  without weight decay, gradients clipped at 1.0, fp32, sequences up to 1,024 tokens.
 - `tiny`: the same with hidden 64, 2 layers and a 4,096-token vocabulary on the bundled slice's
   first 16 pairs (a test runs it).
 
