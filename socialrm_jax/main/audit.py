@@ -47,34 +47,9 @@ def check_config(config) -> None:
                               f"vocabulary), got {scan.max_tokens}")
 
 
-def _unknown_field(error: Exception) -> str | None:
-  """The message for what the config flag's parser raises when an override names a field the
-  config lacks (`--config.metrics.nofield=1`): a KeyError, or an AttributeError holding one."""
-  if not isinstance(error, (KeyError, AttributeError)) or not error.args:
-    return None
-  name = error.args[0]
-  if isinstance(name, KeyError) and name.args:
-    name = name.args[0]
-  return f"a --config.* override names a field the config does not have: {name}"
-
-
-def load_config():
-  """The parsed --config. A file that could not be loaded comes back from the flag as an object
-  that raises OSError when first used; that is the user's error, named here."""
-  config = _CONFIG.value
-  if config is None:
-    raise errors.InputError("--config is required (e.g. configs/bundled_suite.py)")
-  try:
-    config.get("output_dir")
-  except OSError as e:
-    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
-    raise errors.InputError(f"--config: cannot load the config file: {reason}") from None
-  return config
-
-
 def main(argv):
   del argv
-  config = load_config()
+  config = command.load_config(_CONFIG, "configs/bundled_suite.py")
   check_config(config)
   models = audit.run_audit(config)
   out = pathlib.Path(config.output_dir)
@@ -86,7 +61,7 @@ def main(argv):
 
 
 def run():
-  command.run_command("socialrm-audit", main, explain_flag_error=_unknown_field)
+  command.run_command("socialrm-audit", main, explain_flag_error=command.unknown_config_field)
 
 
 if __name__ == "__main__":

@@ -129,3 +129,28 @@ def run_command(program: str, main: Callable[[list[str]], None], *,
   _help_lists_the_commands_flags(main)
   app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
           flags_parser=functools.partial(_parse_flags, program, explain_flag_error))
+
+
+def unknown_config_field(error: Exception) -> str | None:
+  """The message for what a config file flag's parser raises when an override names a field the
+  config lacks (`--config.metrics.nofield=1`): a KeyError, or an AttributeError holding one."""
+  if not isinstance(error, (KeyError, AttributeError)) or not error.args:
+    return None
+  name = error.args[0]
+  if isinstance(name, KeyError) and name.args:
+    name = name.args[0]
+  return f"a --config.* override names a field the config does not have: {name}"
+
+
+def load_config(holder: flags.FlagHolder, example: str):
+  """A config file flag's parsed config. A file that could not be loaded comes back from the flag
+  as an object that raises OSError when first used; that is the user's error, named here."""
+  config = holder.value
+  if config is None:
+    raise InputError(f"--config is required (e.g. {example})")
+  try:
+    config.get("output_dir")
+  except OSError as e:
+    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
+    raise InputError(f"--config: cannot load the config file: {reason}") from None
+  return config

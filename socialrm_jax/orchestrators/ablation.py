@@ -1,0 +1,269 @@
+"""The value-bias ablation grid in one run: reward models trained from different bases on the same
+preference data by the same procedure, each audited along its training by the value probe.
+
+  python -m socialrm_jax.main.ablation --config=configs/value_bias_ablation.py:preset=tiny
+
+The grid is bases x data sources x quantities x seeds (`configs/value_bias_ablation.py`). For
+each data source the converter reads its spec once (`convert.convert_all`), its gold pairs are
+shuffled once (`numpy.random.default_rng(config.shuffle_seed)`), and a quantity q is the first q
+pairs of that shuffle (0: all), written to `OUTPUT/data/<source>/pairs-<q>.jsonl`: the quantities
+are nested prefixes, so a larger subsample holds every pair of a smaller one, and every base and
+seed trains on the same file. A run trains with `orchestrators.train` (the settings of
+`config.train`, its seed the run's) into `OUTPUT/runs/<source>/<base>/<q>/seed<seed>/train/`,
+with checkpoints (`checkpoint_steps`) at step 0 (the base with its fresh score head) and at
+`config.audit.checkpoints` steps spaced evenly on a log scale up to the last
+(`analysis.ablation.log_spaced_steps`; the last is the run's final model, `train/model/`). Each is
+exported as a HF folder (`train.export_checkpoint`) into `.../exports/<step>/`, probed
+(`orchestrators.probe`, the settings of `config.audit.probe`) into `.../probe/<step>/`, and the
+export removed once its probe is written (a study base's export is the base's size). With `config.audit.vocab_scan.enabled` the
+final model is also scanned (`orchestrators.vocab_scan`) into `.../vocab_scan/`.
+
+A rerun skips what is done: a trained run (its manifest names its export), a probe whose
+probe.json exists; a run killed mid-training resumes from its last checkpoint (the trainer's own
+resume).
+
+Outputs: `OUTPUT/grid.json` (the audited checkpoints, one row each, and the base-family tests),
+`OUTPUT/value_bias_ablation.md` (the table) and `OUTPUT/value_bias_ablation.png` (the plot).
+Statistics: `analysis/ablation.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import time
+from typing import Any
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from socialrm_jax.analysis import ablation
+from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.orchestrators import convert, probe, train, vocab_scan
+from socialrm_jax.orchestrators.audit import resolve_data_dir
+from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import step as step_lib
+from socialrm_jax.training import pair_batches
+
+GRID_FILE = "grid.json"
+REPORT_FILE = "value_bias_ablation.md"
+FIGURE_FILE = "value_bias_ablation.png"
+EXPORTS = "exports"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  source: str
+  base: str
+  family: str
+  quantity: int       # pairs asked for; 0: all of the source
+  seed: int
+
+  @property
+  def name(self) -> str:
+    return f"{self.source}/{self.base}/{self.quantity}/seed{self.seed}"
+
+
+def plan(config: ml_collections.ConfigDict) -> list[Run]:
+  """Every run of the grid, data sources outermost, seeds innermost."""
+  return [Run(source, base, spec.family, int(q), int(seed))
+          for source, data in config.sources.items() for base, spec in config.bases.items()
+          for q in data.quantities for seed in config.seeds]
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Refuses a grid that cannot finish, naming the config field, before anything runs."""
+  if not config.bases:
+    raise InputError("config.bases is empty: name at least one base")
+  for name, spec in config.bases.items():
+    if not spec.path:
+      raise InputError(f"config.bases.{name}.path is empty: give the base's folder "
+                       f"(configs/value_bias_ablation.py:{name}=PATH)")
+    if not pathlib.Path(spec.path).exists():
+      raise InputError(f"config.bases.{name}.path: no such folder", spec.path)
+    if not spec.family:
+      raise InputError(f"config.bases.{name}.family is empty")
+  if not config.sources:
+    raise InputError("config.sources is empty: name at least one data source")
+  for name, data in config.sources.items():
+    if not data.spec:
+      raise InputError(f"config.sources.{name}.spec is empty: give the converter's dataset spec "
+                       f"(e.g. preference:PATH)")
+    if not data.quantities or any(int(q) < 0 for q in data.quantities):
+      raise InputError(f"config.sources.{name}.quantities must be pair counts >= 0 (0: all), "
+                       f"got {list(data.quantities)}")
+  if not config.seeds:
+    raise InputError("config.seeds is empty")
+  if config.audit.checkpoints < 1:
+    raise InputError(f"config.audit.checkpoints must be at least 1, got "
+                     f"{config.audit.checkpoints}")
+  unknown = set(config.train) - {f.name for f in dataclasses.fields(train.Settings)}
+  if unknown:
+    raise InputError(f"config.train sets {', '.join(sorted(unknown))}, which are not settings "
+                     "of socialrm-train")
+  for name in ("model", "data", "output_dir", "seed", "checkpoint_steps", "keep_checkpoints"):
+    if name in config.train:  # keep_checkpoints: the audited checkpoints must all stay
+      raise InputError(f"config.train.{name} is set by the grid itself")
+  train.check(train.Settings(model="base", data=("data",), output_dir="out",
+                             **procedure(config)))
+
+
+def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str | None,
+                     out: pathlib.Path) -> dict[int, pathlib.Path]:
+  """{quantity: its pairs file}: nested prefixes of one seeded shuffle of the source's pairs."""
+  folder = out / "data" / name
+  wanted = {int(q): folder / f"pairs-{int(q)}.jsonl" for q in data.quantities}
+  if (folder / "shuffle.json").exists():
+    written = tables.read_json_object(folder / "shuffle.json")
+    if (written["spec"], written["shuffle_seed"]) != (data.spec, data.shuffle_seed):
+      raise InputError(f"holds subsamples of {written['spec']!r} (shuffle seed "
+                       f"{written['shuffle_seed']}), not of config.sources.{name}: use a new "
+                       "config.output_dir", folder)
+    if all(path.exists() for path in wanted.values()):
+      return wanted
+  try:
+    pairs = convert.convert_all(data_dir, data.spec).pairs
+  except InputError as e:
+    raise InputError(f"config.sources.{name}.spec: {e}") from None
+  order = np.random.default_rng(data.shuffle_seed).permutation(len(pairs))
+  for q, path in wanted.items():
+    if q > len(pairs):
+      raise InputError(f"config.sources.{name}.quantities: {q} pairs asked, the source has "
+                       f"{len(pairs)}")
+    rows = [{"prompt": pairs[i]["prompt"], "chosen": pairs[i]["chosen"],
+             "rejected": pairs[i]["rejected"], "id": pairs[i]["pair_id"]}
+            for i in order[:q or len(pairs)]]
+    tables.atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
+  tables.atomic_write_json(folder / "shuffle.json", {
+      "spec": data.spec, "pairs": len(pairs), "shuffle_seed": data.shuffle_seed,
+      "order": [pairs[i]["pair_id"] for i in order]})
+  return wanted
+
+
+def total_steps(config: ml_collections.ConfigDict, pairs: int) -> int:
+  """The optimizer steps a run on `pairs` pairs takes, as the trainer counts them (checked against
+  its manifest once trained)."""
+  settings = train.Settings(**procedure(config))
+  train_index, _ = pair_batches.split_indices(pairs, settings.eval_fraction, 0)
+  per_epoch = len(train_index) // settings.batch_size
+  return settings.max_steps or max(
+      1, settings.epochs * per_epoch // settings.gradient_accumulation_steps)
+
+
+def procedure(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The training settings every run shares (`config.train`)."""
+  return {k: tuple(v) if isinstance(v, list) else v for k, v in config.train.items()}
+
+
+def train_settings(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path,
+                   out: pathlib.Path, checkpoint_steps: tuple[int, ...]) -> train.Settings:
+  return train.Settings(model=config.bases[run.base].path,
+                        data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
+                        seed=run.seed, checkpoint_steps=checkpoint_steps, **procedure(config))
+
+
+def probe_options(config: ml_collections.ConfigDict) -> engine.ScoringOptions:
+  return engine.ScoringOptions(dtype=config.audit.dtype,
+                               tokens_per_batch=config.audit.probe.tokens_per_batch)
+
+
+def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
+  """Whether `folder` holds this run finished; a finished run of other settings is refused."""
+  path = folder / train.MANIFEST_FILE
+  manifest = tables.read_json_object(path) if path.exists() else {}
+  if "export" not in manifest:
+    return False
+  wanted = settings.to_json()
+  changed = sorted(k for k, v in manifest["settings"].items()
+                   if k not in ("output_dir", "checkpoint_steps") and wanted.get(k) != v)
+  if changed:
+    raise InputError(f"holds a finished run with other settings ({', '.join(changed)}): use a "
+                     "new config.output_dir", folder)
+  return True
+
+
+def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, quantity: int,
+            out: pathlib.Path) -> list[dict[str, Any]]:
+  """Trains (unless done) and probes one run's checkpoints; returns its rows."""
+  folder = out / "runs" / run.name
+  train_dir = folder / "train"
+  total = total_steps(config, quantity)
+  steps = ablation.log_spaced_steps(total, config.audit.checkpoints)
+  settings = train_settings(config, run, pairs, train_dir, tuple(steps[:-1]))
+  if not _is_trained(train_dir, settings):
+    train.run(settings)
+  manifest = tables.read_json_object(train_dir / train.MANIFEST_FILE)
+  if manifest["total_steps"] != total:
+    raise RuntimeError(f"{run.name}: the trainer took {manifest['total_steps']} steps, the grid "
+                       f"counted {total}")
+  options = probe_options(config)
+  probing = config.audit.probe
+  rows = []
+  for step in steps:
+    model = train_dir / train.MODEL_DIR if step == total else folder / EXPORTS / str(step)
+    probe_dir = folder / "probe" / str(step)
+    if (probe_dir / "probe.json").exists():
+      result = tables.read_json_object(probe_dir / "probe.json")
+    else:
+      if step != total:
+        train.export_checkpoint(settings, step, model)
+      result = probe.run(str(model), probe_dir, options,
+                         words_per_category=probing.words_per_category, seed=probing.seed,
+                         n_resamples=probing.n_resamples,
+                         n_permutations=probing.n_permutations, name=f"{run.name}@{step}")
+    if step != total:
+      shutil.rmtree(model, ignore_errors=True)  # probed: a study base's export is its size
+    rows.append({"run": run.name, "source": run.source, "base": run.base, "family": run.family,
+                 "quantity": quantity, "seed": run.seed, "step": step, "total_steps": total,
+                 "eval_accuracy": manifest.get("final_eval", {}).get("eval_accuracy")
+                 if step == total else None,
+                 **ablation.agency_minus_communion(result)})
+  scan = config.audit.vocab_scan
+  if scan.enabled and not (folder / "vocab_scan" / "scan.json").exists():
+    vocab_scan.run(str(train_dir / train.MODEL_DIR), folder / "vocab_scan", options,
+                      max_tokens=scan.max_tokens or None, seed=probing.seed,
+                      n_resamples=scan.n_resamples, n_permutations=probing.n_permutations,
+                      name=run.name)
+  return rows
+
+
+def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Trains and audits every run of the grid (skipping what is done), then writes grid.json, the
+  table and the plot; returns grid.json's content."""
+  check_config(config)
+  out = pathlib.Path(config.output_dir)
+  # Every run of a base trains and probes at the same few shapes: compiled once, for the grid.
+  step_lib.enable_compilation_cache(probe_options(config).cache_dir())
+  data_dir = resolve_data_dir(config.data_dir) if config.data_dir else None
+  files = {name: write_subsamples(name, data, data_dir, out)
+           for name, data in config.sources.items()}
+  counts = {name: {q: sum(1 for _ in open(path, encoding="utf-8")) for q, path in f.items()}
+            for name, f in files.items()}
+  runs = plan(config)
+  rows: list[dict[str, Any]] = []
+  start = time.monotonic()
+  for i, one in enumerate(runs):
+    rows += run_one(config, one, files[one.source][one.quantity],
+                    counts[one.source][one.quantity], out)
+    elapsed = time.monotonic() - start
+    eta = elapsed / (i + 1) * (len(runs) - i - 1)
+    print(f"ablation: run {i + 1}/{len(runs)} {one.name} done | {elapsed:.0f} s | "
+          f"ETA {eta:.0f} s", flush=True)
+  tests = ablation.summarise(rows)
+  result = {"runs": len(runs), "bases": {k: dict(v) for k, v in config.bases.items()},
+            "sources": {k: {"spec": v.spec, "quantities": list(v.quantities),
+                            "shuffle_seed": v.shuffle_seed} for k, v in config.sources.items()},
+            "seeds": list(config.seeds), "train": config.train.to_dict(),
+            "probe": config.audit.probe.to_dict(), "rows": rows, "tests": tests,
+            "seconds": time.monotonic() - start}
+  tables.atomic_write_json(out / GRID_FILE, result)
+  figure = ablation.plot(rows, out / FIGURE_FILE)
+  text = "\n".join(["# Value-bias ablation grid", ""] +
+                   ablation.report_lines(rows, tests, figure and pathlib.Path(figure).name))
+  tables.atomic_write_bytes(out / REPORT_FILE, text.encode())
+  logging.info("ablation grid: %d runs in %.0f s", len(runs), result["seconds"])
+  return result

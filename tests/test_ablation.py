@@ -1,0 +1,197 @@
+"""The value-bias ablation grid: its statistics against hand-computed cases (analysis/ablation.py),
+its data subsamples (nested prefixes of one shuffle) and its config, and, marked slow, a tiny
+grid end to end (orchestrators/ablation.py through `python -m socialrm_jax.main.ablation`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from socialrm_jax.analysis import ablation
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.orchestrators import ablation as orchestrator
+
+BUNDLED = pathlib.Path(orchestrator.__file__).resolve().parents[1] / "bundled"
+
+
+def test_family_test_matches_the_exact_mann_whitney_counted_by_hand():
+  # x = {1, 2} below y = {3, 4}: U = 0, the least of the C(4, 2) = 6 equally likely rank sets,
+  # so the two-sided exact p is 2 / 6.
+  test = ablation.family_test({"llama": [1.0, 2.0], "gemma2": [3.0, 4.0]})
+  assert test["families"] == ["llama", "gemma2"] and test["n"] == [2, 2]
+  assert test["u"] == 0 and test["method"] == "exact"
+  assert test["p_value"] == pytest.approx(1 / 3)
+  assert test["difference"] == pytest.approx(-2.0)
+  # x = {1, 2, 5}, y = {3, 4}: U = 2 (5 beats both); of the C(5, 3) = 10 rank sets of x, those
+  # with U <= 2 (rank sum <= 8) are {1,2,3}, {1,2,4}, {1,2,5}, {1,3,4}: p = 2 * 4 / 10.
+  test = ablation.family_test({"a": [1.0, 2.0, 5.0], "b": [3.0, 4.0]})
+  assert test["u"] == 2 and test["p_value"] == pytest.approx(0.8)
+  assert ablation.family_test({"a": [1.0, 2.0]}) is None
+  assert ablation.family_test({"a": [1.0], "b": [2.0], "c": [3.0]}) is None
+
+
+def test_agency_minus_communion_turns_the_probe_contrast_and_its_interval():
+  probe = {"contrasts": {ablation.CONTRAST: {"difference": 0.2, "ci95": [0.1, 0.35],
+                                             "p_value": 0.04}}}
+  assert ablation.agency_minus_communion(probe) == {"value": -0.2, "ci95": [-0.35, -0.1],
+                                                    "p_value": 0.04}
+
+
+def test_log_spaced_steps():
+  assert ablation.log_spaced_steps(100, 3) == [0, 1, 10, 100]
+  # geomspace(1, 5, 4) = 1, 1.71, 2.92, 5.
+  assert ablation.log_spaced_steps(5, 4) == [0, 1, 2, 3, 5]
+  assert ablation.log_spaced_steps(3, 10) == [0, 1, 2, 3]
+  assert ablation.log_spaced_steps(0, 4) == [0]
+
+
+def _rows():
+  rows = []
+  for base, family, shift in (("llama", "llama", 0.5), ("gemma2", "gemma2", -0.5)):
+    for quantity in (16, 32):
+      for seed in (0, 1):
+        run = f"hh/{base}/{quantity}/{seed}"
+        for step in (0, 1, 4):
+          value = shift * step / 4 + 0.01 * seed + 0.001 * quantity
+          rows.append({"run": run, "source": "hh", "base": base, "family": family,
+                       "quantity": quantity, "seed": seed, "step": step, "value": value,
+                       "ci95": [value - 0.1, value + 0.1], "p_value": 0.5})
+  return rows
+
+
+def test_summarise_tests_the_last_checkpoints_by_family_and_per_cell():
+  tests = ablation.summarise(_rows())
+  final = tests["final"]
+  # Every llama run ends above every gemma2 run: U = 4 * 4 = 16, exact p = 2 / C(8, 4).
+  assert final["families"] == ["llama", "gemma2"] and final["u"] == 16
+  assert final["p_value"] == pytest.approx(2 / 70)
+  assert final["difference"] == pytest.approx(1.0)
+  # Step 0 counts once per (base, seed): its weights are the same for every quantity.
+  assert tests["step_0"]["n"] == [2, 2]
+  assert tests["step_0"]["difference"] == pytest.approx(0.0)
+  assert set(tests["cells"]) == {"hh/16", "hh/32"}
+  assert tests["cells"]["hh/16"]["n"] == [2, 2]
+
+
+def test_report_and_plot(tmp_path):
+  rows = _rows()
+  tests = ablation.summarise(rows)
+  lines = ablation.report_lines(rows, tests, "grid.png")
+  table = [line for line in lines if line.startswith("| hh |")]
+  assert len(table) == 8
+  assert "| hh | gemma2 | gemma2 | 16 | 0 | 0: 0.016 [-0.084, 0.116] | 4: -0.484 [-0.584, -0.384]" \
+      in "\n".join(table)
+  assert any("Mann-Whitney U=16" in line for line in lines)
+  path = ablation.plot(rows, tmp_path / "grid.png")
+  assert (tmp_path / "grid.png").stat().st_size > 10_000 and path.endswith("grid.png")
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "value_bias_ablation.py"
+
+
+def _config(**overrides):
+  config = config_module().get_config("preset=tiny")
+  with config.unlocked():
+    for key, value in overrides.items():
+      node = config
+      *parents, last = key.split(".")
+      for parent in parents:
+        node = node[parent]
+      node[last] = value
+  return config
+
+
+def config_module():
+  spec = importlib.util.spec_from_file_location("value_bias_ablation", CONFIG)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_presets_hold_the_study_settings_and_a_tiny_grid():
+  study = config_module().get_config("preset=study,llama=/m/llama,gemma2=/m/gemma")
+  assert (study.train.lora_rank, study.train.lora_alpha, study.train.learning_rate,
+          study.train.epochs, study.train.batch_size, study.train.max_length,
+          study.train.dtype) == (32, 64.0, 1e-5, 2, 16, 1024, "bfloat16")
+  assert set(study.sources) == {"skywork_80k", "unified_feedback"}
+  assert study.bases.llama.path == "/m/llama" and study.bases.gemma2.family == "gemma2"
+  tiny = config_module().get_config("preset=tiny,bases_dir=/b")
+  runs = orchestrator.plan(tiny)
+  assert len(runs) == 2 * 2 * 2 and {r.family for r in runs} == {"llama", "gemma2"}
+  assert {r.quantity for r in runs} == {16, 48} and {r.seed for r in runs} == {0, 1}
+
+
+def test_check_config_names_the_field(tmp_path):
+  with pytest.raises(InputError, match=r"config.bases.llama.path: no such folder"):
+    orchestrator.check_config(_config(**{"bases.llama.path": str(tmp_path / "none")}))
+  (tmp_path / "b").mkdir()
+  ok = {"bases.llama.path": str(tmp_path / "b"), "bases.gemma2.path": str(tmp_path / "b")}
+  with pytest.raises(InputError, match=r"config.sources.hh_rlhf.spec is empty"):
+    orchestrator.check_config(_config(**ok, **{"sources.hh_rlhf.spec": ""}))
+  with pytest.raises(InputError, match=r"config.train sets nonsense"):
+    orchestrator.check_config(_config(**ok, **{"train.nonsense": 1}))
+  with pytest.raises(InputError, match=r"config.train.seed is set by the grid"):
+    orchestrator.check_config(_config(**ok, **{"train.seed": 1}))
+
+
+def test_quantities_are_nested_prefixes_of_one_shuffle(tmp_path):
+  data = _config().sources.hh_rlhf
+  with data.unlocked():
+    data.quantities = (5, 20, 0)
+  files = orchestrator.write_subsamples("hh_rlhf", data, BUNDLED, tmp_path)
+  lines = {q: path.read_text().splitlines() for q, path in files.items()}
+  assert [len(lines[q]) for q in (5, 20, 0)] == [5, 20, 60]
+  assert lines[20][:5] == lines[5] and lines[0][:20] == lines[20]
+  ids = [json.loads(line)["id"] for line in lines[0]]
+  assert len(set(ids)) == 60 and ids != sorted(ids)  # shuffled, every pair once
+  assert set(json.loads(lines[5][0])) == {"prompt", "chosen", "rejected", "id"}
+  with data.unlocked():
+    data.quantities = (61,)
+  with pytest.raises(InputError, match=r"quantities: 61 pairs asked, the source has 60"):
+    orchestrator.write_subsamples("hh_rlhf", data, BUNDLED, tmp_path / "more")
+  with data.unlocked():
+    data.shuffle_seed = 1
+  with pytest.raises(InputError, match=r"holds subsamples of 'hh_rlhf' \(shuffle seed 0\)"):
+    orchestrator.write_subsamples("hh_rlhf", data, BUNDLED, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_tiny_grid_end_to_end_and_a_rerun_skips_it(tmp_path):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+  built = subprocess.run([sys.executable, str(REPO / "tools" / "tiny_bases.py"),
+                          f"--output_dir={tmp_path / 'bases'}"], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=300)
+  assert built.returncode == 0, built.stderr[-3000:]
+  command = [sys.executable, "-m", "socialrm_jax.main.ablation",
+             f"--config={CONFIG}:preset=tiny,bases_dir={tmp_path / 'bases'},"
+             f"output_dir={tmp_path / 'grid'}", "--config.seeds=(0,)",
+             "--config.sources.hh_rlhf.quantities=(8,)", "--config.train.epochs=1",
+             "--config.audit.checkpoints=1", "--config.audit.probe.words_per_category=2"]
+  first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+  assert first.returncode == 0, first.stderr[-3000:]
+  grid = json.loads((tmp_path / "grid" / "grid.json").read_text())
+  # 2 bases x 8 pairs x 1 seed; 8 pairs in batches of 4 is 2 steps: probed at steps 0 and 2.
+  assert sorted((r["base"], r["step"]) for r in grid["rows"]) == [
+      ("gemma2", 0), ("gemma2", 2), ("llama", 0), ("llama", 2)]
+  assert grid["tests"]["final"]["n"] == [1, 1]
+  for row in grid["rows"]:
+    probe = json.loads((tmp_path / "grid" / "runs" / row["run"] / "probe" / str(row["step"]) /
+                        "probe.json").read_text())
+    assert row["value"] == -probe["contrasts"][ablation.CONTRAST]["difference"]
+  run = tmp_path / "grid" / "runs" / "hh_rlhf" / "llama" / "8" / "seed0"
+  assert (run / "train" / "checkpoints" / "0").is_dir()  # the initial weights, checkpointed
+  assert not (run / "exports" / "0").exists()  # exported, probed, then removed
+  assert (run / "train" / "model" / "config.json").exists()
+  assert (tmp_path / "grid" / "value_bias_ablation.png").stat().st_size > 10_000
+  assert "| hh_rlhf | llama | llama | 8 | 0 | 0: " in first.stdout
+  second = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "train.py" not in second.stderr and "value probe of" not in second.stderr
+  assert json.loads((tmp_path / "grid" / "grid.json").read_text())["rows"] == grid["rows"]
