@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from tests.helpers.paths import REPO_ROOT
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 SCRIPT = REPO / "benchmarks" / "train_throughput.py"
 
 

@@ -16,6 +16,7 @@ import pytest
 from socialrm_jax.analysis import ablation
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import ablation as orchestrator
+from tests.helpers.paths import REPO_ROOT
 
 BUNDLED = pathlib.Path(orchestrator.__file__).resolve().parents[1] / "bundled"
 
@@ -92,7 +93,7 @@ def test_report_and_plot(tmp_path):
   assert (tmp_path / "grid.png").stat().st_size > 10_000 and path.endswith("grid.png")
 
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 CONFIG = REPO / "configs" / "value_bias_ablation.py"
 
 
@@ -129,9 +130,10 @@ def test_presets_hold_the_study_settings_and_a_tiny_grid():
 
 
 def test_check_config_names_the_field(tmp_path):
-  with pytest.raises(InputError, match=r"config.bases.llama.path: no such folder"):
-    orchestrator.check_config(_config(**{"bases.llama.path": str(tmp_path / "none")}))
   (tmp_path / "b").mkdir()
+  with pytest.raises(InputError, match=r"config.bases.llama.path: no such folder"):
+    orchestrator.check_config(_config(**{"bases.llama.path": str(tmp_path / "none"),
+                                         "bases.gemma2.path": str(tmp_path / "b")}))
   ok = {"bases.llama.path": str(tmp_path / "b"), "bases.gemma2.path": str(tmp_path / "b")}
   with pytest.raises(InputError, match=r"config.sources.hh_rlhf.spec is empty"):
     orchestrator.check_config(_config(**ok, **{"sources.hh_rlhf.spec": ""}))
