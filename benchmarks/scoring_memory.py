@@ -87,10 +87,18 @@ def main(argv):
                    "wall_seconds": round(seconds, 1), "pairs_per_second":
                    round(run["pairs_per_second"], 1), "batches": run["batches"]})
       print(json.dumps(rows[-1]), flush=True)
-  print(f"\n{'items':>8} {'tokens_per_batch':>17} {'peak RSS MiB':>13} {'wall s':>7} {'batches':>8}")
+  print_table(rows, {"items": "items", "tokens_per_batch": "tokens_per_batch",
+                     "peak_rss_mib": "peak RSS MiB", "wall_seconds": "wall s",
+                     "batches": "batches"})
+
+
+def print_table(rows: list[dict], columns: dict[str, str]) -> None:
+  """The rows' `columns` (key: heading) as a table, then the largest peak RSS over the smallest."""
+  widths = {key: max(len(heading), *(len(str(row[key])) for row in rows))
+            for key, heading in columns.items()}
+  print("\n" + " ".join(f"{heading:>{widths[key]}}" for key, heading in columns.items()))
   for row in rows:
-    print(f"{row['items']:>8} {row['tokens_per_batch']:>17} {row['peak_rss_mib']:>13} "
-          f"{row['wall_seconds']:>7} {row['batches']:>8}")
+    print(" ".join(f"{row[key]!s:>{widths[key]}}" for key in columns))
   peaks = [row["peak_rss_mib"] for row in rows]
   print(f"\nlargest / smallest peak RSS: {max(peaks) / min(peaks):.2f}")
 
