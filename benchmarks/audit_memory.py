@@ -12,6 +12,13 @@ the counterfactual identity swaps, metrics with their bootstrap, the report (the
 off: it scores its own lexicon, whatever the items). It reads the child's peak resident set size
 (`ru_maxrss`) when it exits and prints one table; the bound is 1.5x between the smallest and the
 largest count.
+
+Scoring a million items with even the tiny model takes hours on a small CPU, so
+`--step_counts` (empty: skipped) measures the counterfactual step alone at any size, with no
+model: the converter writes the counted BBQ items, a synthetic scores set (a seeded reward per
+candidate, `--seed`) stands for each model run, and two child processes are measured, the swap
+set's derivation (`python -m socialrm_jax.main.counterfactuals`) and the swap measures
+(`swap_effects.compute_at`, what the audit runs on the two score sets).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import pathlib
 import shutil
 import sys
 
+import numpy as np
+import pyarrow as pa
+
 from absl import app, flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -29,12 +39,16 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
 import scoring_memory  # pylint: disable=wrong-import-position  # its --item_counts, peak_rss_mib
+from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
 from socialrm_jax.orchestrators import item_tables  # pylint: disable=wrong-import-position
 from socialrm_jax.orchestrators.pipeline import BUNDLED_DATA  # pylint: disable=wrong-import-position
 
 flags.adopt_module_key_flags(scoring_memory)  # --item_counts, --work_dir
 flags.FLAGS.set_default("item_counts", ["10000", "1000000"])
 _N_RESAMPLES = flags.DEFINE_integer("n_resamples", 1000, "The metrics' bootstrap resamples.")
+_STEP_COUNTS = flags.DEFINE_list("step_counts", [], "Item counts for the counterfactual step "
+                                 "alone, with synthetic rewards (e.g. 10000,1000000); --item_counts= skips the whole audits.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the synthetic rewards.")
 
 BBQ = BUNDLED_DATA / "bbq" / "data"
 # Scoring settings of the audit's one model: short rows for a tiny model on a CPU.
@@ -59,10 +73,69 @@ def write_bbq(folder: pathlib.Path, n: int) -> None:
       f.close()
 
 
+SCORES_SCHEMA = pa.schema([("item_id", pa.string()), ("candidate", pa.int32()),
+                           ("reward", pa.float64())])
+
+
+def write_synthetic_scores(items: pathlib.Path, path: pathlib.Path, seed: int) -> None:
+  """A scores table for every candidate of the items table at `items`: seeded random rewards."""
+  rng = np.random.default_rng(seed)
+  with tables.TableWriter(path, "parquet", SCORES_SCHEMA) as writer:
+    for item in tables.iter_rows(items, "items", ["item_id", "candidates"]):
+      rewards = rng.standard_normal(len(item["candidates"])).tolist()
+      writer.add([{"item_id": item["item_id"], "candidate": c, "reward": r}
+                  for c, r in enumerate(rewards)])
+
+
+def counterfactual_step(work: pathlib.Path, n: int) -> dict:
+  """Peak RSS of the counterfactual step's two children on `n` items, synthetic rewards."""
+  data = work / f"audit-data-{n}"
+  if not (data / "bbq" / "data").exists():
+    write_bbq(data, n)
+  step = work / f"step-{n}"
+  converted, swaps = step / "converted", step / "counterfactuals"
+  if not (converted / "items.parquet").exists():
+    item_tables.convert_to(converted, data, ["bbq"])
+  if not (step / "scores.parquet").exists():
+    write_synthetic_scores(converted, step / "scores.parquet", _SEED.value)
+  derive_rss, derive_seconds = scoring_memory.peak_rss_mib([
+      sys.executable, "-m", "socialrm_jax.main.counterfactuals", f"--items={converted}",
+      f"--output_dir={swaps}"])
+  if not (step / "swap_scores.parquet").exists():
+    write_synthetic_scores(swaps, step / "swap_scores.parquet", _SEED.value + 1)
+  measure = (f"from socialrm_jax.analysis import swap_effects, hooks; swap_effects.compute_at("
+             f"{str(swaps)!r}, {str(step / 'scores.parquet')!r}, "
+             f"{str(step / 'swap_scores.parquet')!r}, hooks.Options(n_resamples="
+             f"{_N_RESAMPLES.value}))")
+  measure_rss, measure_seconds = scoring_memory.peak_rss_mib([sys.executable, "-c", measure])
+  report = json.loads((swaps / "swap_report.json").read_text())
+  return {"items": n, "swapped_items": report["generated_items"], "links": report["records"],
+          "derive_peak_rss_mib": round(derive_rss, 1), "derive_seconds": round(derive_seconds, 1),
+          "peak_rss_mib": round(measure_rss, 1), "measure_seconds": round(measure_seconds, 1)}
+
+
 def main(argv):
   del argv
   work = pathlib.Path(flags.FLAGS.work_dir)
   counts = [int(n) for n in flags.FLAGS.item_counts]
+  if _STEP_COUNTS.value:
+    steps = []
+    for n in (int(n) for n in _STEP_COUNTS.value):
+      steps.append(counterfactual_step(work, n))
+      print(json.dumps(steps[-1]), flush=True)
+    print("\nThe counterfactual step alone (synthetic rewards); the ratio is the swap measures'")
+    scoring_memory.print_table(steps, {
+        "items": "items", "swapped_items": "swapped items", "links": "links",
+        "derive_peak_rss_mib": "derive: peak RSS MiB", "derive_seconds": "s",
+        "peak_rss_mib": "measures: peak RSS MiB", "measure_seconds": "s"})
+    derives = [row["derive_peak_rss_mib"] for row in steps]
+    print(f"derivation's largest / smallest peak RSS: {max(derives) / min(derives):.2f}")
+  if counts:
+    audits(work, counts)
+
+
+def audits(work: pathlib.Path, counts: list[int]) -> None:
+  """The whole audit on each count of items, with the tiny model: one table."""
   corpus_items = item_tables.convert_all(BUNDLED_DATA, ["bbq"]).items
   model = gpu_throughput_inputs.build_model("tiny", gpu_throughput_inputs.corpus(corpus_items),
                                             work / "models")

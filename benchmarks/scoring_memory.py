@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app, flags
@@ -52,14 +52,30 @@ def numbered_items(n: int) -> list[dict]:
   return items
 
 
+# Runs the command as its own child and writes (peak RSS KiB, exit code) to argv[1]. A child's
+# ru_maxrss starts from the RSS of the process that forked it (Linux carries the high-water mark
+# across fork and exec), so the measured child is forked from this small process, not from the
+# benchmark, which may hold hundreds of MB.
+_LAUNCHER = ("import os, subprocess, sys; child = subprocess.Popen(sys.argv[2:]); "
+             "_, status, usage = os.wait4(child.pid, 0); "
+             "open(sys.argv[1], 'w').write(f'{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}')")
+
+
 def peak_rss_mib(command: list[str]) -> tuple[float, float]:
-  """(peak RSS of the child in MiB, wall seconds); the child must succeed."""
+  """(peak RSS of the command's process in MiB, wall seconds); it must succeed. Its output goes
+  to a temporary file (a pipe nobody reads would stop a long run when it fills), shown when it
+  fails."""
   start = time.perf_counter()
-  pid = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).pid
-  _, status, usage = os.wait4(pid, 0)
-  if os.waitstatus_to_exitcode(status) != 0:
-    raise SystemExit(f"failed ({status}): {' '.join(command)}")
-  return usage.ru_maxrss / 1024, time.perf_counter() - start  # ru_maxrss is in KiB on Linux.
+  with tempfile.TemporaryDirectory() as folder:
+    result, log = pathlib.Path(folder) / "result", pathlib.Path(folder) / "log"
+    with open(log, "wb") as out:
+      subprocess.run([sys.executable, "-c", _LAUNCHER, str(result), *command], stdout=out,
+                     stderr=subprocess.STDOUT, check=False)
+    kib, code = (int(v) for v in result.read_text().split())
+    if code != 0:
+      raise SystemExit(f"failed ({code}): {' '.join(command)}\n"
+                       f"{log.read_text(errors='replace')[-4000:]}")
+  return kib / 1024, time.perf_counter() - start  # ru_maxrss is in KiB on Linux.
 
 
 def main(argv):
