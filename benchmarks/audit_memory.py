@@ -19,6 +19,11 @@ model: the converter writes the counted BBQ items, a synthetic scores set (a see
 candidate, `--seed`) stands for each model run, and two child processes are measured, the swap
 set's derivation (`python -m socialrm_jax.main.counterfactuals`) and the swap measures
 (`swap_effects.compute_at`, what the audit runs on the two score sets).
+
+On a 2-vCPU AMD EPYC (family 25 model 17) shared with other work (docs/benchmarks_cpu.md):
+the whole audit peaked at 715.9 MiB with 10,000 items and 889.6 MiB with 50,000 (before the
+bootstrap drew its counts in blocks); the counterfactual step alone, 10,000 -> 100,000 items:
+derivation 273.5 -> 309.4 MiB, swap measures 294.9 -> 397.0 MiB.
 """
 
 from __future__ import annotations
