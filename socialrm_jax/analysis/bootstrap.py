@@ -65,8 +65,8 @@ def distinct_rows(values: np.ndarray, copies: np.ndarray | None = None
                                     minlength=first.size).astype(np.int64)
 
 
-# Multinomial counts drawn at once in `_resampled_sums` (int64, then float64): 32 MiB each.
-_COUNTS_BLOCK = 1 << 22
+# Multinomial counts drawn at once in `_resampled_sums` (int64, then float64): 8 MiB each.
+_COUNTS_BLOCK = 1 << 20
 
 
 def _resampled_sums(distinct: np.ndarray, copies: np.ndarray, n_resamples: int,
