@@ -23,7 +23,7 @@ set's derivation (`python -m socialrm_jax.main.counterfactuals`) and the swap me
 On a 2-vCPU AMD EPYC (family 25 model 17) shared with other work (docs/benchmarks_cpu.md):
 the whole audit peaked at 715.9 MiB with 10,000 items and 889.6 MiB with 50,000 (before the
 bootstrap drew its counts in blocks); the counterfactual step alone, 10,000 -> 100,000 items:
-derivation 273.5 -> 309.4 MiB, swap measures 294.9 -> 397.0 MiB.
+derivation 268.4 -> 302.5 MiB (1.13x), swap measures 299.3 -> 351.1 MiB (1.17x).
 """
 
 from __future__ import annotations
