@@ -28,6 +28,7 @@ class Run:
   process_seconds: float
   log: str
   info: dict
+  cpu_seconds: float | None = None  # user + system, the process and its children
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -39,17 +40,27 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
 
 def timed(name: str, command: list[str], env: dict[str, str], log_path: pathlib.Path):
   """Runs `command` to its exit; returns (succeeded, seconds from start to exit)."""
+  ok, seconds, _ = timed_with_cpu(name, command, env, log_path)
+  return ok, seconds
+
+
+def timed_with_cpu(name: str, command: list[str], env: dict[str, str], log_path: pathlib.Path):
+  """`timed`, and the CPU seconds (user + system) the process and its children used: on a
+  machine other work shares, what a run costs moves much less with the load than its wall time."""
   log(f"{name}: {' '.join(command)}")
   with open(log_path, "w") as out:
     start = time.perf_counter()
-    code = subprocess.call(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    child = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
+  code = os.waitstatus_to_exitcode(status)
+  cpu_seconds = usage.ru_utime + usage.ru_stime
   if code:
     tail = "".join(log_path.read_text(errors="replace").splitlines(True)[-25:])
     log(f"{name}: FAILED with exit code {code} after {seconds:.1f} s; log {log_path}:\n{tail}")
   else:
-    log(f"{name}: {seconds:.1f} s")
-  return code == 0, seconds
+    log(f"{name}: {seconds:.1f} s ({cpu_seconds:.1f} CPU s)")
+  return code == 0, seconds, cpu_seconds
 
 
 def _score_defines(flag: str) -> bool:
@@ -74,12 +85,13 @@ def run_ours(name: str, model_dir: pathlib.Path, items_dir: pathlib.Path, run_di
   env["XDG_CACHE_HOME"] = str(cache_dir.parent / "xdg")
   if device == "cpu":
     env["JAX_PLATFORMS"] = "cpu"
-  ok, seconds = timed(name, command, _child_env(env), run_dir / f"{name}.log")
+  ok, seconds, cpu_seconds = timed_with_cpu(name, command, _child_env(env),
+                                            run_dir / f"{name}.log")
   info = {}
   if ok and (out_dir / "run.json").exists():
     info = json.loads((out_dir / "run.json").read_text())
   return Run(name, ok and bool(info), seconds, str(run_dir / f"{name}.log"),
-             {**info, "output_dir": str(out_dir)})
+             {**info, "output_dir": str(out_dir)}, cpu_seconds)
 
 
 def our_rewards(out_dir: str) -> dict[tuple[str, int], tuple[float, int | None]]:

@@ -65,7 +65,8 @@ def run_row(run: Run, pairs: int, matmul_params: int, on_gpu: bool, peak_tflops:
   status = "FAILED" if not run.ok else ("ok" if scored == pairs else "INCOMPLETE")
   row = {"run": run.name, "title": RUN_TITLES[run.name], "ok": status == "ok", "status": status,
          "scored_pairs": scored, "process_seconds": run.process_seconds, "pairs": pairs,
-         "pairs_per_second": pairs / run.process_seconds if status == "ok" else None}
+         "pairs_per_second": pairs / run.process_seconds if status == "ok" else None,
+         "cpu_seconds": run.cpu_seconds}
   if status != "ok":
     return row
   if run.name.startswith("ours"):
@@ -98,8 +99,9 @@ def _fmt(value, spec: str) -> str:
 def table(rows: list[dict], on_gpu: bool) -> str:
   torch_rows = {r["run"]: r for r in rows if r["run"].startswith("torch") and r["ok"]}
   flops = "model FLOP/s (% peak)" if on_gpu else "model GFLOP/s"
-  header = ["run", "pairs/s", "wall s", "x torch", "x torch sorted", "score s", "tokens/pair",
-            "padding", "compilations", "compile s", "cache hits", flops]
+  header = ["run", "pairs/s", "wall s", "x torch", "x torch sorted", "CPU s", "x torch (CPU s)",
+            "x sorted (CPU s)", "score s", "tokens/pair", "padding", "compilations", "compile s",
+            "cache hits", flops]
   lines = [header]
   for r in rows:
     if not r["ok"]:
@@ -113,8 +115,12 @@ def table(rows: list[dict], on_gpu: bool) -> str:
               if r.get("fraction_of_peak") is not None else "n/a")
     else:
       rate = _fmt(r["flops_per_second"] and r["flops_per_second"] / 1e9, ".1f")
+    cpu_ratios = [_fmt(torch_rows[t]["cpu_seconds"] / r["cpu_seconds"], ".2f")
+                  if t in torch_rows and r.get("cpu_seconds") and torch_rows[t].get("cpu_seconds")
+                  else "n/a" for t in ("torch", "torch_sorted")]
     lines.append([r["title"], _fmt(r["pairs_per_second"], ".1f"),
-                  _fmt(r["process_seconds"], ".1f"), *ratios, _fmt(r["scoring_seconds"], ".1f"),
+                  _fmt(r["process_seconds"], ".1f"), *ratios, _fmt(r.get("cpu_seconds"), ".1f"),
+                  *cpu_ratios, _fmt(r["scoring_seconds"], ".1f"),
                   _fmt(r["tokens_per_pair"], ".1f"), _fmt(r["padding_fraction"], ".3f"),
                   _fmt(r.get("compilations"), "d"), _fmt(r.get("compile_seconds"), ".1f"),
                   _fmt(r.get("compilation_cache_hits"), "d"), rate])
@@ -158,6 +164,8 @@ def report(s: Settings, items: list[dict], pairs: list[dict], model_dir: pathlib
       f"PyTorch batches of {s.torch_batch}, sdpa",
       "pairs/s and wall s: whole processes, start to exit; score s: inside the process "
       "(ours: run.json wall_seconds; PyTorch: tokenize + forward); x torch: pairs/s ratio",
+      "CPU s: user + system seconds of the whole process (steadier than wall s where other work "
+      "shares the machine); x (CPU s): the PyTorch loop's CPU s over this run's",
       "model FLOP/s: 2 x matmul params x real tokens / compute s (ours: run.json wall_seconds "
       "less compile_seconds when reported; PyTorch: the forward loop)"]
   problems = [f"{r['title']}: {r['status']}: " + (

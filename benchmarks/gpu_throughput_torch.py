@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from gpu_throughput_runs import Run, _child_env, timed
+from gpu_throughput_runs import Run, _child_env, timed_with_cpu
 from socialrm_jax.base import tables
 
 SCRIPT = pathlib.Path(__file__).resolve().parent / "gpu_throughput.py"
@@ -26,9 +26,10 @@ def run_torch(name: str, order: str, model_dir: pathlib.Path, items_dir: pathlib
              f"--device={device}", f"--dtype={dtype}", f"--torch_batch={batch}",
              f"--child_date={date}"]
   env = {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}
-  ok, seconds = timed(name, command, _child_env(env), run_dir / f"{name}.log")
+  ok, seconds, cpu_seconds = timed_with_cpu(name, command, _child_env(env),
+                                            run_dir / f"{name}.log")
   info = json.loads(output.read_text()) if ok and output.exists() else {}
-  return Run(name, ok and bool(info), seconds, str(run_dir / f"{name}.log"), info)
+  return Run(name, ok and bool(info), seconds, str(run_dir / f"{name}.log"), info, cpu_seconds)
 
 
 def torch_child(order: str, model_dir: str, items_dir: str, output: str, device: str,

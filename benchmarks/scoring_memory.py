@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app, flags
@@ -52,14 +52,30 @@ def numbered_items(n: int) -> list[dict]:
   return items
 
 
+# Runs the command as its own child and writes (peak RSS KiB, exit code) to argv[1]. A child's
+# ru_maxrss starts from the RSS of the process that forked it (Linux carries the high-water mark
+# across fork and exec), so the measured child is forked from this small process, not from the
+# benchmark, which may hold hundreds of MB.
+_LAUNCHER = ("import os, subprocess, sys; child = subprocess.Popen(sys.argv[2:]); "
+             "_, status, usage = os.wait4(child.pid, 0); "
+             "open(sys.argv[1], 'w').write(f'{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}')")
+
+
 def peak_rss_mib(command: list[str]) -> tuple[float, float]:
-  """(peak RSS of the child in MiB, wall seconds); the child must succeed."""
+  """(peak RSS of the command's process in MiB, wall seconds); it must succeed. Its output goes
+  to a temporary file (a pipe nobody reads would stop a long run when it fills), shown when it
+  fails."""
   start = time.perf_counter()
-  pid = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).pid
-  _, status, usage = os.wait4(pid, 0)
-  if os.waitstatus_to_exitcode(status) != 0:
-    raise SystemExit(f"failed ({status}): {' '.join(command)}")
-  return usage.ru_maxrss / 1024, time.perf_counter() - start  # ru_maxrss is in KiB on Linux.
+  with tempfile.TemporaryDirectory() as folder:
+    result, log = pathlib.Path(folder) / "result", pathlib.Path(folder) / "log"
+    with open(log, "wb") as out:
+      subprocess.run([sys.executable, "-c", _LAUNCHER, str(result), *command], stdout=out,
+                     stderr=subprocess.STDOUT, check=False)
+    kib, code = (int(v) for v in result.read_text().split())
+    if code != 0:
+      raise SystemExit(f"failed ({code}): {' '.join(command)}\n"
+                       f"{log.read_text(errors='replace')[-4000:]}")
+  return kib / 1024, time.perf_counter() - start  # ru_maxrss is in KiB on Linux.
 
 
 def main(argv):
@@ -87,10 +103,18 @@ def main(argv):
                    "wall_seconds": round(seconds, 1), "pairs_per_second":
                    round(run["pairs_per_second"], 1), "batches": run["batches"]})
       print(json.dumps(rows[-1]), flush=True)
-  print(f"\n{'items':>8} {'tokens_per_batch':>17} {'peak RSS MiB':>13} {'wall s':>7} {'batches':>8}")
+  print_table(rows, {"items": "items", "tokens_per_batch": "tokens_per_batch",
+                     "peak_rss_mib": "peak RSS MiB", "wall_seconds": "wall s",
+                     "batches": "batches"})
+
+
+def print_table(rows: list[dict], columns: dict[str, str]) -> None:
+  """The rows' `columns` (key: heading) as a table, then the largest peak RSS over the smallest."""
+  widths = {key: max(len(heading), *(len(str(row[key])) for row in rows))
+            for key, heading in columns.items()}
+  print("\n" + " ".join(f"{heading:>{widths[key]}}" for key, heading in columns.items()))
   for row in rows:
-    print(f"{row['items']:>8} {row['tokens_per_batch']:>17} {row['peak_rss_mib']:>13} "
-          f"{row['wall_seconds']:>7} {row['batches']:>8}")
+    print(" ".join(f"{row[key]!s:>{widths[key]}}" for key in columns))
   peaks = [row["peak_rss_mib"] for row in rows]
   print(f"\nlargest / smallest peak RSS: {max(peaks) / min(peaks):.2f}")
 

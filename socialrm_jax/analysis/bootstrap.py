@@ -65,6 +65,10 @@ def distinct_rows(values: np.ndarray, copies: np.ndarray | None = None
                                     minlength=first.size).astype(np.int64)
 
 
+# Multinomial counts drawn at once in `_resampled_sums` (int64, then float64): 8 MiB each.
+_COUNTS_BLOCK = 1 << 20
+
+
 def _resampled_sums(distinct: np.ndarray, copies: np.ndarray, n_resamples: int,
                     rng: np.random.Generator) -> np.ndarray:
   """Sums over `n_resamples` resamples of n = sum(copies) rows, of which `distinct` [U, V] are
@@ -72,11 +76,19 @@ def _resampled_sums(distinct: np.ndarray, copies: np.ndarray, n_resamples: int,
 
   Drawing n rows with replacement from them is drawing multinomial counts over the U distinct
   rows with probabilities c_u / n: the same distribution, at a cost of U instead of n per
-  resample. Per-item values here are counts and outcomes in {0, 1/2, 1}, so U stays small
-  however many items there are."""
+  resample. Per-item values here are mostly counts and outcomes in {0, 1/2, 1}, so U stays
+  small however many items there are; continuous values (the counterfactual swaps' reward
+  changes) make U the items, so the counts are drawn a block of resamples at a time, at most
+  `_COUNTS_BLOCK` of them at once (the same draws as all at once: the generator makes them row by
+  row)."""
   n = int(copies.sum())
-  counts = rng.multinomial(n, copies / n, size=n_resamples)            # [n_resamples, U]
-  return counts.astype(np.float64) @ distinct
+  block = max(1, _COUNTS_BLOCK // max(1, distinct.shape[0]))
+  out = np.empty((n_resamples, distinct.shape[1]))
+  for start in range(0, n_resamples, block):
+    size = min(block, n_resamples - start)
+    counts = rng.multinomial(n, copies / n, size=size)                 # [size, U]
+    out[start:start + size] = counts.astype(np.float64) @ distinct
+  return out
 
 
 @dataclasses.dataclass(frozen=True)

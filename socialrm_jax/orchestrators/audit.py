@@ -22,7 +22,7 @@ from socialrm_jax.analysis import evaluate, runner, swap_effects
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import engine, item_source
 from socialrm_jax.sources import identity_swaps
 
 BUNDLED_DATA = pathlib.Path(__file__).resolve().parents[1] / "bundled"
@@ -140,16 +140,16 @@ def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: li
   `<model>/counterfactual.json`; returns the report section."""
   out = pathlib.Path(config.output_dir)
   swaps_dir = out / "counterfactuals"
-  # Only the items the main run scored get swaps, so a limited run stays limited.
-  scored = engine.select_items(tables.read_rows(items_dir, "items"),
-                               list(config.get("score_datasets", [])),
-                               config.get("limit_items") or None)
-  swap_set = identity_swaps.derive_all(scored)
-  identity_swaps.write_swap_set(swap_set, swaps_dir, config.format)
+  # Only the items the main run scored get swaps, so a limited run stays limited; the items are
+  # streamed (read again for each pass), so the audit's memory does not grow with them.
+  scored = item_source.ItemSource.from_table(items_dir, list(config.get("score_datasets", [])),
+                                             config.get("limit_items") or None)
+  report = identity_swaps.derive_into(lambda: iter(scored), swaps_dir, config.format,
+                                      name=str(items_dir))
   results = {}
   for spec, score_dir in zip(specs, score_dirs):
     swap_scores = out / "scores_counterfactual" / spec.name
-    if swap_set.items:
+    if report["generated_items"]:
       score_model(spec, swaps_dir, swap_scores, [], None)
     results[spec.name] = swap_effects.compute_at(swaps_dir, score_dir, swap_scores, options)
     tables.atomic_write_json(out / spec.name / "counterfactual.json", results[spec.name])

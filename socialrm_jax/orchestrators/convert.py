@@ -20,7 +20,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import pathlib
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
 
 from socialrm_jax.base import records, tables
 from socialrm_jax.datasets import registry
@@ -72,6 +74,38 @@ def _sum(reports: list[dict[str, Any]]) -> dict[str, Any]:
   return _finish(total)
 
 
+class _IdHashes:
+  """The items' ids as hashes, 8 bytes an id (a set of a million ids would hold a hundred MB
+  through the conversion); a repeated hash is checked against the ids themselves, read again."""
+
+  _BLOCK = 1 << 16
+
+  def __init__(self):
+    self.blocks: list[np.ndarray] = []
+    self.pending: list[int] = []
+
+  def add(self, item_id: str) -> None:
+    self.pending.append(hash(item_id))  # salted per process: used within this one
+    if len(self.pending) == self._BLOCK:
+      self.blocks.append(np.asarray(self.pending, np.int64))
+      self.pending = []
+
+  def repeated_id(self, read_ids: Callable[[], Iterable[str]]) -> str | None:
+    """The first id (in order) that repeats an earlier one, None when all differ; `read_ids`
+    reads the ids again, in the same order, only when two hashes are equal."""
+    hashes = np.sort(np.concatenate([*self.blocks, np.asarray(self.pending, np.int64)]))
+    same = hashes[1:][hashes[1:] == hashes[:-1]]
+    if not same.size:
+      return None
+    suspects, seen = set(same.tolist()), set()
+    for item_id in read_ids():
+      if hash(item_id) in suspects:
+        if item_id in seen:
+          return item_id
+        seen.add(item_id)
+    return None  # two ids shared a hash, no id repeats
+
+
 def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | None = None, *,
                    on_error: str = "raise", template: str | None = None,
                    path_options: Mapping[str, str] | None = None,
@@ -94,23 +128,26 @@ def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | Non
       raise InputError(f"no such file or folder (the {spec.adapter.name} source "
                        f"{spec.name!r})", source)
   default = prompt_templates.default_template(spec.adapter.name)
-  reader = SourceReader(spec.name, source,
+  def new_reader() -> SourceReader:
+    return SourceReader(spec.name, source,
                         prompt_templates.named(spec.adapter.templates, template or default),
                         on_error=on_error,
                         options={**(path_options or {}), **spec.options} if spec.path else {})
+
+  def items(reader: SourceReader) -> Iterator[records.Item]:
+    for item in spec.adapter.convert(reader):
+      if reader.template.name != default:
+        item.item_id = records.templated_item_id(item.item_id, reader.template.name)
+      yield item
+  reader = new_reader()
   subsets: dict[str, dict[str, Any]] = collections.defaultdict(_subset_report)
   conversion = Conversion([], [], {})
   sink = conversion if sink is None else sink
-  seen_ids = set()
-  for item in spec.adapter.convert(reader):
-    if reader.template.name != default:
-      item.item_id = records.templated_item_id(item.item_id, reader.template.name)
+  id_hashes = _IdHashes()
+  for item in items(reader):
     counts = subsets[item.subset]
     if spec.adapter.check_ids:
-      if item.item_id in seen_ids:
-        raise InputError(f"two items get the id {item.item_id!r}: the source repeats a key",
-                         reader.source)
-      seen_ids.add(item.item_id)
+      id_hashes.add(item.item_id)
     if len(set(item.candidates)) == 1:
       counts["drops"][IDENTICAL_CANDIDATES] += 1
       continue
@@ -123,6 +160,10 @@ def convert_source(spec: registry.SourceSpec, data_dir: str | pathlib.Path | Non
       counts["pairs"][source_label] += 1
       pairs.append(records.pair_row(item, chosen, rejected, source_label))
     sink.add(item.row(), pairs)
+  repeated = id_hashes.repeated_id(lambda: (item.item_id for item in items(new_reader())))
+  if repeated is not None:
+    raise InputError(f"two items get the id {repeated!r}: the source repeats a key",
+                     reader.source)
   malformed = sum(n for (_, reason), n in reader.drops.items() if reason == MALFORMED)
   if malformed and not any(counts["items"] for counts in subsets.values()):
     # A skip that kept no row is a wrong file or column mapping, not a dataset to audit.

@@ -65,7 +65,7 @@ class Chunk:
     return out
 
 
-def _item_pairs(item: dict, pairs: dict | None) -> list[tuple[int, int]]:
+def _item_pairs(item: dict, pairs: run_report.ItemPairs | None) -> list[tuple[int, int]]:
   """The (chosen, rejected) pairs of an item: from the pairs table if given, else its labels."""
   return pairs.get(str(item["item_id"]), []) if pairs is not None else records.item_pairs(item)
 
@@ -90,7 +90,7 @@ class Scorer:
 
 
 def encode_chunk(scorer: Scorer, index: int, items: Sequence[dict], first_index: int,
-                 pairs: dict | None) -> Chunk:
+                 pairs: run_report.ItemPairs | None) -> Chunk:
   """A chunk's items encoded by its proxy (one batched tokenizer call) and counted."""
   encoded, plan = scorer.proxy.encode(scorer.templater, first_index, items)
   encoded = scorer.proxy.locate_gates(encoded)

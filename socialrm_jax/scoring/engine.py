@@ -226,7 +226,7 @@ class _Producer(threading.Thread):
   batches, then ("batch", Batch, device arrays), ("end",) or ("error", exception)."""
 
   def __init__(self, chunks: Iterator[tuple[int, Sequence[dict], int]], scorer: Scorer,
-               pairs: dict | None):
+               pairs: run_report.ItemPairs | None):
     super().__init__(daemon=True, name="socialrm-producer")
     self.chunks, self.scorer, self.pairs = chunks, scorer, pairs
     self.batcher, self.step = scorer.batcher, scorer.step
@@ -313,7 +313,7 @@ def _run_batches(step: step_lib.ScoringStep, producer: _Producer,
 
 
 def stream_scores(scorer: Scorer, chunks: Iterator[tuple[int, Sequence[dict], int]], *,
-                  pairs: dict | None, on_chunk: Callable[[Chunk], None],
+                  pairs: run_report.ItemPairs | None, on_chunk: Callable[[Chunk], None],
                   on_batch: Callable[[float, float, int], None] | None = None
                   ) -> run_report.RunStats:
   """Scores `chunks` ((index, items, index of the first item)) with `scorer`; `on_chunk` gets

@@ -37,7 +37,12 @@ class ItemsDigest:
     return {"count": self.count, "sha256": self._digest.hexdigest()}
 
 
-def _id_hash(item_id: str) -> int:
+# Ids hashed at a time before their hashes become an array.
+_HASH_BLOCK = 1 << 16
+
+
+def id_hash(item_id: str) -> int:
+  """An id's 64-bit hash (blake2b), the same in every process."""
   return int.from_bytes(hashlib.blake2b(item_id.encode(), digest_size=8).digest(), "little")
 
 
@@ -54,7 +59,7 @@ class ItemSource:
     self._read, self.name = read, name
     self.datasets = set(datasets)
     self.limit = limit if limit is not None and limit >= 0 else None
-    digest, first, known, id_hashes = ItemsDigest(), None, set(), []
+    digest, first, known, id_hashes, hash_blocks = ItemsDigest(), None, set(), [], []
     for number, item in enumerate(self._read(), start=1):
       if not item.get("item_id"):
         raise InputError("the item has no item_id", self.name, number)
@@ -68,13 +73,16 @@ class ItemSource:
         continue
       first = item if first is None else first
       digest.update(item)
-      id_hashes.append(_id_hash(str(item["item_id"])))
+      id_hashes.append(id_hash(str(item["item_id"])))
+      if len(id_hashes) == _HASH_BLOCK:  # a block as an array: 8 bytes an id, not 40
+        hash_blocks.append(np.asarray(id_hashes, np.uint64))
+        id_hashes = []
     unknown = sorted(self.datasets - known)
     if unknown:
       raise InputError(f"--datasets names {', '.join(unknown)}, not in the items "
                        f"(they hold: {', '.join(sorted(known))})")
     self.count, self.identity, self.first = digest.count, digest.identity(), first
-    hashes = np.sort(np.asarray(id_hashes, np.uint64))
+    hashes = np.sort(np.concatenate([*hash_blocks, np.asarray(id_hashes, np.uint64)]))
     if hashes.size and np.any(hashes[1:] == hashes[:-1]):
       raise InputError(f"duplicate item_id values in {self.name} (first: "
                        f"{self._first_repeated_id()!r}): every item must have its own id")

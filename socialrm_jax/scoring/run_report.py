@@ -16,26 +16,63 @@ run's files), and process 0 writes `run.json` from the summed counts.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import pathlib
 
+import numpy as np
+
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
+from socialrm_jax.scoring import item_source
 
-def pairs_from_table(items_path) -> dict[str, list[tuple[int, int]]] | None:
-  """item_id -> its pairs, from the pairs table beside the items, when there is one; read in
-  batches, so the pairs' texts never stay (a million items' pairs would be gigabytes)."""
+# The pairs table's columns the counts read.
+_PAIR_COLUMNS = ("item_id", "chosen_index", "rejected_index")
+
+
+class ItemPairs:
+  """item_id -> its (chosen, rejected) pairs, for every item of a pairs table, as arrays: each
+  pair's item as the 64-bit hash of its id (`item_source.id_hash`, sorted) and its two indices,
+  20 bytes a pair, so a million items' pairs cost tens of MB, not the gigabyte a dict of lists
+  would. Two ids sharing a hash (~2^-64 a pair of ids) would share their pairs: only the run's
+  pair counts read them."""
+
+  def __init__(self, hashes: np.ndarray, chosen: np.ndarray, rejected: np.ndarray):
+    order = np.argsort(hashes, kind="stable")  # an item's pairs stay in table order
+    self.hashes = hashes[order]    # [P] uint64, ascending
+    self.chosen = chosen[order]    # [P] int32
+    self.rejected = rejected[order]  # [P] int32
+
+  def get(self, item_id: str, default: list | None = None) -> list[tuple[int, int]]:
+    """The item's pairs in table order (`default` when it has none)."""
+    key = np.uint64(item_source.id_hash(str(item_id)))
+    start = np.searchsorted(self.hashes, key, side="left")
+    stop = np.searchsorted(self.hashes, key, side="right")
+    if start == stop:
+      return [] if default is None else default
+    return list(zip(self.chosen[start:stop].tolist(), self.rejected[start:stop].tolist()))
+
+
+def pairs_from_table(items_path) -> ItemPairs | None:
+  """Every item's pairs (`ItemPairs`), from the pairs table beside the items, when there is one;
+  read in batches, so the pairs' texts never stay."""
   path = pathlib.Path(items_path)
   folder = path if path.is_dir() else path.parent
   try:
     tables.table_files(folder, "pairs")
   except InputError:
     return None
-  out: dict[str, list[tuple[int, int]]] = {}
-  for row in tables.iter_rows(folder, "pairs"):
-    out.setdefault(str(row["item_id"]), []).append(
-        (int(row["chosen_index"]), int(row["rejected_index"])))
-  return out
+  hashes, chosen, rejected = [], [], []
+  rows = tables.iter_rows(folder, "pairs", _PAIR_COLUMNS)
+  while batch := list(itertools.islice(rows, tables.BATCH_ROWS)):
+    hashes.append(np.fromiter((item_source.id_hash(str(r["item_id"])) for r in batch),
+                              np.uint64, len(batch)))
+    chosen.append(np.fromiter((int(r["chosen_index"]) for r in batch), np.int32, len(batch)))
+    rejected.append(np.fromiter((int(r["rejected_index"]) for r in batch), np.int32,
+                                len(batch)))
+  return ItemPairs(*(np.concatenate(parts) if parts else np.zeros(0, dtype)
+                     for parts, dtype in ((hashes, np.uint64), (chosen, np.int32),
+                                          (rejected, np.int32))))
 
 
 @dataclasses.dataclass

@@ -63,12 +63,13 @@ swap set is written only with `--allow_empty`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import difflib
 import functools
 import pathlib
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -294,95 +295,154 @@ def _dataset_report() -> dict[str, Any]:
           "records_with_several_differing_spans": 0}
 
 
-def primary_templates(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
-  """Each dataset's primary template (`templates.by_dataset`)."""
+def primary_templates(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
+  """Each dataset's primary template (`templates.by_dataset`), in one pass over the rows."""
   found = templates.by_dataset((row["dataset"], row.get("template") or "") for row in rows)
   return {name: names[0] for name, names in found.items()}
 
 
-def derive_all(rows: Iterable[dict[str, Any]]) -> SwapSet:
-  """Derives the swap set of converted items (rows of an items table), in their order."""
-  rows = list(rows)
-  primary = primary_templates(rows)
-  out = SwapSet([], [], [], {})
-  per_dataset: dict[str, dict[str, Any]] = collections.defaultdict(_dataset_report)
-  for row in rows:
-    counts = per_dataset[row["dataset"]]
+class _Deriving:
+  """Derives items one at a time, counting per dataset what it reads, skips, links and makes."""
+
+  def __init__(self, primary: dict[str, str]):
+    self.primary = primary
+    self.per_dataset: dict[str, dict[str, Any]] = collections.defaultdict(_dataset_report)
+
+  def __call__(self, row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None,
+                                                   list[dict[str, Any]]]:
+    """(the link or None, the generated item's row or None, its pair rows) of one item."""
+    counts = self.per_dataset[row["dataset"]]
     counts["items_read"] += 1
-    if (row.get("template") or "") != primary[row["dataset"]]:
+    if (row.get("template") or "") != self.primary[row["dataset"]]:
       counts["skips"][NOT_PRIMARY_TEMPLATE] += 1
-      continue
+      return None, None, []
     derived = derive(row)
     if isinstance(derived, str):
       counts["skips"][derived] += 1
-      continue
+      return None, None, []
     link = derived.link
     counts["records"][link["rule"]] += 1
     counts["records_with_several_differing_spans"] += (
         link["rule"] == PAIRED_SENTENCES and len(link["terms"]) > 1)
-    out.links.append(link)
     if derived.item is None:
-      continue
+      return link, None, []
     item = derived.item
-    # The item's fields as they are (`Item.row` deep-copies them, which is most of the time over
-    # the full BBQ, and these lists are new already).
-    out.items.append({k: v for k, v in vars(item).items() if k != "pairs"})
     counts["generated_items"] += 1
+    pairs = []
     for chosen, rejected, source in item.pairs:
       if item.candidates[chosen] == item.candidates[rejected]:
         counts["drops"][IDENTICAL_PAIR_TEXTS] += 1
         continue
-      out.pairs.append(records.pair_row(item, chosen, rejected, source))
+      pairs.append(records.pair_row(item, chosen, rejected, source))
       counts["pairs"] += 1
-  datasets = {}
-  for name, counts in per_dataset.items():
-    node = {k: dict(sorted(v.items())) if isinstance(v, collections.Counter) else v
-            for k, v in counts.items()}
-    if not counts["records"][PAIRED_SENTENCES]:
-      del node["records_with_several_differing_spans"]
-    datasets[name] = node
-  out.report = {
-      "items_read": sum(c["items_read"] for c in per_dataset.values()),
-      "records": len(out.links), "generated_items": len(out.items), "pairs": len(out.pairs),
-      "datasets": datasets}
+    # The item's fields as they are (`Item.row` deep-copies them, which is most of the time over
+    # the full BBQ, and these lists are new already).
+    return link, {k: v for k, v in vars(item).items() if k != "pairs"}, pairs
+
+  def report(self) -> dict[str, Any]:
+    datasets = {}
+    for name, counts in self.per_dataset.items():
+      node = {k: dict(sorted(v.items())) if isinstance(v, collections.Counter) else v
+              for k, v in counts.items()}
+      if not counts["records"][PAIRED_SENTENCES]:
+        del node["records_with_several_differing_spans"]
+      datasets[name] = node
+    every = self.per_dataset.values()
+    return {"items_read": sum(c["items_read"] for c in every),
+            "records": sum(sum(c["records"].values()) for c in every),
+            "generated_items": sum(c["generated_items"] for c in every),
+            "pairs": sum(c["pairs"] for c in every), "datasets": datasets}
+
+
+def derive_all(rows: Iterable[dict[str, Any]]) -> SwapSet:
+  """Derives the swap set of converted items (rows of an items table), in their order, in
+  memory (`derive_into` streams a table of any size)."""
+  rows = list(rows)
+  deriving = _Deriving(primary_templates(rows))
+  out = SwapSet([], [], [], {})
+  for row in rows:
+    link, item, pairs = deriving(row)
+    if link is not None:
+      out.links.append(link)
+    if item is not None:
+      out.items.append(item)
+    out.pairs.extend(pairs)
+  out.report = deriving.report()
   return out
 
 
-def write_swap_set(swap_set: SwapSet, output_dir: str | pathlib.Path,
-                   fmt: str = "parquet") -> None:
-  """Writes the items, pairs and swaps tables and the report into `output_dir` at once (see
-  `tables.staged_folder`); tables of another format left there by an earlier run are removed,
-  so a reader never finds two."""
+def _write_tables(output_dir: str | pathlib.Path, fmt: str,
+                  fill: Callable[[dict[str, tables.TableWriter]], dict[str, Any]]) -> dict[str, Any]:
+  """Writes the items, pairs and swaps tables, which `fill(writers)` adds rows to, and the report
+  it returns, into `output_dir` at once (see `tables.staged_folder`: if `fill` raises, the folder
+  is left as it was); tables of another format left there by an earlier run are removed, so a
+  reader never finds two. Returns the report."""
   schemas = {"items": records.ITEMS_SCHEMA, "pairs": records.PAIRS_SCHEMA, "swaps": SWAPS_SCHEMA}
-  rows = {"items": swap_set.items, "pairs": swap_set.pairs, "swaps": swap_set.links}
   with tables.staged_folder(output_dir) as stage:
-    for prefix in TABLE_PREFIXES:
-      with tables.TableWriter(stage / tables.table_name(prefix, fmt), fmt, schemas[prefix],
-                              hf_columns=records.pairs_to_trl if prefix == "pairs" else None
-                              ) as writer:
-        writer.add(rows[prefix])
-    tables.atomic_write_json(stage / REPORT_FILE, {"format": fmt, **swap_set.report})
+    with contextlib.ExitStack() as stack:
+      writers = {prefix: stack.enter_context(tables.TableWriter(
+          stage / tables.table_name(prefix, fmt), fmt, schemas[prefix],
+          hf_columns=records.pairs_to_trl if prefix == "pairs" else None))
+                 for prefix in TABLE_PREFIXES}
+      report = fill(writers)
+    tables.atomic_write_json(stage / REPORT_FILE, {"format": fmt, **report})
   for other in tables.FORMATS:
     if other != fmt:
       for prefix in TABLE_PREFIXES:
         tables.remove(pathlib.Path(output_dir) / tables.table_name(prefix, other))
+  return report
+
+
+def write_swap_set(swap_set: SwapSet, output_dir: str | pathlib.Path,
+                   fmt: str = "parquet") -> None:
+  """Writes a swap set held in memory into `output_dir` (`_write_tables`)."""
+  rows = {"items": swap_set.items, "pairs": swap_set.pairs, "swaps": swap_set.links}
+
+  def fill(writers: dict[str, tables.TableWriter]) -> dict[str, Any]:
+    for prefix, writer in writers.items():
+      writer.add(rows[prefix])
+    return swap_set.report
+  _write_tables(output_dir, fmt, fill)
+
+
+def derive_into(read: Callable[[], Iterable[dict[str, Any]]], output_dir: str | pathlib.Path,
+                fmt: str = "parquet", allow_empty: bool = True,
+                name: str = "the items") -> dict[str, Any]:
+  """Derives the swap set of the items `read()` gives and writes it into `output_dir` as it goes:
+  two passes over `read()` (the primary templates, then the items), so memory holds a batch of
+  rows, not the items (`tables.TableWriter`). Returns the report. A set with no counterfactual
+  at all is refused unless `allow_empty` (`name` says where the items came from), and then the
+  folder is left as it was."""
+  deriving = _Deriving(primary_templates(read()))
+
+  def fill(writers: dict[str, tables.TableWriter]) -> dict[str, Any]:
+    for row in read():
+      link, item, pairs = deriving(row)
+      if link is not None:
+        writers["swaps"].add([link])
+      if item is not None:
+        writers["items"].add([item])
+      if pairs:
+        writers["pairs"].add(pairs)
+    report = deriving.report()
+    if not report["records"] and not allow_empty:
+      raise InputError(f"no item has a counterfactual ({report['items_read']} items of "
+                       f"{', '.join(report['datasets']) or 'no dataset'}; swaps need BBQ's named "
+                       "answers or CrowS-Pairs' paired sentences): nothing to swap "
+                       "(--allow_empty writes the empty set)", name)
+    return report
+  return _write_tables(output_dir, fmt, fill)
 
 
 def derive_to(items_path: str | pathlib.Path, output_dir: str | pathlib.Path,
               fmt: str = "parquet", allow_empty: bool = False) -> dict[str, Any]:
-  """Reads a converted items table, writes its swap set into `output_dir`; returns the report.
-  A set with no counterfactual at all is refused unless `allow_empty`."""
+  """Reads a converted items table, a batch at a time, and writes its swap set into
+  `output_dir` (`derive_into`); returns the report. A set with no counterfactual at all is
+  refused unless `allow_empty`."""
   if pathlib.Path(output_dir).exists() and not pathlib.Path(output_dir).is_dir():
     raise InputError("the output folder names a file; give a folder (new or existing)", output_dir)
-  swap_set = derive_all(tables.read_rows(items_path, "items"))
-  if not swap_set.links and not allow_empty:
-    report = swap_set.report
-    raise InputError(f"no item has a counterfactual ({report['items_read']} items of "
-                     f"{', '.join(report['datasets']) or 'no dataset'}; swaps need BBQ's named "
-                     "answers or CrowS-Pairs' paired sentences): nothing to swap "
-                     "(--allow_empty writes the empty set)", items_path)
-  write_swap_set(swap_set, output_dir, fmt)
-  return swap_set.report
+  return derive_into(lambda: tables.iter_rows(items_path, "items"), output_dir, fmt,
+                     allow_empty=allow_empty, name=str(items_path))
 
 
 def read_links(swaps_dir: str | pathlib.Path) -> list[dict[str, Any]]:

@@ -110,3 +110,11 @@ def test_empty_and_missing_files(tmp_path):
     convert.convert_dataset("bbq", other)
   with pytest.raises(convert.InputError, match="no folder for dataset 'bbq'"):
     convert.convert_dataset("bbq", tmp_path / "nowhere")
+
+
+def test_a_repeated_key_is_refused_naming_the_id(tmp_path):
+  # Row 2 again with row 1's example_id: the same item id, two rows apart.
+  lines = AGE_ROWS[:3] + [_row(1, "nonneg", "ambig", _AMBIG, _NONNEG_Q, 2)]
+  with pytest.raises(convert.InputError, match=r"two items get the id 'bbq/Age/1': the source repeats"):
+    _convert(tmp_path, lines)
+  assert len(_convert(tmp_path / "distinct", AGE_ROWS).items) == 4
