@@ -65,8 +65,10 @@ def makefile_commands(makefile: str) -> list[str]:
 def program(command: str) -> tuple[list[str], list[str]]:
   """(the argv that runs the program with `--help`, the words after the program)."""
   words = shlex.split(command)
-  while words and (words[0] == "time" or re.fullmatch(r"\w+=\S*", words[0])):
-    words = words[1:]
+  while words and (words[0] == "time" or re.fullmatch(r"\w+=\S*", words[0])
+                   or words[0] == "taskset"):
+    # `taskset -c CPUS` pins the command that follows it to cores.
+    words = words[3:] if words[0] == "taskset" else words[1:]
   scripts = command_help.console_scripts()
   if words[0] in PYTHONS and words[1] == "-m":
     return [sys.executable, "-m", words[2], "--help"], words[3:]

@@ -67,6 +67,19 @@ def field(default: Any = dataclasses.MISSING, help: str = "", *,  # pylint: disa
   return dataclasses.field(default=default, metadata=metadata)
 
 
+def field_of(cls: type, name: str, **default: Any) -> Any:
+  """Another command's setting `name` of `cls` as this command's own, declared once: the same
+  help and choices (and default, unless `default=` gives this command's)."""
+  known = {f.name: f for f in dataclasses.fields(cls)}
+  if name not in known:
+    raise TypeError(f"{cls.__name__} has no setting {name!r}")
+  source = known[name]
+  value = default.pop("default", source.default)
+  if default:
+    raise TypeError(f"field_of takes only default=, got {sorted(default)}")
+  return dataclasses.field(default=value, metadata=source.metadata)
+
+
 def group(cls: type, *, flags_of: Sequence[str] | None = None, **defaults) -> Any:
   """A field holding settings of their own (`cls`), with this command's `defaults`; `flags_of`
   names the fields that become flags (default: all)."""

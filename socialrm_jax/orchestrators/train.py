@@ -51,7 +51,7 @@ from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import convert
-from socialrm_jax.scoring import item_tokens, packing
+from socialrm_jax.scoring import engine, item_tokens, packing
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import run_manifest
 from socialrm_jax.training import checkpoints as checkpoints_lib
@@ -116,9 +116,8 @@ class Settings:
       1e-8, "AdamW's epsilon.")
   seed: int = settings_lib.field(
       0, "Seed of the held-out split, the data order, the new score head and LoRA's A.")
-  max_length: int = settings_lib.field(
-      1024, "Longest templated conversation in tokens (prompt tokens are dropped from the left "
-      "beyond).")
+  # A pair's templated conversation; beyond it prompt tokens are dropped from the left.
+  max_length: int = settings_lib.field_of(engine.ScoringOptions, "max_length", default=1024)
   dtype: str = settings_lib.field(
       "float32", "Compute dtype: float32, or bfloat16 (trained weights and optimizer state stay "
       "float32).", choices=tuple(reward_model.DTYPES))
@@ -141,16 +140,13 @@ class Settings:
       "for an audit of training (`export_checkpoint`).")
   keep_checkpoints: int = settings_lib.field(
       0, "Checkpoints kept (the newest); 0: all.")
-  mesh: str | None = settings_lib.field(
-      None, "Device mesh, as socialrm-score's --mesh (default: every device on data).")
+  mesh: str | None = settings_lib.field_of(engine.ScoringOptions, "mesh")
   pad_token_id: int = settings_lib.field(
       -1, "The exported config's pad_token_id; -1: the base's (else the tokenizer's pad, else "
       "eos).")
-  attention: str = settings_lib.field(
-      "xla", "Attention implementation, as socialrm-score's --attention. Default xla: the one "
-      "whose gradients under the packed masks the tests check (auto picks cuDNN on GPU in "
-      "bfloat16, splash on TPU; their gradients are not checked here).",
-      choices=("auto", "xla", "cudnn", "splash"))
+  # Default xla: the kernel whose gradients under the packed masks the tests check (auto picks
+  # cuDNN on GPU in bfloat16, splash on TPU; their gradients are not checked here).
+  attention: str = settings_lib.field_of(engine.ScoringOptions, "attention", default="xla")
 
   def to_json(self) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

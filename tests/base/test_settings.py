@@ -22,8 +22,9 @@ from tests.helpers.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "socialrm_jax"
 # Settings that share a scoring setting's name but not its meaning: the dtype a checkpoint is
-# stored in (`socialrm-convert-checkpoint --dtype`).
-OTHER_MEANINGS = {("main/convert_checkpoint.py", "dtype")}
+# stored in (`socialrm-convert-checkpoint --dtype`), and training's compute dtype (its weights and
+# optimizer state stay float32).
+OTHER_MEANINGS = {("main/convert_checkpoint.py", "dtype"), ("orchestrators/train.py", "dtype")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,3 +138,15 @@ def test_every_scoring_setting_is_declared_once_across_the_package():
   assert len(counts) == 15
   assert {name: len(where) for name, where in counts.items()} == dict.fromkeys(counts, 1), counts
   assert all(where[0].startswith("scoring/engine.py:") for where in counts.values())
+
+
+def test_field_of_declares_another_commands_setting_once():
+  @dataclasses.dataclass(frozen=True)
+  class Other:
+    name: str | None = settings.field_of(Inner, "name")
+    size: int = settings.field_of(Inner, "size", default=9)
+  fields = {f.name: f for f in dataclasses.fields(Other)}
+  assert fields["name"].metadata == {f.name: f for f in dataclasses.fields(Inner)}["name"].metadata
+  assert Other() == Other(name=None, size=9)
+  with pytest.raises(TypeError, match="has no setting 'colour'"):
+    settings.field_of(Inner, "colour")
