@@ -28,8 +28,10 @@ import numpy as np
 from absl import app, flags
 
 # The tiny-checkpoint builders live with the tests; this script reuses them as they are.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-import model_fixtures  # noqa: E402
+# The repository root, for the tests' model builders (`tests.helpers`), ahead of an installed
+# `tests` package (the rewardbench wheel ships one).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tests.helpers import model_fixtures  # noqa: E402
 
 from socialrm_jax.analysis import reward_tables  # noqa: E402
 from socialrm_jax.models import load_reward_model  # noqa: E402
