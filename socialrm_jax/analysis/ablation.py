@@ -10,7 +10,7 @@ interval).
 
 The base-family effect: the final checkpoints' agency - communion values of the runs of one
 family against the other's, by a two-sided Mann-Whitney U test (`scipy.stats.mannwhitneyu`,
-exact null distribution when there are no ties and few runs, as scipy chooses). A run is one
+its exact null distribution unless values are tied, then the normal approximation). A run is one
 observation; its seed, quantity and data source are what varies within a family. The same test
 is given per (data source, quantity) cell when each family has a run there, and at step 0
 (the base with its fresh score head, before any preference data: the same weights for every
@@ -51,13 +51,15 @@ def family_test(by_family: Mapping[str, Sequence[float]]) -> dict[str, Any] | No
   if len(groups) != 2:
     return None
   (first, x), (second, y) = groups.items()
-  result = stats.mannwhitneyu(x, y, alternative="two-sided")
-  # scipy's "auto": exact when both samples are under 8 values and nothing is tied.
-  exact = max(len(x), len(y)) <= 8 and len(np.unique(np.concatenate([x, y]))) == len(x) + len(y)
+  # The method is named, not left to scipy's "auto", so the one recorded is the one computed:
+  # exact unless values are tied (its null distribution has no ties); a grid has few runs.
+  tied = len(np.unique(np.concatenate([x, y]))) < len(x) + len(y)
+  method = "asymptotic" if tied else "exact"
+  result = stats.mannwhitneyu(x, y, alternative="two-sided", method=method)
   return {"families": [first, second], "n": [len(x), len(y)],
           "means": [float(x.mean()), float(y.mean())],
           "difference": float(x.mean() - y.mean()), "u": float(result.statistic),
-          "p_value": float(result.pvalue), "method": "exact" if exact else "asymptotic"}
+          "p_value": float(result.pvalue), "method": method}
 
 
 def final_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

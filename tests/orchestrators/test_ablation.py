@@ -197,3 +197,20 @@ def test_a_tiny_grid_end_to_end_and_a_rerun_skips_it(tmp_path):
   assert second.returncode == 0, second.stderr[-3000:]
   assert "train.py" not in second.stderr and "value probe of" not in second.stderr
   assert json.loads((tmp_path / "grid" / "grid.json").read_text())["rows"] == grid["rows"]
+
+
+def test_family_test_with_tied_values_is_scipys_normal_approximation():
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  test = ablation.family_test({"llama": [0.1, 0.2, 0.2], "gemma2": [0.2, 0.3, 0.4]})
+  expected = stats.mannwhitneyu([0.1, 0.2, 0.2], [0.2, 0.3, 0.4], method="asymptotic")
+  assert test["method"] == "asymptotic" and test["p_value"] == float(expected.pvalue)
+
+
+def test_family_test_records_the_method_it_computed_with():
+  # Nine runs against three, no ties: the exact distribution (a size rule on the larger sample
+  # alone would call it asymptotic).
+  x, y = [0.1 * i for i in range(9)], [0.05, 0.35, 0.95]
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  test = ablation.family_test({"llama": x, "gemma2": y})
+  assert test["method"] == "exact"
+  assert test["p_value"] == float(stats.mannwhitneyu(x, y, method="exact").pvalue)
