@@ -18,7 +18,9 @@ Presets:
 - `tiny`: the same with hidden 64, 2 layers and a 4,096-token vocabulary on the bundled slice's
   first 16 pairs (a test runs it).
 
-Both train on every pair (no held-out split). Tokens: each pair's two templated sequences (prompt
+Both train on every pair (no held-out split), each step on the same pairs: TRL reads them in the
+order the project's trainer draws them (its seeded shuffle), so the loss curves compare step by
+step and differ only by rounding. Tokens: each pair's two templated sequences (prompt
 and chosen, prompt and rejected, as TRL tokenizes them), the same count for both trainers, so
 tokens/s is the work done per second; the project computes a pair's shared prompt once. The
 table gives tokens/s over the whole process (start to exit: imports, tokenization, compilation,
@@ -133,6 +135,15 @@ def build_model(preset: Preset, texts: list[str], models_dir: pathlib.Path,
   return folder
 
 
+def training_order(count: int, preset: Preset, seed: int) -> list[int]:
+  """The pairs' indices in the order the project's trainer trains on them: each epoch's seeded
+  shuffle (`pair_batches.epoch_order`), cut to whole batches, epoch after epoch."""
+  from socialrm_jax.training import pair_batches
+  whole = count // preset.batch_size * preset.batch_size
+  return [int(i) for epoch in range(preset.epochs)
+          for i in pair_batches.epoch_order(count, seed, epoch)[:whole]]
+
+
 def run_process(argv: list[str], log_path: pathlib.Path) -> dict:
   """Runs `argv` to its end: wall seconds and peak RSS (MiB) of that process alone."""
   env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"}
@@ -177,9 +188,11 @@ def run_trl(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset:
             seed: int) -> dict:
   shutil.rmtree(out, ignore_errors=True)
   out.mkdir(parents=True)
+  # The pairs are already in the project's order for every epoch: TRL makes one pass over them.
   argv = [sys.executable, str(REPO / "benchmarks" / "train_throughput_trl.py"),
           f"--model={model}", f"--pairs={pairs}", f"--output_dir={out}",
-          *hyperparameter_flags(preset, seed), f"--max_length={preset.max_length}"]
+          *hyperparameter_flags(dataclasses.replace(preset, epochs=1), seed),
+          f"--max_length={preset.max_length}"]
   result = run_process(argv, out.with_suffix(".log"))
   report = json.loads((out / "trl_metrics.json").read_text())
   return {**result, "losses": [float(h["loss"]) for h in report["history"]],
@@ -258,13 +271,21 @@ def main(argv):
   tokens = sum(row.pop("tokens") for row in rows)
   pairs = work / f"pairs-{_PRESET.value}.jsonl"
   pairs.write_text("".join(json.dumps(row) + "\n" for row in rows))
+  # TRL reads the pairs in the order the project's trainer draws them, one step's batch after
+  # another, so each step of both trainers sees the same pairs and the loss curves compare step by
+  # step (TRL samples them in order: `train_sampling_strategy="sequential"`).
+  in_order = work / f"pairs-{_PRESET.value}-in-order.jsonl"
+  in_order.write_text("".join(json.dumps(rows[i]) + "\n" for i in training_order(
+      len(rows), preset, _SEED.value)))
   log(f"{len(rows)} pairs, {tokens:,} tokens (both sequences of each pair); model {model.name}; "
       f"CPU: {cpu_name()}, {os.cpu_count()} cores")
   runners = {"ours": run_ours, "trl": run_trl}
+  inputs_of = {"ours": pairs, "trl": in_order}
   results = {}
   for run in _RUNS.value:
     log(f"{run}: training ...")
-    results[run] = runners[run](model, pairs, work / f"{run}-{_PRESET.value}", preset, _SEED.value)
+    results[run] = runners[run](model, inputs_of[run], work / f"{run}-{_PRESET.value}", preset,
+                                _SEED.value)
     log(f"{run}: {results[run]['wall_seconds']:.1f} s")
   lines = table(results, tokens)
   print("\n".join(lines))

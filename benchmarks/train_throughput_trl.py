@@ -8,7 +8,9 @@ The pairs file is the one the project's trainer reads (`prompt` a message list, 
 `rejected` texts); here each row becomes TRL's conversational explicit-prompt example (the
 prompt's messages, each response an assistant message), which TRL templates with the model's chat
 template. Writes OUTPUT/trl_metrics.json: TRL's log history (one entry per step: loss, accuracy,
-margin, num_tokens, ...), the train runtime and the tokens TRL counted.
+margin, num_tokens, ...), the train runtime and the tokens TRL counted. The pairs are taken in the
+file's order (`train_sampling_strategy="sequential"`): the benchmark writes them in the order the
+project's trainer draws them.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def main(argv):
       lr_scheduler_type=_SCHEDULE.value, warmup_steps=0, weight_decay=_WEIGHT_DECAY.value,
       max_grad_norm=_MAX_GRAD_NORM.value, max_length=_MAX_LENGTH.value, seed=_SEED.value,
       logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
-      dataloader_num_workers=0, disable_tqdm=True)
+      dataloader_num_workers=0, disable_tqdm=True, train_sampling_strategy="sequential")
   trainer = trl.RewardTrainer(model=model, args=args, train_dataset=dataset,
                               processing_class=tokenizer)
   kept = len(trainer.train_dataset)

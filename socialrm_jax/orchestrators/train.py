@@ -63,6 +63,7 @@ MANIFEST_FILE = "train_manifest.json"
 SPLIT_FILE = "split.json"
 MODEL_DIR = "model"
 LN2 = math.log(2.0)
+
 # The loss "stays at ln 2" when its mean over this many logged steps is within LN2_TOLERANCE.
 LN2_WINDOW_STEPS = 20
 LN2_TOLERANCE = 0.005
@@ -118,6 +119,9 @@ class Settings:
       0, "Seed of the held-out split, the data order, the new score head and LoRA's A.")
   # A pair's templated conversation; beyond it prompt tokens are dropped from the left.
   max_length: int = settings_lib.field_of(engine.ScoringOptions, "max_length", default=1024)
+  row_length: int = settings_lib.field(
+      512, "Tokens of a packed row: a step's pairs are packed several to a row this long (a longer "
+      "pair gets a row of its own; rows are at most twice max_length), so few shapes compile.")
   dtype: str = settings_lib.field(
       "float32", "Compute dtype: float32, or bfloat16 (trained weights and optimizer state stay "
       "float32).", choices=tuple(reward_model.DTYPES))
@@ -166,7 +170,8 @@ def check(settings: Settings) -> None:
     raise InputError("--data is required: the converter's dataset specs")
   if not settings.output_dir:
     raise InputError("--output_dir is required")
-  for name in ("batch_size", "gradient_accumulation_steps", "max_length", "log_every"):
+  for name in ("batch_size", "gradient_accumulation_steps", "max_length", "row_length",
+               "log_every"):
     if getattr(settings, name) < 1:
       raise InputError(f"--{name} must be at least 1, got {getattr(settings, name)}")
   for name in ("max_steps", "warmup_steps", "checkpoint_every", "eval_every", "lora_rank",
@@ -245,28 +250,29 @@ class MetricsLog:
       f.write(json.dumps(row) + "\n")
 
 
+def rows_per_block(platform: str, row_length: int, data_size: int) -> int:
+  """Rows of one block (one call of the jitted train step): on a CPU one a device (there a padding
+  row costs as much as a real one, and rows run no faster together); on accelerators as many as
+  the scorer's default batch holds, a multiple of the data axis."""
+  if platform == "cpu":
+    return data_size
+  rows = engine.DEFAULT_TOKENS_PER_BATCH // row_length // data_size * data_size
+  return max(data_size, rows)
+
+
 def _mean_rows(rows: Sequence[dict]) -> dict[str, float]:
   return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
-def _evaluate(step_fn, trained, frozen, encoded, margins, rows, buckets) -> dict[str, float]:
+def _evaluate(step_fn, trained, frozen, encoded, margins, packing_args) -> dict[str, float]:
   """Pooled metrics over the held-out pairs (every pair weighted alike)."""
-  total: dict[str, float] = {}
-  count = 0.0
-  low, high = math.inf, -math.inf
-  for start in range(0, len(encoded), rows):
-    chunk = encoded[start:start + rows]
-    batch = pair_batches.make_batch(chunk, margins[start:start + rows], rows, buckets)
-    metrics = jax.device_get(step_fn.evaluate(trained, frozen, batch.arrays()))
-    n = float(metrics["pairs"])
-    for key in ("loss", "accuracy", "margin", "rewards/chosen", "rewards/rejected", "mean_reward"):
-      total[key] = total.get(key, 0.0) + float(metrics[key]) * n
-    low, high = min(low, float(metrics["min_reward"])), max(high, float(metrics["max_reward"]))
-    count += n
-  out = {f"eval_{k}": v / count for k, v in total.items()}
-  out.update(eval_min_reward=low, eval_max_reward=high, eval_pairs=int(count))
+  blocks = pair_batches.pack_pairs(encoded, margins, **packing_args)
+  metrics = jax.device_get(step_fn.evaluate(trained, frozen, [b.arrays() for b in blocks]))
+  out = {f"eval_{k}": float(metrics[k]) for k in (
+      "loss", "accuracy", "margin", "rewards/chosen", "rewards/rejected", "mean_reward",
+      "min_reward", "max_reward")}
+  out["eval_pairs"] = int(metrics["pairs"])
   return out
-
 
 
 @dataclasses.dataclass
@@ -365,8 +371,11 @@ def run(settings: Settings) -> str:
   train_encoded = pair_batches.encode_pairs(templater, train_pairs)
   eval_encoded = pair_batches.encode_pairs(templater, eval_pairs)
   pair_batches.check_reading_token(train_encoded + eval_encoded, pad_token_id, pad_token)
-  # A pair's packed row: the prompt once, both responses; rows up to twice max_length.
-  buckets = packing.length_buckets(2 * settings.max_length)
+  # A pair packed: the prompt once, both responses; so rows up to twice max_length.
+  row_length = min(settings.row_length, 2 * settings.max_length)
+  packing_args = dict(buckets=packing.length_buckets(2 * settings.max_length, row_length),
+                      row_length=row_length, row_multiple=data_size,
+                      rows_per_block=rows_per_block(jax.default_backend(), row_length, data_size))
   train_margins = [p.margin for p in train_pairs]
   eval_margins = [p.margin for p in eval_pairs]
   tables.atomic_write_json(out / SPLIT_FILE, {
@@ -423,12 +432,13 @@ def run(settings: Settings) -> str:
       epoch, position = divmod(micro, per_epoch)
       order = pair_batches.epoch_order(len(train_pairs), settings.seed, epoch)
       chosen = order[position * settings.batch_size:(position + 1) * settings.batch_size]
-      batch = pair_batches.make_batch([train_encoded[i] for i in chosen],
-                                      [train_margins[i] for i in chosen], settings.batch_size,
-                                      buckets)
-      trained, opt_state, metrics = step_fn.step(trained, opt_state, frozen, batch.arrays())
-      num_tokens += batch.sequence_tokens
-      tokens_since += batch.sequence_tokens
+      blocks = pair_batches.pack_pairs([train_encoded[i] for i in chosen],
+                                       [train_margins[i] for i in chosen], **packing_args)
+      trained, opt_state, metrics = step_fn.step(trained, opt_state, frozen,
+                                                 [b.arrays() for b in blocks])
+      sequence_tokens = sum(b.sequence_tokens for b in blocks)
+      num_tokens += sequence_tokens
+      tokens_since += sequence_tokens
       window.append({**{key: float(v) for key, v in jax.device_get(metrics).items()}})
     done = step + 1
     if done % settings.log_every == 0 or done == total_steps:
@@ -458,15 +468,14 @@ def run(settings: Settings) -> str:
     if eval_encoded and settings.eval_every and done % settings.eval_every == 0 and (
         done != total_steps):
       log.add({"step": done, **_evaluate(step_fn, trained, frozen, eval_encoded, eval_margins,
-                                         settings.batch_size, buckets)})
+                                         packing_args)})
     if done == total_steps or done in extra_steps or (
         settings.checkpoint_every and done % settings.checkpoint_every == 0):
       store.save(done, (trained, opt_state, rng), {"step": done, "num_tokens": num_tokens,
                                                    "micro_batches": done * accumulation})
   final = {}
   if eval_encoded:
-    final = _evaluate(step_fn, trained, frozen, eval_encoded, eval_margins, settings.batch_size,
-                      buckets)
+    final = _evaluate(step_fn, trained, frozen, eval_encoded, eval_margins, packing_args)
     log.add({"step": total_steps, **final})
   store.close()
 

@@ -6,10 +6,11 @@ group: the templated prompt once, then the chosen branch, then the rejected bran
 each candidate is read where the scorer reads it, at its sequence's last token, so the prompt's
 tokens are computed once a pair (TRL computes both full sequences).
 
-A batch holds `batch_size` pairs, one a row, in rows of one of at most `packing.MAX_BUCKETS`
-lengths (`packing.length_buckets`), so the train step compiles a few programs, once each. A batch
-short of pairs (the end of an epoch is never one: epochs are cut to whole batches) does not occur;
-the evaluation's last batch is padded with empty rows, weighted 0.
+A step's `batch_size` pairs are packed into blocks of rows (`pack_pairs`): several pairs a row,
+each in its own segment, rows of one length (`row_length`; a longer pair gets a row of the shortest
+`packing.length_buckets` bucket that holds it), so the train step runs on a few fixed shapes,
+compiled once each, and computes few padding tokens. The loss and gradients of a step are sums
+over its blocks, divided by its pair count (`training.loss`): the same as one batch's mean.
 
 `check_reading_token` refuses, with one line, data whose reward would be read inside the prompt:
 a template that drops the response (the read token lies before the response), or a pad token that
@@ -29,8 +30,11 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import packing
 from socialrm_jax.scoring.item_tokens import EncodedItem, Templater
 
-# Fields of a batch, all [B, T] int32 but the readouts [B, 2] and the per-pair [B] arrays.
+# Token fields of a block, each [R, T] int32.
 TOKEN_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids")
+# A row of T tokens has T / TOKENS_PER_PAIR_SLOT pair slots (a fixed count per row length, so per
+# compiled shape); a row whose slots are full takes no more pairs, however short.
+TOKENS_PER_PAIR_SLOT = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +86,17 @@ def pair_length(item: EncodedItem) -> int:
   return prefix + sum(len(s) - prefix for s in item.sequences)
 
 
+def pair_slots(row_length: int) -> int:
+  """Pairs a `row_length`-long row can hold (its readout slots: two a pair)."""
+  return max(1, row_length // TOKENS_PER_PAIR_SLOT)
+
+
 @dataclasses.dataclass
-class PairBatch:
-  """Host arrays for one step: [B, T] tokens, [B, 2] readouts (chosen, rejected), [B] margins
-  and weights (1 a real pair, 0 a padding row), and the real tokens counted as TRL counts them
-  (both full sequences, the prompt twice)."""
+class PairBlock:
+  """Host arrays for one call of the train step: [R, T] tokens, [R, K, 2] readouts (chosen,
+  rejected) of the K pair slots of each row, [R, K] margins and weights (1 a pair, 0 an empty
+  slot), and the real tokens: packed, and counted as TRL counts them (both full sequences, the
+  prompt twice)."""
   input_ids: np.ndarray
   positions: np.ndarray
   segment_ids: np.ndarray
@@ -102,37 +112,85 @@ class PairBatch:
                                                    "weight")}
 
 
-def row_length(items: Sequence[EncodedItem], buckets: Sequence[int]) -> int:
-  longest = max(pair_length(it) for it in items)
+def row_length_for(length: int, buckets: Sequence[int], pair_id: str) -> int:
+  """The shortest bucket that holds a pair of `length` packed tokens."""
   for bucket in buckets:
-    if bucket >= longest:
+    if bucket >= length:
       return bucket
-  raise InputError(f"pair {items[0].item_id!r}: {longest} packed tokens, over --max_length "
-                   f"rows of {buckets[-1]}")
+  raise InputError(f"pair {pair_id!r}: {length} packed tokens, over --max_length rows of "
+                   f"{buckets[-1]}")
 
 
-def make_batch(items: Sequence[EncodedItem], margins: Sequence[float], rows: int,
-               buckets: Sequence[int]) -> PairBatch:
-  """`items` (at most `rows` pairs) packed one pair a row, in the shortest bucket that holds them;
-  rows beyond them are padding (weight 0)."""
-  length = row_length(items, buckets)
-  fields = {name: np.zeros((rows, length), np.int32) for name in TOKEN_FIELDS}
-  readout_index = np.zeros((rows, 2), np.int32)
-  margin = np.zeros((rows,), np.float32)
-  weight = np.zeros((rows,), np.float32)
-  offsets = packing.candidate_offsets(items[:1])
+def block_rows(rows: int, rows_per_block: int, row_multiple: int) -> int:
+  """Rows of a block holding `rows` rows (at most `rows_per_block`): a power of two times
+  `row_multiple` (the mesh's data axis), so a run compiles a few shapes, once each."""
+  size = row_multiple
+  while size < min(rows, rows_per_block):
+    size *= 2
+  return min(size, max(rows_per_block, row_multiple))
+
+
+def pack_pairs(items: Sequence[EncodedItem], margins: Sequence[float], *,
+               buckets: Sequence[int], row_length: int, rows_per_block: int,
+               row_multiple: int = 1) -> list[PairBlock]:
+  """`items` (pairs) packed into blocks of rows, every pair whole in one row.
+
+  A pair goes into a row of `row_length` tokens, or of the shortest bucket that holds it when it
+  is longer; rows of one length are filled first-fit with the pairs longest first (so shorter
+  pairs fill the room the long ones leave), and cut into blocks of `rows_per_block` rows (the last
+  one `block_rows` long, its spare rows empty). A step's loss and gradients are the sums over
+  its blocks (`training.loss`), so how pairs are laid out changes no result beyond rounding; the
+  layout depends on the pairs alone, so a run's steps are the same each time it runs.
+  """
+  lengths = [pair_length(item) for item in items]
+  rows_by_length: dict[int, list[list[int]]] = {}
+  used: dict[int, list[int]] = {}
+  for i in sorted(range(len(items)), key=lambda i: (-lengths[i], i)):
+    length = row_length_for(max(lengths[i], row_length), buckets, items[i].item_id)
+    rows, room = rows_by_length.setdefault(length, []), used.setdefault(length, [])
+    for r, row in enumerate(rows):
+      if room[r] + lengths[i] <= length and len(row) < pair_slots(length):
+        row.append(i)
+        room[r] += lengths[i]
+        break
+    else:
+      rows.append([i])
+      room.append(lengths[i])
+  blocks = []
+  for length in sorted(rows_by_length):
+    rows = rows_by_length[length]
+    for start in range(0, len(rows), rows_per_block):
+      chunk = rows[start:start + rows_per_block]
+      size = block_rows(len(chunk), rows_per_block, row_multiple)
+      blocks.append(_block([[items[i] for i in row] for row in chunk],
+                           [[margins[i] for i in row] for row in chunk], size, length))
+  return blocks
+
+
+def _block(rows: Sequence[Sequence[EncodedItem]], margins: Sequence[Sequence[float]],
+           size: int, length: int) -> PairBlock:
+  """`rows` of pairs laid out as a block of `size` rows of `length` tokens."""
+  slots = pair_slots(length)
+  fields = {name: np.zeros((size, length), np.int32) for name in TOKEN_FIELDS}
+  readout_index = np.zeros((size, slots, 2), np.int32)
+  margin = np.zeros((size, slots), np.float32)
+  weight = np.zeros((size, slots), np.float32)
+  offsets = np.array([0, 2], np.int64)  # one item at a time: owners are not read here
   packed = sequence_tokens = 0
-  for r, item in enumerate(items):
-    group = packing.Group(item, 0, (0, 1), packing.shared_prefix_length(item, True))
+  for r, (row, row_margins) in enumerate(zip(rows, margins)):
     writer = packing.RowWriter(length, "score", offsets)
-    writer.add(group)
+    for item in row:
+      writer.add(packing.Group(item, 0, (0, 1), packing.shared_prefix_length(item, True)))
+      sequence_tokens += sum(len(s) for s in item.sequences)
     for name, array in fields.items():
       array[r] = getattr(writer, name)
-    readout_index[r] = [index for index, _, _ in writer.readouts]  # chosen, then rejected
-    margin[r], weight[r] = margins[r], 1.0
+    # Each pair's two readouts in turn: chosen, then rejected.
+    readout_index[r, :len(row)] = np.array([index for index, _, _ in writer.readouts],
+                                           np.int32).reshape(len(row), 2)
+    margin[r, :len(row)] = row_margins
+    weight[r, :len(row)] = 1.0
     packed += writer.used
-    sequence_tokens += sum(len(s) for s in item.sequences)
-  return PairBatch(**fields, readout_index=readout_index, margin=margin, weight=weight,
+  return PairBlock(**fields, readout_index=readout_index, margin=margin, weight=weight,
                    packed_tokens=packed, sequence_tokens=sequence_tokens)
 
 

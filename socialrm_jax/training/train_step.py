@@ -1,6 +1,6 @@
 """The jitted train step over the mesh, as the scoring step runs: batch rows split over `data`,
 parameters and optimizer state where the loader placed them (split over `model`, FSDP-style),
-the decoder's layers under `lax.scan`, one program a row length (a few, compiled once each).
+the decoder's layers under `lax.scan`, one program a block shape (a few, compiled once each).
 
 The forward is the scorer's own (`models.readout.readouts` on a packed, prefix-shared row, read
 at each candidate's last token), so training optimizes exactly the reward the project's commands
@@ -10,7 +10,7 @@ score. The loss is TRL's (`training.loss`).
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,13 +25,15 @@ from socialrm_jax.training import trainable
 
 
 def pair_rewards(model: trainable.TrainModel, params: Mapping[str, jax.Array], batch) -> jax.Array:
-  """[B, 2] rewards (chosen, rejected) of a packed pair batch under `params` (compute dtype)."""
+  """[R, K, 2] rewards (chosen, rejected) of the K pair slots of a block's R packed rows under
+  `params` (compute dtype)."""
   module = nnx.merge(model.graphdef, trainable.nested(params), model.rest)
   layout = attention.Layout(batch["segment_ids"], batch["branch_ids"], True)
-  readouts = readout_lib.readouts(
-      module, batch["input_ids"], batch["positions"], layout, None, batch["readout_index"],
-      jnp.zeros_like(batch["readout_index"]), "score")  # [B, 2, 1]
-  return readouts[..., 0]
+  rows, slots, _ = batch["readout_index"].shape
+  index = batch["readout_index"].reshape(rows, 2 * slots)
+  readouts = readout_lib.readouts(module, batch["input_ids"], batch["positions"], layout, None,
+                                  index, jnp.zeros_like(index), "score")  # [R, 2K, 1]
+  return readouts[..., 0].reshape(rows, slots, 2)
 
 
 def full_params(trained, frozen, lora_scale: float, dtype):
@@ -47,31 +49,43 @@ def _is_lora(path: str) -> bool:
 
 
 class TrainStep:
-  """`loss_and_grads`, `step` (one micro-batch: gradients, then the optimizer's update) and
-  `evaluate` (metrics only), each jitted once per batch shape under the mesh."""
+  """One optimizer step over a step's blocks (`training.pair_batches.pack_pairs`): each block's
+  summed loss and its gradients added up (`accumulate`, jitted once per block shape), then divided
+  by the step's pair count and given to the optimizer (`update`, jitted once). `loss_and_grads`
+  and `evaluate` read the same sums."""
 
   def __init__(self, model: trainable.TrainModel, tx: optax.GradientTransformation, mesh, *,
                dtype, lora_scale: float = 1.0, center_rewards_coefficient: float | None = None):
     self.model, self.tx, self.mesh = model, tx, mesh
     self.sharding = mesh_lib.batch_sharding(mesh)
 
-    def loss_fn(trained, frozen, batch):
+    def block_sums(trained, frozen, batch):
       rewards = pair_rewards(model, full_params(trained, frozen, lora_scale, dtype), batch)
-      return loss_lib.pairwise_loss(rewards[:, 0], rewards[:, 1], batch["margin"],
-                                    batch["weight"], center_rewards_coefficient)
+      sums = loss_lib.pair_sums(rewards[..., 0].reshape(-1), rewards[..., 1].reshape(-1),
+                                batch["margin"].reshape(-1), batch["weight"].reshape(-1),
+                                center_rewards_coefficient)
+      return sums["loss"], sums
 
-    self._loss_fn = loss_fn
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    grad_fn = jax.value_and_grad(block_sums, has_aux=True)
 
-    def step(trained, opt_state, frozen, batch):
-      (_, metrics), grads = grad_fn(trained, frozen, batch)
+    def accumulate(grads, sums, trained, frozen, batch):
+      (_, block), block_grads = grad_fn(trained, frozen, batch)
+      return jax.tree.map(jnp.add, grads, block_grads), loss_lib.add_sums(sums, block)
+
+    def update(trained, opt_state, grads, sums):
+      grads = jax.tree.map(lambda g: g / jnp.maximum(sums["pairs"], 1.0), grads)
+      metrics = loss_lib.means(sums)
       metrics["grad_norm"] = optax.global_norm(grads)
       updates, opt_state = tx.update(grads, opt_state, trained)
       return optax.apply_updates(trained, updates), opt_state, metrics
 
-    self._step = jax.jit(step, donate_argnums=(0, 1))
-    self._grads = jax.jit(grad_fn)
-    self._evaluate = jax.jit(lambda trained, frozen, batch: loss_fn(trained, frozen, batch)[1])
+    def evaluate(sums, trained, frozen, batch):
+      return loss_lib.add_sums(sums, block_sums(trained, frozen, batch)[1])
+
+    self._zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
+    self._accumulate = jax.jit(accumulate, donate_argnums=(0, 1))
+    self._update = jax.jit(update, donate_argnums=(0, 1))
+    self._evaluate = jax.jit(evaluate, donate_argnums=(0,))
 
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
     return {name: jax.device_put(value, self.sharding) for name, value in arrays.items()}
@@ -80,18 +94,34 @@ class TrainStep:
     with jax.set_mesh(self.mesh):
       return jax.jit(self.tx.init)(trained)
 
-  def step(self, trained, opt_state, frozen, arrays):
-    with jax.set_mesh(self.mesh):
-      return self._step(trained, opt_state, frozen, self.put(arrays))
+  def _sums_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
+    grads, sums = self._zeros(trained), loss_lib.no_sums()
+    for arrays in blocks:
+      grads, sums = self._accumulate(grads, sums, trained, frozen, self.put(arrays))
+    return grads, sums
 
-  def loss_and_grads(self, trained, frozen, arrays):
-    """((loss, metrics), gradients of the loss by each trained parameter)."""
+  def step(self, trained, opt_state, frozen, blocks: Sequence[Mapping]):
+    """One optimizer step over a step's blocks -> (trained, opt_state, TRL's metrics)."""
     with jax.set_mesh(self.mesh):
-      return self._grads(trained, frozen, self.put(arrays))
+      grads, sums = self._sums_and_grads(trained, frozen, blocks)
+      return self._update(trained, opt_state, grads, sums)
 
-  def evaluate(self, trained, frozen, arrays):
+  def loss_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
+    """((loss, metrics), gradients of the loss by each trained parameter) over the blocks' pairs,
+    as one batch's mean."""
     with jax.set_mesh(self.mesh):
-      return self._evaluate(trained, frozen, self.put(arrays))
+      grads, sums = self._sums_and_grads(trained, frozen, blocks)
+    count = jnp.maximum(sums["pairs"], 1.0)
+    metrics = loss_lib.means(sums)
+    return (metrics["loss"], metrics), jax.tree.map(lambda g: g / count, grads)
+
+  def evaluate(self, trained, frozen, blocks: Sequence[Mapping]):
+    """TRL's metrics over the blocks' pairs (each pair weighted alike)."""
+    sums = loss_lib.no_sums()
+    with jax.set_mesh(self.mesh):
+      for arrays in blocks:
+        sums = self._evaluate(sums, trained, frozen, self.put(arrays))
+    return loss_lib.means(sums)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))

@@ -78,9 +78,12 @@ def our_loss_and_grads(folder, pairs, margin, center):
   items = [EncodedItem(i, f"p{i}", (np.array(p + c, np.int32), np.array(p + r, np.int32)),
                        (len(p), len(p)), None, 0) for i, (p, c, r) in enumerate(pairs)]
   margins = MARGINS if margin else [0.0] * len(pairs)
-  batch = pair_batches.make_batch(items, margins, len(items), (32,))
+  # Rows of 16 tokens: one pair a row, in blocks of two rows, so the sums run over two blocks.
+  blocks = pair_batches.pack_pairs(items, margins, buckets=(16, 32), row_length=16,
+                                   rows_per_block=2)
+  assert [b.input_ids.shape for b in blocks] == [(2, 16), (1, 16)]
   trained, frozen = trainable.split_trainable(model.params, lora=False)
-  (loss, _), grads = step.loss_and_grads(trained, frozen, batch.arrays())
+  (loss, _), grads = step.loss_and_grads(trained, frozen, [b.arrays() for b in blocks])
   return model, float(loss), {p: np.asarray(g) for p, g in grads.items()}
 
 

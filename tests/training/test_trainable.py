@@ -47,9 +47,10 @@ def test_lora_trains_adapters_and_head_only_and_the_merged_export_scores_as_unme
   templater = item_tokens.Templater(item_tokens.load_tokenizer(folder), is_causal=True,
                                     max_length=128)
   encoded = pair_batches.encode_pairs(templater, PAIRS)
-  batch = pair_batches.make_batch(encoded, [0.0] * 4, 4, (128,))
+  blocks = [b.arrays() for b in pair_batches.pack_pairs(
+      encoded, [0.0] * 4, buckets=(128,), row_length=128, rows_per_block=1)]
   for _ in range(3):
-    trained, opt_state, _ = step.step(trained, opt_state, frozen, batch.arrays())
+    trained, opt_state, _ = step.step(trained, opt_state, frozen, blocks)
 
   # Only the adapters and the head are trained, and each of them moved; the base stayed.
   assert set(trained) == {trainable.SCORE_KERNEL} | {
