@@ -26,7 +26,9 @@ tokens/s is the work done per second; the project computes a pair's shared promp
 table gives tokens/s over the whole process (start to exit: imports, tokenization, compilation,
 training, saving) and over training alone (as each trainer reports it), wall seconds, peak
 resident memory (the process's maximum RSS, from `wait4`), the final loss (mean of the last 10
-steps), and the loss curves side by side (each step's loss, and a 10-step moving mean).
+steps), the token slots each trainer computes (the project's packed rows; TRL's padded sequences)
+with the training seconds per 1,000 of them, and the loss curves side by side (each step's loss,
+and a 10-step moving mean). `--runs=` (none) prints the slot counts alone, in seconds.
 
 Outputs under WORK_DIR (`runs/train_throughput`): the model, `pairs-<preset>.jsonl`, each run's
 folder and `results-<preset>.json`.
@@ -144,6 +146,31 @@ def training_order(count: int, preset: Preset, seed: int) -> list[int]:
           for i in pair_batches.epoch_order(count, seed, epoch)[:whole]]
 
 
+def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: int) -> dict:
+  """Token slots each trainer computes over the run: the project's, the rows of each step's
+  blocks as its trainer packs them (`pair_batches.pack_pairs`, the default `--row_length`, one
+  row a block as on a CPU); TRL's, each step's 2 x batch_size sequences padded to the longest."""
+  from socialrm_jax.orchestrators import train
+  from socialrm_jax.scoring import item_tokens, packing
+  from socialrm_jax.training import pair_batches
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(str(model)), is_causal=True,
+                                    max_length=preset.max_length)
+  encoded = pair_batches.encode_pairs(templater, [
+      pair_batches.Pair(str(i), row["prompt"], row["chosen"], row["rejected"])
+      for i, row in enumerate(rows)])
+  row_length = train.Settings().row_length
+  buckets = packing.length_buckets(2 * preset.max_length, row_length)
+  order = training_order(len(rows), preset, seed)
+  ours = trl = 0
+  for start in range(0, len(order), preset.batch_size):
+    step = [encoded[i] for i in order[start:start + preset.batch_size]]
+    blocks = pair_batches.pack_pairs(step, [0.0] * len(step), buckets=buckets,
+                                     row_length=row_length, rows_per_block=1)
+    ours += sum(block.input_ids.size for block in blocks)
+    trl += 2 * len(step) * max(len(s) for item in step for s in item.sequences)
+  return {"ours": ours, "trl": trl}
+
+
 def run_process(argv: list[str], log_path: pathlib.Path) -> dict:
   """Runs `argv` to its end: wall seconds and peak RSS (MiB) of that process alone."""
   env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"}
@@ -218,7 +245,7 @@ def cpu_name() -> str:
   return platform.processor() or "unknown CPU"
 
 
-def table(results: dict, tokens: int) -> list[str]:
+def table(results: dict, tokens: int, slots: dict) -> list[str]:
   lines = [f"{'run':<32} {'tokens/s':>9} {'train tok/s':>11} {'wall s':>8} {'peak RSS MiB':>12} "
            f"{'final loss':>10}"]
   titles = {"ours": "socialrm_jax (socialrm-train)", "trl": "TRL RewardTrainer"}
@@ -227,6 +254,10 @@ def table(results: dict, tokens: int) -> list[str]:
     lines.append(f"{titles[name]:<32} {tokens / r['wall_seconds']:>9.0f} {train:>11} "
                  f"{r['wall_seconds']:>8.1f} {r['peak_rss_mib']:>12.0f} "
                  f"{np.mean(r['losses'][-SMOOTH:]):>10.4f}")
+  lines.append("token slots computed (training): " + ", ".join(
+      f"{name} {slots[name]:,} ({slots[name] / tokens:.2f} a counted token"
+      + (f", {1000 * results[name]['train_seconds'] / slots[name]:.2f} s per 1k slots)"
+         if results.get(name, {}).get("train_seconds") else ")") for name in RUNS))
   lines.append("tokens each trainer counted (its num_tokens): " + ", ".join(
       f"{name} {r['counted_tokens']:,}" for name, r in results.items()) + f"; the pairs' {tokens:,}")
   if {"ours", "trl"} <= set(results):
@@ -277,6 +308,7 @@ def main(argv):
   in_order = work / f"pairs-{_PRESET.value}-in-order.jsonl"
   in_order.write_text("".join(json.dumps(rows[i]) + "\n" for i in training_order(
       len(rows), preset, _SEED.value)))
+  slots = computed_slots(model, rows, preset, _SEED.value)
   log(f"{len(rows)} pairs, {tokens:,} tokens (both sequences of each pair); model {model.name}; "
       f"CPU: {cpu_name()}, {os.cpu_count()} cores")
   runners = {"ours": run_ours, "trl": run_trl}
@@ -287,11 +319,12 @@ def main(argv):
     results[run] = runners[run](model, inputs_of[run], work / f"{run}-{_PRESET.value}", preset,
                                 _SEED.value)
     log(f"{run}: {results[run]['wall_seconds']:.1f} s")
-  lines = table(results, tokens)
+  lines = table(results, tokens, slots)
   print("\n".join(lines))
   (work / f"results-{_PRESET.value}.json").write_text(json.dumps({
       "preset": dataclasses.asdict(preset), "pairs": len(rows), "tokens": tokens,
-      "cpu": cpu_name(), "cores": os.cpu_count(), "results": results, "table": lines}, indent=1))
+      "cpu": cpu_name(), "cores": os.cpu_count(), "slots": slots, "results": results,
+      "table": lines}, indent=1))
 
 
 if __name__ == "__main__":
