@@ -85,6 +85,9 @@ def run_row(run: Run, pairs: int, matmul_params: int, on_gpu: bool, peak_tflops:
                scoring_seconds=seconds["tokenize"] + seconds["forward"],
                load_seconds=seconds["load"], import_seconds=seconds["import"])
   row["tokens_per_pair"] = row["real_tokens"] / pairs if pairs else None
+  # Per token computed (padding included: a padded slot costs what a real one does).
+  slots = row.get("token_slots")
+  row["seconds_per_1k_slots"] = 1000 * row["compute_seconds"] / slots if slots else None
   flops = 2.0 * matmul_params * row["real_tokens"]
   row["flops_per_second"] = flops / row["compute_seconds"] if row["compute_seconds"] > 0 else None
   if on_gpu and row["flops_per_second"]:
@@ -101,7 +104,7 @@ def table(rows: list[dict], on_gpu: bool) -> str:
   flops = "model FLOP/s (% peak)" if on_gpu else "model GFLOP/s"
   header = ["run", "pairs/s", "wall s", "x torch", "x torch sorted", "CPU s", "x torch (CPU s)",
             "x sorted (CPU s)", "score s", "tokens/pair", "padding", "compilations", "compile s",
-            "cache hits", flops]
+            "cache hits", "compute s per 1k slots", flops]
   lines = [header]
   for r in rows:
     if not r["ok"]:
@@ -123,7 +126,8 @@ def table(rows: list[dict], on_gpu: bool) -> str:
                   *cpu_ratios, _fmt(r["scoring_seconds"], ".1f"),
                   _fmt(r["tokens_per_pair"], ".1f"), _fmt(r["padding_fraction"], ".3f"),
                   _fmt(r.get("compilations"), "d"), _fmt(r.get("compile_seconds"), ".1f"),
-                  _fmt(r.get("compilation_cache_hits"), "d"), rate])
+                  _fmt(r.get("compilation_cache_hits"), "d"),
+                  _fmt(r.get("seconds_per_1k_slots"), ".3f"), rate])
   widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
   text = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                     for i, (cell, w) in enumerate(zip(line, widths))) for line in lines]

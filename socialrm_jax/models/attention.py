@@ -108,6 +108,19 @@ def matmul_precision(dtype) -> jax.lax.Precision | None:
   return jax.lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else None
 
 
+def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Array:
+  """`jnp.einsum` with the products summed in float32 and the result rounded to `out_dtype`
+  (default: the operands' common dtype) once, as PyTorch's bfloat16 matmuls do. Asking
+  XLA for the float32 result is also what lets XLA:CPU use a CPU's bfloat16 dot instructions
+  (AVX512-BF16, AMX): there a bfloat16 dot with a bfloat16 result runs at its float32 speed, one
+  with a float32 result about twice as fast (benchmarks/cpu_dot_dtypes.py). In float32 it is the
+  plain einsum."""
+  common = jnp.result_type(x, y)
+  out = jnp.einsum(equation, x, y, precision=matmul_precision(common),
+                   preferred_element_type=jnp.float32)
+  return out.astype(out_dtype or common)
+
+
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, scale: float,
                   logit_cap: float | None, bias: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H], mask [B, T, S] -> [B, T, N, H].
@@ -119,14 +132,13 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   num_kv_heads = k.shape[2]
   groups = num_heads // num_kv_heads
   q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim)  # [B, T, K, G, H]
-  precision = matmul_precision(q.dtype)
-  logits = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, precision=precision) * scale
+  logits = einsum("BTKGH,BSKH->BKGTS", q, k, jnp.float32) * scale  # float32 from here
   if bias is not None:
     logits = logits + bias.reshape(batch, num_kv_heads, groups, *bias.shape[2:])
   logits = soft_cap(logits, logit_cap)
   logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), MASKED_LOGIT)
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
-  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v, precision=precision)
+  out = einsum("BKGTS,BSKH->BTKGH", probs, v)
   return out.reshape(batch, q_len, num_heads, head_dim)
 
 

@@ -19,7 +19,6 @@ import numpy as np
 from flax import nnx
 
 from socialrm_jax.models import attention
-from socialrm_jax.models.attention import matmul_precision
 
 _normal_init = nnx.initializers.normal(stddev=0.02)
 
@@ -83,8 +82,7 @@ class Embedder(nnx.Module):
     return jnp.take(self.embedding[...].astype(self.dtype), input_ids, axis=0)  # [B, T, D]
 
   def attend(self, hidden: jnp.ndarray) -> jnp.ndarray:
-    return jnp.einsum("...D,VD->...V", hidden, self.embedding[...].astype(self.dtype),
-                      precision=matmul_precision(self.dtype))
+    return attention.einsum("...D,VD->...V", hidden, self.embedding[...].astype(self.dtype))
 
 
 class Projection(nnx.Module):
@@ -101,8 +99,7 @@ class Projection(nnx.Module):
     self.dtype = dtype
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    y = jnp.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype),
-                   precision=matmul_precision(self.dtype))
+    y = attention.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype))
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
