@@ -54,6 +54,8 @@ _N_RESAMPLES = flags.DEFINE_integer("n_resamples", 1000, "The metrics' bootstrap
 _STEP_COUNTS = flags.DEFINE_list("step_counts", [], "Item counts for the counterfactual step "
                                  "alone, with synthetic rewards (e.g. 10000,1000000); --item_counts= skips the whole audits.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the synthetic rewards.")
+_MODEL_SIZE = flags.DEFINE_enum("model_size", "micro", ["micro", "tiny"],
+                                "The random Llama's shape (gpu_throughput_presets.SIZES).")
 
 BBQ = BUNDLED_DATA / "bbq" / "data"
 # Scoring settings of the audit's one model: short rows for a tiny model on a CPU.
@@ -142,7 +144,8 @@ def main(argv):
 def audits(work: pathlib.Path, counts: list[int]) -> None:
   """The whole audit on each count of items, with the tiny model: one table."""
   corpus_items = convert.convert_all(BUNDLED_DATA, ["bbq"]).items
-  model = gpu_throughput_inputs.build_model("tiny", gpu_throughput_inputs.corpus(corpus_items),
+  model = gpu_throughput_inputs.build_model(_MODEL_SIZE.value,
+                                            gpu_throughput_inputs.corpus(corpus_items),
                                             work / "models")
   rows = []
   for n in counts:
@@ -153,12 +156,12 @@ def audits(work: pathlib.Path, counts: list[int]) -> None:
     shutil.rmtree(out, ignore_errors=True)
     rss, seconds = scoring_memory.peak_rss_mib([
         sys.executable, "-m", "socialrm_jax.main.audit",
-        f"--config={REPO / 'configs' / 'bundled_suite.py'}:hf_model={model},name=tiny,"
+        f"--config={REPO / 'configs' / 'bundled_suite.py'}:hf_model={model},name=rm,"
         f"output_dir={out}", f"--config.data_dir={data}", "--config.datasets=bbq",
         "--config.probe.enabled=False", f"--config.metrics.n_resamples={_N_RESAMPLES.value}",
-        *[f"--config.models.tiny.{setting}" for setting in SCORING.split(",")]])
+        *[f"--config.models.rm.{setting}" for setting in SCORING.split(",")]])
     swaps = json.loads((out / "counterfactuals" / "swap_report.json").read_text())
-    counterfactual = json.loads((out / "tiny" / "counterfactual.json").read_text())
+    counterfactual = json.loads((out / "rm" / "counterfactual.json").read_text())
     rows.append({"items": n, "swapped_items": swaps["generated_items"],
                  "links": counterfactual["datasets"]["bbq"]["n_links"],
                  "peak_rss_mib": round(rss, 1), "wall_seconds": round(seconds, 1)})

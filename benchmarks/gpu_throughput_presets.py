@@ -41,6 +41,9 @@ class Size:
 
 SIZES = {
     "tiny": Size(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=4096),
+    # The audit memory benchmark's model (benchmarks/audit_memory.py): a million items to score
+    # on a small CPU, where only the host's memory is measured.
+    "micro": Size(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, vocab=4096),
     "35m": Size(hidden=512, layers=8, heads=8, kv_heads=4, intermediate=1024, vocab=32000),
     # Llama 3.2 1B's and Llama 3.1 8B's layers, with a 32k vocabulary.
     "1b": Size(hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192, vocab=32000,
