@@ -21,8 +21,9 @@ set's derivation (`python -m socialrm_jax.main.counterfactuals`) and the swap me
 (`swap_effects.compute_at`, what the audit runs on the two score sets).
 
 On a 2-vCPU AMD EPYC (family 25 model 17) shared with other work (docs/benchmarks_cpu.md):
-the whole audit peaked at 732.3 MiB with 10,000 items and 844.4 MiB with 50,000 (1.15x; about
-2.8 KB an item still grows); the counterfactual step alone, 10,000 -> 100,000 items:
+the whole audit with the micro model peaked at 699.7 MiB with 10,000 items and 794.4 MiB with
+100,000 (1.14x; about 1.1 KB an item still grows); the counterfactual step alone, 10,000 ->
+100,000 items:
 derivation 268.4 -> 302.5 MiB (1.13x), swap measures 299.3 -> 351.1 MiB (1.17x).
 """
 
