@@ -56,7 +56,8 @@ def pair_sums(chosen: jax.Array, rejected: jax.Array, margin: jax.Array, weight:
 def no_sums() -> dict[str, jax.Array]:
   """The sums over no pair (what `add_sums` starts from)."""
   out = {key: jnp.zeros((), jnp.float32) for key in SUMMED}
-  out.update(min_reward=jnp.array(jnp.inf, jnp.float32), max_reward=jnp.array(-jnp.inf, jnp.float32))
+  out.update(min_reward=jnp.array(jnp.inf, jnp.float32),
+             max_reward=jnp.array(-jnp.inf, jnp.float32))
   return out
 
 
