@@ -151,21 +151,19 @@ def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: 
   blocks as its trainer packs them (`pair_batches.pack_pairs`, the default `--row_length`, one
   row a block as on a CPU); TRL's, each step's 2 x batch_size sequences padded to the longest."""
   from socialrm_jax.orchestrators import train
-  from socialrm_jax.scoring import item_tokens, packing
+  from socialrm_jax.scoring import item_tokens
   from socialrm_jax.training import pair_batches
   templater = item_tokens.Templater(item_tokens.load_tokenizer(str(model)), is_causal=True,
                                     max_length=preset.max_length)
   encoded = pair_batches.encode_pairs(templater, [
       pair_batches.Pair(str(i), row["prompt"], row["chosen"], row["rejected"])
       for i, row in enumerate(rows)])
-  row_length = train.Settings().row_length
-  buckets = packing.length_buckets(2 * preset.max_length, row_length)
+  layout = train.pair_packing(train.Settings(max_length=preset.max_length), "cpu", 1)
   order = training_order(len(rows), preset, seed)
   ours = trl = 0
   for start in range(0, len(order), preset.batch_size):
     step = [encoded[i] for i in order[start:start + preset.batch_size]]
-    blocks = pair_batches.pack_pairs(step, [0.0] * len(step), buckets=buckets,
-                                     row_length=row_length, rows_per_block=1)
+    blocks = pair_batches.pack_pairs(step, [0.0] * len(step), **layout)
     ours += sum(block.input_ids.size for block in blocks)
     trl += 2 * len(step) * max(len(s) for item in step for s in item.sequences)
   return {"ours": ours, "trl": trl}

@@ -250,6 +250,15 @@ class MetricsLog:
       f.write(json.dumps(row) + "\n")
 
 
+def pair_packing(settings: Settings, platform: str, data_size: int) -> dict:
+  """`pair_batches.pack_pairs`' layout arguments for a run: rows of `row_length` (at most twice
+  `max_length`, the longest pair), longer buckets up to that, blocks of `rows_per_block` rows."""
+  row_length = min(settings.row_length, 2 * settings.max_length)
+  return dict(buckets=packing.length_buckets(2 * settings.max_length, row_length),
+              row_length=row_length, row_multiple=data_size,
+              rows_per_block=rows_per_block(platform, row_length, data_size))
+
+
 def rows_per_block(platform: str, row_length: int, data_size: int) -> int:
   """Rows of one block (one call of the jitted train step): on a CPU one a device (there a padding
   row costs as much as a real one, and rows run no faster together); on accelerators as many as
@@ -372,10 +381,7 @@ def run(settings: Settings) -> str:
   eval_encoded = pair_batches.encode_pairs(templater, eval_pairs)
   pair_batches.check_reading_token(train_encoded + eval_encoded, pad_token_id, pad_token)
   # A pair packed: the prompt once, both responses; so rows up to twice max_length.
-  row_length = min(settings.row_length, 2 * settings.max_length)
-  packing_args = dict(buckets=packing.length_buckets(2 * settings.max_length, row_length),
-                      row_length=row_length, row_multiple=data_size,
-                      rows_per_block=rows_per_block(jax.default_backend(), row_length, data_size))
+  packing_args = pair_packing(settings, jax.default_backend(), data_size)
   train_margins = [p.margin for p in train_pairs]
   eval_margins = [p.margin for p in eval_pairs]
   tables.atomic_write_json(out / SPLIT_FILE, {
