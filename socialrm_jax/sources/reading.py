@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import csv
 import gzip
-import io
 import json
 import pathlib
 from typing import Any, Iterator, Mapping
@@ -77,27 +76,36 @@ class SourceReader:
 
   # -- rows ----------------------------------------------------------------------------------
 
-  def _text(self, path: pathlib.Path) -> str:
-    data = path.read_bytes()
-    if path.suffix == ".gz":
+  def _lines(self, path: pathlib.Path) -> Iterator[str]:
+    """The file's lines as text, read as they are needed, so a large file is never held whole
+    (a gzip file by its suffix; a leading BOM, as Excel writes, is no text). Bytes that are not
+    UTF-8, a gzip file that cannot be read, or a file with no text are an InputError naming the
+    file (and the line)."""
+    is_gzip = path.suffix == ".gz"
+    has_text = False
+    with (gzip.open(path, "rb") if is_gzip else open(path, "rb")) as f:
       try:
-        data = gzip.decompress(data)
-      except (OSError, EOFError) as e:
+        for number, raw in enumerate(f, start=1):
+          try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+          except UnicodeDecodeError as e:
+            raise InputError(f"not UTF-8 text (byte {e.start} of the line)", path,
+                             number) from None
+          has_text = has_text or not line.isspace()
+          yield line
+      except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        if not is_gzip:
+          raise
         raise InputError(f"not a readable gzip file ({e})", path) from None
-    try:
-      text = data.decode("utf-8-sig")  # a leading BOM (Excel writes one) is no text
-    except UnicodeDecodeError as e:
-      raise InputError(f"not UTF-8 text (byte {e.start})", path) from None
-    if not text.strip():
+    if not has_text:
       raise InputError("empty file", path)
-    return text
 
   def jsonl_rows(self, path: pathlib.Path, subset: str, *,
                  count: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line; broken JSON and non-objects are bad rows.
     Every line read is counted in `subset`'s rows, bad ones included. With `count=False` only
     the bad ones are: the caller counts each yielded row under the subset it reads from it."""
-    for number, line in enumerate(io.StringIO(self._text(path)), start=1):
+    for number, line in enumerate(self._lines(path), start=1):
       if not line.strip():
         continue
       if count:
@@ -127,7 +135,7 @@ class SourceReader:
     the file has no header and its fields get these names; else the header names them. A row
     with the wrong number of fields is a bad row. A header lacking a `required` column is an error
     before any row is read. Rows are counted as `jsonl_rows` counts them."""
-    reader = csv.reader(io.StringIO(self._text(path), newline=""))
+    reader = csv.reader(self._lines(path))
     header = columns
     if header is None:
       header = next(reader, None)
