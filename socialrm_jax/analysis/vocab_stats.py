@@ -56,7 +56,6 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import wordfreq
 from matplotlib.figure import Figure  # drawn and saved without pyplot: no process-wide backend
 from scipy import stats
 
@@ -123,6 +122,9 @@ def token_word(text: str) -> str | None:
 def zipf_frequencies(texts: Sequence[str]) -> np.ndarray:
   """Each token's word's Zipf frequency in wordfreq's English list [N]; nan for a token that is
   no word (not letters, or not in the list)."""
+  # Imported here: wordfreq (with ftfy) takes most of a second to import, which every audit,
+  # probe and vocabulary-scan command would otherwise pay at start, its refusals and --help too.
+  import wordfreq  # pylint: disable=import-outside-toplevel
   out = np.full(len(texts), np.nan)
   for i, text in enumerate(texts):
     word = token_word(text)

@@ -47,8 +47,10 @@ SPLASH_BLOCKS = (512, 256, 128)
 # block's logits stop at the block's end: on a row of T tokens the blocks compute about
 # (T + block) / 2T of the dense [T, T] logits, in a [B, N, block, <=T] temporary instead of
 # [B, N, T, T]. On a CPU the dense logits of long rows dominated the step (a 1024-token row cost
-# 2.6x a 256-token row per token; benchmarks/cpu_profile.py).
-CAUSAL_QUERY_BLOCK = 256
+# 2.6x a 256-token row per token; benchmarks/cpu_profile.py). Blocks of 128 rather than 256 took
+# the 35M Llama's steps from 64.3 to 57.6 s a pass there (rows of 512: 435 -> 363 us a slot, of
+# 1024: 541 -> 429); blocks of 64 were slower again (61.8 s: more, smaller products).
+CAUSAL_QUERY_BLOCK = 128
 # The mesh axis parameters (so attention heads) are split over; see `weights.py`.
 HEADS_AXIS = "model"
 

@@ -157,12 +157,12 @@ def _is_rate(value) -> bool:
 # --- The tests. ---
 
 
-@pytest.mark.slow
 def evidence_lines(text: str) -> str:
   """A response as the report quotes it."""
   return "\n".join(f"> {row}" if row else ">" for row in text.splitlines())
 
 
+@pytest.mark.slow
 def test_audit_writes_every_output_with_spec_names_and_resumes(small_suite, tmp_path):
   out = tmp_path / "audit"
   config = small_audit_config(small_suite, out)
