@@ -20,11 +20,10 @@ candidate, `--seed`) stands for each model run, and two child processes are meas
 set's derivation (`python -m socialrm_jax.main.counterfactuals`) and the swap measures
 (`swap_effects.compute_at`, what the audit runs on the two score sets).
 
-On a 2-vCPU AMD EPYC (family 25 model 17) shared with other work (docs/benchmarks_cpu.md):
-the whole audit with the micro model peaked at 699.7 MiB with 10,000 items and 794.4 MiB with
-100,000 (1.14x; about 1.1 KB an item still grows); the counterfactual step alone, 10,000 ->
-100,000 items:
-derivation 268.4 -> 302.5 MiB (1.13x), swap measures 299.3 -> 351.1 MiB (1.17x).
+On a 2-vCPU AMD EPYC (family 25 model 17) (docs/benchmarks_cpu.md): the whole audit with the
+micro model peaked at 715.8 MiB with 10,000 items and 1,023.8 MiB with 1,000,000 (1.43x); the
+counterfactual step alone, 10,000 -> 100,000 items: derivation 268.4 -> 302.5 MiB (1.13x), swap
+measures 299.3 -> 351.1 MiB (1.17x).
 """
 
 from __future__ import annotations
