@@ -74,27 +74,35 @@ def from_padding_mask(attention_mask: jax.Array, is_causal: bool) -> Layout:
 
 
 def dense_mask(layout: Layout, positions: jax.Array | None = None,
-               window: jax.Array | int | None = None) -> jax.Array:
+               window: jax.Array | int | None = None,
+               query_index: jax.Array | None = None) -> jax.Array:
   """[B, T, S] bool (query, key), True = may attend.
 
   Same non-padding segment; for causal models also key not after query, and key in the shared
   prefix or in the query's own branch; with `window` (and `positions`), keys fewer than `window`
   positions back (a traced scalar is fine: scanned layers carry theirs). Every token may attend
-  to itself, so a padding token's softmax has a real key.
+  to itself, so a padding token's softmax has a real key. `query_index` [B, P]: only the queries
+  at those tokens of each row -> [B, P, S], the rows of the whole mask there.
   """
-  seg_q, seg_k = layout.segment_ids[:, :, None], layout.segment_ids[:, None, :]  # [B, T, 1], [B, 1, S]
+  length = layout.segment_ids.shape[1]
+  key_index = jnp.arange(length)[None, None, :]  # [1, 1, S]
+  if query_index is None:  # every token a query: no gather in the program
+    at_queries = lambda a: a[:, :, None]  # [B, T, 1]
+    queries = jnp.arange(length)[None, :, None]  # [1, T, 1]
+  else:
+    at_queries = lambda a: jnp.take_along_axis(a, query_index, axis=1)[:, :, None]  # [B, P, 1]
+    queries = query_index[:, :, None]  # [B, P, 1]
+  seg_q, seg_k = at_queries(layout.segment_ids), layout.segment_ids[:, None, :]  # [B, 1, S]
   mask = (seg_q == seg_k) & (seg_q > 0)
   if layout.is_causal:
-    index = jnp.arange(layout.segment_ids.shape[1])
-    not_after = index[:, None] >= index[None, :]  # [T, S]
-    br_q, br_k = layout.branch_ids[:, :, None], layout.branch_ids[:, None, :]
-    mask = mask & not_after[None] & ((br_k == 0) | (br_k == br_q))
+    br_q, br_k = at_queries(layout.branch_ids), layout.branch_ids[:, None, :]
+    mask = mask & (queries >= key_index) & ((br_k == 0) | (br_k == br_q))
   if window is not None:
     if positions is None:
       raise ValueError("a sliding window needs positions")
-    distance = positions[:, :, None] - positions[:, None, :]  # [B, T, S]
+    distance = at_queries(positions) - positions[:, None, :]  # [B, P, S]
     mask = mask & (distance < window)
-  return mask | jnp.eye(layout.segment_ids.shape[1], dtype=bool)[None]
+  return mask | (queries == key_index)
 
 
 def soft_cap(x: jax.Array, cap: float | None) -> jax.Array:
@@ -146,16 +154,21 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
 
 def causal_blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
                              scale: float, logit_cap: float | None,
-                             block: int = CAUSAL_QUERY_BLOCK) -> jax.Array:
-  """`xla_attention` of a causal model (mask [B, T, T]: no key after its query), one block of
-  queries at a time against the keys up to the block's end; the keys left out are masked for every
-  query of the block, so the result is the dense one. -> [B, T, N, H]"""
+                             block: int = CAUSAL_QUERY_BLOCK, keys_end_with_block: bool = True
+                             ) -> jax.Array:
+  """`xla_attention` one block of queries at a time, so that the float32 logits are
+  [B, N, block, S] at a time, not [B, N, T, S]. `keys_end_with_block`: the queries are the row's
+  tokens in order (mask [B, T, T] of a causal model: no key after its query), so each block
+  attends the keys up to its own end; the keys left out are masked for every query of the block,
+  so the result is the dense one. Else (queries picked anywhere in the row) every block attends
+  every key. -> [B, T, N, H]"""
   length = q.shape[1]
   blocks = []
   for start in range(0, length, block):
     end = min(start + block, length)
-    blocks.append(xla_attention(q[:, start:end], k[:, :end], v[:, :end], mask[:, start:end, :end],
-                                scale=scale, logit_cap=logit_cap))
+    keys = end if keys_end_with_block else k.shape[1]
+    blocks.append(xla_attention(q[:, start:end], k[:, :keys], v[:, :keys],
+                                mask[:, start:end, :keys], scale=scale, logit_cap=logit_cap))
   return jnp.concatenate(blocks, axis=1)
 
 
@@ -316,8 +329,12 @@ def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: jax.Array, *,
            scale: float, logit_cap: float | None = None, window: jax.Array | int | None = None,
-           implementation: str = "xla", bias: jax.Array | None = None) -> jax.Array:
+           implementation: str = "xla", bias: jax.Array | None = None,
+           query_index: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H] under `layout` -> [B, T, N, H].
+
+  `query_index` [B, P]: q holds only the queries of those tokens ([B, P, N, H], e.g. the
+  positions a reward is read at, in a model's last layer) -> [B, P, N, H]; "xla" only.
 
   `bias` [B, N, T, S]: added to the scaled logits, "xla" only (`resolve` gives models with a
   position bias nothing else); no other family passes one, so their programs are unchanged.
@@ -330,12 +347,15 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
     implementation = "xla"
   if bias is not None and implementation != "xla":
     raise ValueError(f"{implementation} attention takes no additive bias; use xla")
+  if query_index is not None and implementation != "xla":
+    raise ValueError(f"{implementation} attention takes every query; attend to some with xla")
   if implementation == "xla":
-    mask = dense_mask(layout, positions, window)
+    mask = dense_mask(layout, positions, window, query_index)
     if bias is not None:  # encoders only (DeBERTa): no blocked causal path needed
       return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=bias)
-    if layout.is_causal and q.shape[1] == k.shape[1] > CAUSAL_QUERY_BLOCK:
-      return causal_blocked_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
+    if layout.is_causal and q.shape[1] > CAUSAL_QUERY_BLOCK:
+      return causal_blocked_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap,
+                                      keys_end_with_block=query_index is None)
     return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
   if implementation == "cudnn":
     if logit_cap is not None:

@@ -155,8 +155,10 @@ class Model(nnx.Module):
                                    param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               token_type_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids, positions [B, T] int32 under `layout` (not causal) -> hidden [B, T, D].
+               token_type_ids: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32 under `layout` (not causal) -> hidden [B, T, D] ([B, P, D]
+    at `output_index` [B, P]).
 
     The hidden states are the last layer's output (BERT is post-LayerNorm: its last norm is the
     final norm), i.e. HF's `last_hidden_state`.
@@ -168,7 +170,7 @@ class Model(nnx.Module):
     x = self.embed_norm(x)
     for layer in self.layers:
       x = layer(x, positions, layout)
-    return x  # [B, T, D]
+    return layers.take_positions(x, output_index)  # [B, T or P, D]
 
   def head(self, cls_hidden: jax.Array) -> jax.Array:
     """[..., D] ([CLS] hidden) -> [..., num_labels] (classifier) or [..., D] (pooler output)."""

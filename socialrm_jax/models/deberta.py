@@ -307,9 +307,10 @@ class Model(nnx.Module):
                                           (config.num_labels,), **kw)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               token_type_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids, positions [B, T] int32 under `layout` (not causal) -> hidden [B, T, D]: the
-    last layer's output, HF's `last_hidden_state`."""
+               token_type_ids: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32 under `layout` (not causal) -> hidden [B, T, D] ([B, P, D]
+    at `output_index` [B, P]): the last layer's output, HF's `last_hidden_state`."""
     config = self.config
     x = self.embed(input_ids)  # [B, T, E]
     if config.position_biased_input:
@@ -333,7 +334,7 @@ class Model(nnx.Module):
       return block(x, positions, layout, relative, c2p_index, p2c_index), None
 
     x, _ = jax.lax.scan(layer, x, stacked)
-    return x  # [B, T, D]
+    return layers.take_positions(x, output_index)  # [B, T or P, D]
 
   def head(self, cls_hidden: jax.Array) -> jax.Array:
     """[..., D] ([CLS] hidden) -> [..., num_labels]: ContextPooler then the classifier; the

@@ -352,22 +352,25 @@ class Attention(nnx.Module):
     self.implementation = implementation
 
   def __call__(self, x: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               window: jax.Array | None, inv_freq: jax.Array | None = None) -> jax.Array:
+               window: jax.Array | None, inv_freq: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
     """`inv_freq` [R/2]: this layer's RoPE frequencies when they differ between layers (Gemma 3,
-    scanned); None: the config's, a constant."""
-    q = self.q_proj(x)  # [B, T, N, H]
+    scanned); None: the config's, a constant. `output_index` [B, P]: queries (and outputs) only
+    at those tokens -> [B, P, D]; keys and values are still every token's."""
+    q = self.q_proj(layers.take_positions(x, output_index))  # [B, T or P, N, H]
     k = self.k_proj(x)  # [B, T, K, H]
     v = self.v_proj(x)  # [B, T, K, H]
     if self.config.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     if inv_freq is None:
       inv_freq = rope_inverse_frequencies(self.config)
-    q = layers.apply_rope(q, positions, inv_freq)
+    q = layers.apply_rope(q, layers.take_positions(positions, output_index), inv_freq)
     k = layers.apply_rope(k, positions, inv_freq)
     out = attention_lib.attend(q, k, v, layout, positions, scale=self.config.attention_scale,
                                logit_cap=self.config.attn_logit_softcap, window=window,
-                               implementation=self.implementation)  # [B, T, N, H]
-    return self.o_proj(out)  # [B, T, D]
+                               implementation=self.implementation,
+                               query_index=output_index)  # [B, T or P, N, H]
+    return self.o_proj(out)  # [B, T or P, D]
 
 
 def rope_inverse_frequencies(config: Config) -> np.ndarray:
@@ -413,16 +416,19 @@ class Block(nnx.Module):
       self.post_mlp_norm = norm()
 
   def __call__(self, x: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               window: jax.Array | None, inv_freq: jax.Array | None = None) -> jax.Array:
+               window: jax.Array | None, inv_freq: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
+    """-> [B, T, D], or [B, P, D] at `output_index` [B, P] (attention's queries and the MLP only
+    there)."""
     attn_in = self.pre_attn_norm(x) if self.pre_norms else x
-    attn_out = self.attn(attn_in, positions, layout, window, inv_freq)
+    attn_out = self.attn(attn_in, positions, layout, window, inv_freq, output_index)
     if self.post_norms:
       attn_out = self.post_attn_norm(attn_out)
-    x = x + attn_out
+    x = layers.take_positions(x, output_index) + attn_out
     mlp_out = self.mlp(self.pre_mlp_norm(x) if self.pre_norms else x)
     if self.post_norms:
       mlp_out = self.post_mlp_norm(mlp_out)
-    return x + mlp_out  # [B, T, D]
+    return x + mlp_out  # [B, T or P, D]
 
 
 class Model(nnx.Module):
@@ -458,8 +464,17 @@ class Model(nnx.Module):
       self.lm_head = layers.Projection("...D,DV->...V", (config.hidden_size, config.vocab_size), None, **kw)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               token_type_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D]."""
+               token_type_ids: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D], or [B, P, D] at
+    `output_index` [B, P] (the tokens a readout reads).
+
+    With `output_index` of at most half the row's tokens and xla attention, the last layer
+    computes its queries, attention and MLP only at those tokens (its keys and values at every
+    token, as the earlier layers): a reward read at the end of each sequence then skips most of a
+    layer's work. Other implementations take every query, so there the whole last layer runs and
+    the hidden states are picked after it.
+    """
     del token_type_ids  # decoders have no segment embeddings
     if self.config.rope_max_positions and input_ids.shape[1] > self.config.rope_max_positions:
       # Decided when the program is traced (shapes are static), so it costs nothing per step.
@@ -475,12 +490,25 @@ class Model(nnx.Module):
     windows = layer_window_array(self.config)
     inv_freqs = layer_rope_array(self.config)
 
-    def layer(x, scanned):  # one layer's parameters, window and RoPE frequencies
+    scanned = (stacked, windows, inv_freqs)  # per layer: parameters, window, RoPE frequencies
+
+    def layer(x, scanned):
       state, window, inv_freq = scanned
       return nnx.merge(graphdef, state)(x, positions, layout, window, inv_freq), None
 
-    x, _ = jax.lax.scan(layer, x, (stacked, windows, inv_freqs))
-    return self.final_norm(x)  # [B, T, D]
+    reads_few = output_index is not None and 2 * output_index.shape[1] <= input_ids.shape[1]
+    if not reads_few or self.attention != "xla":
+      x, _ = jax.lax.scan(layer, x, scanned)
+      return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
+
+    def layer_at(index):  # by a traced index, so that no slice of the stacked weights is copied
+      return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
+
+    x, _ = jax.lax.scan(lambda x, index: layer(x, layer_at(index)), x,
+                        jnp.arange(self.config.num_layers - 1))
+    state, window, inv_freq = layer_at(self.config.num_layers - 1)
+    x = nnx.merge(graphdef, state)(x, positions, layout, window, inv_freq, output_index)
+    return self.final_norm(x)  # [B, P, D]
 
   def head(self, hidden: jnp.ndarray, gate_hidden: jnp.ndarray | None = None) -> jnp.ndarray:
     """[..., D] -> [..., num_labels] (score head) or [..., V] (LM head); unchanged when the

@@ -165,15 +165,17 @@ class Model(nnx.Module):
                                 rngs=rngs)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               token_type_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D]."""
+               token_type_ids: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D] ([B, P, D] at
+    `output_index` [B, P])."""
     x = self.embed(input_ids) + self.position_embed(positions)  # [B, T, D]
     if token_type_ids is not None:
       # HF GPT-2 embeds token types with the token embedding table itself.
       x = x + self.embed(token_type_ids)
     for layer in self.layers:
       x = layer(x, positions, layout)
-    return self.final_norm(x)  # [B, T, D]
+    return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:
     """[..., D] -> [..., num_labels] (score), [..., vocab] (LM) or [..., D] (head "none")."""

@@ -227,8 +227,10 @@ class Model(nnx.Module):
       self.lm_head = layers.Projection("...D,DV->...V", (d, config.vocab_size), None, **kw)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
-               token_type_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D]."""
+               token_type_ids: jax.Array | None = None,
+               output_index: jax.Array | None = None) -> jax.Array:
+    """input_ids, positions [B, T] int32 under `layout` -> hidden [B, T, D] ([B, P, D] at
+    `output_index` [B, P])."""
     del token_type_ids  # GPT-NeoX has no segment embeddings
     x = self.embed(input_ids)  # [B, T, D]
     graphdef, stacked = nnx.split(self.layers)  # every leaf [L, ...]
@@ -237,7 +239,7 @@ class Model(nnx.Module):
       return nnx.merge(graphdef, state)(x, positions, layout), None
 
     x, _ = jax.lax.scan(layer, x, stacked)
-    return self.final_norm(x)  # [B, T, D]
+    return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:
     """[..., D] -> [..., num_labels] (score), [..., V] (LM) or [..., D] (loaded trunk-only)."""

@@ -39,6 +39,13 @@ def activation(name: str) -> Callable[[jnp.ndarray], jnp.ndarray]:
   return table[name]
 
 
+def take_positions(hidden: jax.Array, index: jax.Array | None) -> jax.Array:
+  """hidden [B, T, ...] at index [B, P] -> [B, P, ...]; all of it when `index` is None."""
+  if index is None:
+    return hidden
+  return jnp.take_along_axis(hidden, index.reshape(*index.shape, *[1] * (hidden.ndim - 2)), axis=1)
+
+
 class RMSNorm(nnx.Module):
   """RMS norm over the last axis (or the last two, for a `dim` of two axes), computed in float32.
 

@@ -85,12 +85,20 @@ def readouts(module, input_ids: jax.Array, positions: jax.Array, layout: attenti
   if readout not in READOUTS:
     raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
   token_types = None if layout.is_causal else token_type_ids
-  hidden = module(input_ids, positions, layout, token_types)  # [B, T, D]
-  own = jnp.maximum(readout_index, 0)
-  picked = jnp.take_along_axis(hidden, own[..., None], axis=1)  # [B, S, D]
+  slots = readout_index.shape[1]
+  # Only the hidden states read are computed to the end (a decoder's last layer then runs its
+  # queries and MLP at these tokens alone): the readouts' own tokens, then the gates', then the
+  # row's first-token distribution.
+  wanted = [jnp.maximum(readout_index, 0)]  # [B, S]
   if readout == "score" and gate_index is not None:
-    gates = jnp.take_along_axis(hidden, gate_index[..., None], axis=1)  # [B, S, D]
-    return module.head(picked, gates).astype(jnp.float32)  # [B, S, L]
+    wanted.append(gate_index)  # [B, S]
+  if readout == "vocab_loglik":
+    wanted.append(first_token_index[:, None])  # [B, 1]
+  hidden = module(input_ids, positions, layout, token_types,
+                  output_index=jnp.concatenate(wanted, axis=1))  # [B, S (+ S or 1), D]
+  picked = hidden[:, :slots]  # [B, S, D]
+  if readout == "score" and gate_index is not None:
+    return module.head(picked, hidden[:, slots:]).astype(jnp.float32)  # [B, S, L]
   if readout == "score":
     return module.head(picked).astype(jnp.float32)  # [B, S, L]
   if readout == "loglik":
@@ -99,5 +107,6 @@ def readouts(module, input_ids: jax.Array, positions: jax.Array, layout: attenti
   # The shared slots sit after every row's own ones (packing), so their blocks are skipped here.
   own_log_probs = target_log_probs(module, picked,
                                    jnp.where(shared, EMPTY_TARGET, readout_target))  # [B, S]
-  first = first_token_log_probs(module, hidden, first_token_index, readout_index, readout_target)
+  first = first_token_log_probs(module, hidden[:, slots:], jnp.zeros_like(first_token_index),
+                                readout_index, readout_target)
   return jnp.where(shared, first, own_log_probs)  # [B, S]

@@ -134,6 +134,25 @@ def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logi
   assert diff <= TOLERANCE
 
 
+@pytest.mark.parametrize("is_causal, window, logit_cap, picked", [
+    (True, None, None, 40), (True, 6, 30.0, 200), (False, None, None, 40)])
+def test_queries_at_picked_tokens_give_those_rows_of_the_whole_attention(is_causal, window,
+                                                                          logit_cap, picked):
+  """`attend(..., query_index=)` with the queries of some tokens (anywhere in the row, repeated,
+  in any order; more than a block of them too): the rows of the attention of every query."""
+  q, k, v, layout, positions = random_case(5, rows=3, length=256, heads=4, kv_heads=2,
+                                           is_causal=is_causal)
+  index = jnp.asarray(np.random.default_rng(6).integers(0, 256, size=(3, picked)), jnp.int32)
+  picked_q = jnp.take_along_axis(q, index[:, :, None, None], axis=1)
+  got = jax.jit(lambda q, index: attention.attend(
+      q, k, v, layout, positions, scale=SCALE, logit_cap=logit_cap, window=window,
+      query_index=index))(picked_q, index)
+  whole = reference(q, k, v, layout, positions, logit_cap=logit_cap, window=window)
+  diff = max_diff(got, jnp.take_along_axis(whole, index[:, :, None, None], axis=1))
+  print(f"{picked} picked queries: max abs diff {diff:.2e}")
+  assert diff <= TOLERANCE
+
+
 def test_splash_merge_gives_an_empty_pass_no_weight():
   """A query whose prefix pass saw nothing (splash's lse is then about its mask value, and its
   output an average of masked values) takes the other pass's output exactly, NaN or not."""

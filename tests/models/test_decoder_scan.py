@@ -67,3 +67,27 @@ def test_window_array_marks_full_layers_and_is_absent_without_windows():
                                 [4, decoder.FULL_WINDOW, 4])
   assert decoder.layer_window_array(tiny_config(3, windowed=True)).dtype == np.int32
   assert decoder.layer_window_array(tiny_config(3, windowed=False)) is None
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["no_windows", "alternating_windows"])
+@pytest.mark.parametrize("picked", [3, 6], ids=["a_few_tokens", "over_half_the_tokens"])
+def test_hidden_states_at_picked_tokens_equal_the_whole_models(windowed, picked):
+  """`output_index`: the last layer computes at the picked tokens only (at most half the row),
+  else the whole model runs and the tokens are picked after; the same hidden states either way."""
+  config = tiny_config(3, windowed)
+  graphdef, state = nnx.split(decoder.Model(config, rngs=nnx.Rngs(3)))
+  rng = np.random.default_rng(0)
+  ids = jnp.asarray(rng.integers(1, 64, size=(2, 8)), jnp.int32)
+  mask = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3], jnp.int32)
+  index = jnp.asarray(rng.integers(0, 8, size=(2, picked)), jnp.int32)
+
+  def hidden(state, index):
+    model = nnx.merge(graphdef, state)
+    layout = attention.from_padding_mask(mask, is_causal=True)
+    return model(ids, masks.positions_from_mask(mask), layout, output_index=index)
+
+  whole = jax.jit(hidden)(state, None)
+  got = jax.jit(hidden)(state, index)
+  assert got.shape == (2, picked, 32)
+  np.testing.assert_allclose(got, jnp.take_along_axis(whole, index[:, :, None], axis=1),
+                             atol=1e-5, rtol=0)
