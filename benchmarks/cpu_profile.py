@@ -10,7 +10,8 @@ batch's compiled step alone (blocked until done; the second pass over the batche
 falls in it). Per shape it prints the batches, the milliseconds a batch, the microseconds a token
 slot and a real token, and the attention's key slots a token (the row length: the dense [T, T]
 mask computes every key of the row for every query). Set XLA_FLAGS or the options' flags to see
-what a change does to each phase.
+what a change does to each phase. `--compare_last_layer` times the steps with the whole last
+layer against the last layer at the read tokens only instead (`compare_last_layer`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ _TOKENS_PER_BATCH = flags.DEFINE_integer("tokens_per_batch", None, "--tokens_per
                                          "ScoringOptions').")
 _LIMIT = flags.DEFINE_integer("limit", None, "Only the first N items.")
 _PASSES = flags.DEFINE_integer("passes", 2, "Timed passes over every batch (the first compiles).")
+_COMPARE_LAST_LAYER = flags.DEFINE_bool(
+    "compare_last_layer", False, "Instead of the phases: the steps with the whole last layer "
+    "against the last layer at the read tokens only, --passes each, in turn.")
 
 
 def main(argv):
@@ -63,6 +67,9 @@ def main(argv):
   writers = scorer.pack(chunk.encoded, 0)
   batches = list(scorer.batcher.add(writers)) + list(scorer.batcher.flush())
   marks["pack"] = time.perf_counter() - start
+  if _COMPARE_LAST_LAYER.value:
+    compare_last_layer(model, batches, len(items))
+    return
   start = time.perf_counter()
   arrays = [scorer.step.put(b) for b in batches]
   jax.block_until_ready(arrays)
@@ -104,6 +111,59 @@ def main(argv):
         f"{1e6 * total['seconds'] / total['slots']:>8.1f} "
         f"{1e6 * total['seconds'] / total['real']:>8.1f} "
         f"{total['keys'] / total['real']:>10.0f}")
+
+
+def compare_last_layer(model, batches, num_items: int) -> None:
+  """Two jitted programs score every batch with the model's head at the readout tokens: "whole"
+  runs every layer at every token and picks the hidden states after the final norm (what the
+  other attention kernels do); "read tokens" passes `output_index`, so a decoder under xla
+  attention runs its last layer's queries, attention and MLP at the readout tokens alone (what
+  the scorer runs). The passes alternate (whole, read, read, whole, ...), so a machine whose speed
+  drifts during the run moves both alike. Prints each pass, the totals, their ratio, and the
+  largest difference between the two programs' rewards."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from socialrm_jax.models import attention, layers
+
+  graphdef, state = nnx.split(model.module)
+
+  def program(read_tokens_only: bool):
+    @jax.jit
+    def rewards(state, input_ids, positions, segment_ids, branch_ids, readout_index):
+      module = nnx.merge(graphdef, state)
+      layout = attention.Layout(segment_ids, branch_ids, model.is_causal)
+      read = jnp.maximum(readout_index, 0)
+      if read_tokens_only:
+        hidden = module(input_ids, positions, layout, None, output_index=read)
+      else:
+        hidden = layers.take_positions(module(input_ids, positions, layout, None), read)
+      return module.head(hidden)
+    return rewards
+
+  programs = {"whole last layer": program(False), "read tokens only": program(True)}
+  arrays = [tuple(jnp.asarray(a) for a in (b.input_ids, b.positions, b.segment_ids,
+                                           b.branch_ids, b.readout_index)) for b in batches]
+  largest = 0.0
+  for batch in arrays:  # also compiles both programs for every shape
+    whole, read = (f(state, *batch) for f in programs.values())
+    largest = max(largest, float(jnp.max(jnp.abs(whole - read))))
+  totals = dict.fromkeys(programs, 0.0)
+  names = list(programs)
+  for n in range(_PASSES.value):
+    for name in names if n % 2 == 0 else names[::-1]:
+      start = time.perf_counter()
+      for batch in arrays:
+        jax.block_until_ready(programs[name](state, *batch))
+      seconds = time.perf_counter() - start
+      totals[name] += seconds
+      print(f"pass {n + 1}  {name:17s} {seconds:7.2f} s", flush=True)
+  print(f"{num_items:,} items, {len(batches)} batches, {_PASSES.value} passes each")
+  for name, seconds in totals.items():
+    print(f"  {name:17s} {seconds:8.1f} s")
+  print(f"  read / whole      {totals[names[1]] / totals[names[0]]:8.3f}")
+  print(f"  rewards: max |whole - read| {largest:.2e}")
 
 
 if __name__ == "__main__":
