@@ -152,10 +152,9 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   return out.reshape(batch, q_len, num_heads, head_dim)
 
 
-def causal_blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
-                             scale: float, logit_cap: float | None,
-                             block: int = CAUSAL_QUERY_BLOCK, keys_end_with_block: bool = True
-                             ) -> jax.Array:
+def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
+                      scale: float, logit_cap: float | None, block: int = CAUSAL_QUERY_BLOCK,
+                      keys_end_with_block: bool = True) -> jax.Array:
   """`xla_attention` one block of queries at a time, so that the float32 logits are
   [B, N, block, S] at a time, not [B, N, T, S]. `keys_end_with_block`: the queries are the row's
   tokens in order (mask [B, T, T] of a causal model: no key after its query), so each block
@@ -354,8 +353,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
     if bias is not None:  # encoders only (DeBERTa): no blocked causal path needed
       return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=bias)
     if layout.is_causal and q.shape[1] > CAUSAL_QUERY_BLOCK:
-      return causal_blocked_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap,
-                                      keys_end_with_block=query_index is None)
+      return blocked_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap,
+                               keys_end_with_block=query_index is None)
     return xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap)
   if implementation == "cudnn":
     if logit_cap is not None:

@@ -61,12 +61,11 @@ def target_log_probs(module, hidden, targets, block: int = LOGLIK_BLOCK):
   return out.reshape(-1, b)[:s].T
 
 
-def first_token_log_probs(module, hidden, first_token_index, readout_index, readout_target):
+def first_token_log_probs(module, first_hidden, readout_index, readout_target):
   """"vocab_loglik"'s first-token readouts: log p(target) from each row's one distribution.
-  hidden [B, T, D], first_token_index [B], readout_index and readout_target [B, S] -> [B, S]
-  (0 where a slot reads elsewhere)."""
-  at = jnp.take_along_axis(hidden, first_token_index[:, None, None], axis=1)  # [B, 1, D]
-  log_dist = jax.nn.log_softmax(module.head(at).astype(jnp.float32), axis=-1)[:, 0]  # [B, V]
+  first_hidden [B, 1, D] (the hidden state at the row's prompt end), readout_index and
+  readout_target [B, S] -> [B, S] (0 where a slot reads elsewhere)."""
+  log_dist = jax.nn.log_softmax(module.head(first_hidden).astype(jnp.float32), axis=-1)[:, 0]  # [B, V]
   picked = jnp.take_along_axis(log_dist, jnp.maximum(readout_target, 0), axis=1)  # [B, S]
   return jnp.where(readout_index == FROM_FIRST_TOKEN_DISTRIBUTION, picked, 0.0)
 
@@ -107,6 +106,5 @@ def readouts(module, input_ids: jax.Array, positions: jax.Array, layout: attenti
   # The shared slots sit after every row's own ones (packing), so their blocks are skipped here.
   own_log_probs = target_log_probs(module, picked,
                                    jnp.where(shared, EMPTY_TARGET, readout_target))  # [B, S]
-  first = first_token_log_probs(module, hidden[:, slots:], jnp.zeros_like(first_token_index),
-                                readout_index, readout_target)
+  first = first_token_log_probs(module, hidden[:, slots:], readout_index, readout_target)
   return jnp.where(shared, first, own_log_probs)  # [B, S]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pathlib
 import pkgutil
 import subprocess
 import sys
@@ -106,7 +107,7 @@ def serve() -> None:
       if pid == 0:
         _child(request, stdout, stderr)
       _, status = os.waitpid(pid, 0)
-      read = lambda path: open(path, encoding="utf-8", errors="replace").read()
+      read = lambda path: pathlib.Path(path).read_text(encoding="utf-8", errors="replace")
       answers.write(json.dumps(dict(returncode=os.waitstatus_to_exitcode(status),
                                     stdout=read(stdout), stderr=read(stderr))) + "\n")
       answers.flush()

@@ -127,7 +127,7 @@ def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logi
   q, k, v, layout, positions = random_case(4, rows=3, length=length, heads=4, kv_heads=2,
                                            is_causal=True)
   mask = attention.dense_mask(layout, positions, window)
-  got = jax.jit(lambda q, k, v, mask: attention.causal_blocked_attention(
+  got = jax.jit(lambda q, k, v, mask: attention.blocked_attention(
       q, k, v, mask, scale=SCALE, logit_cap=logit_cap, block=64))(q, k, v, mask)
   diff = max_diff(got, reference(q, k, v, layout, positions, logit_cap=logit_cap, window=window))
   print(f"causal query blocks, length {length}: max abs diff {diff:.2e}")

@@ -72,8 +72,9 @@ def test_window_array_marks_full_layers_and_is_absent_without_windows():
 @pytest.mark.parametrize("windowed", [False, True], ids=["no_windows", "alternating_windows"])
 @pytest.mark.parametrize("picked", [3, 6], ids=["a_few_tokens", "over_half_the_tokens"])
 def test_hidden_states_at_picked_tokens_equal_the_whole_models(windowed, picked):
-  """`output_index`: the last layer computes at the picked tokens only (at most half the row),
-  else the whole model runs and the tokens are picked after; the same hidden states either way."""
+  """`output_index`: the last layer computes at the picked tokens only (at most half the row:
+  its MLP is [B, P, F] in the program), else the whole model runs and the tokens are picked
+  after; the same hidden states either way."""
   config = tiny_config(3, windowed)
   graphdef, state = nnx.split(decoder.Model(config, rngs=nnx.Rngs(3)))
   rng = np.random.default_rng(0)
@@ -86,6 +87,8 @@ def test_hidden_states_at_picked_tokens_equal_the_whole_models(windowed, picked)
     layout = attention.from_padding_mask(mask, is_causal=True)
     return model(ids, masks.positions_from_mask(mask), layout, output_index=index)
 
+  mlp_at_picked = f"tensor<2x{picked}x64xf32>" in jax.jit(hidden).lower(state, index).as_text()
+  assert mlp_at_picked == (2 * picked <= 8)
   whole = jax.jit(hidden)(state, None)
   got = jax.jit(hidden)(state, index)
   assert got.shape == (2, picked, 32)
