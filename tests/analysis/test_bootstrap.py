@@ -120,9 +120,10 @@ def test_continuous_values_resample_in_blocks_with_the_same_draws(monkeypatch):
   """Distinct continuous values (U = the items) draw their counts a block of resamples at a time:
   the same sums as drawing them all at once."""
   values = np.random.default_rng(3).standard_normal((500, 2))                  # [U, V]
-  copies = np.ones(500, dtype=np.int64)
-  whole = bootstrap._resampled_sums(values, copies, 40, np.random.default_rng(7))
+  rows = [bootstrap.CellRows(values[None], np.ones((1, 500), dtype=np.int64))]
+  cells = [bootstrap.Stratum("d", "s", "", "")]
+  whole, _ = bootstrap.resample(cells, rows, 40, np.random.default_rng(7))
   monkeypatch.setattr(bootstrap, "_COUNTS_BLOCK", 500 * 3)  # 3 resamples a block
-  blocked = bootstrap._resampled_sums(values, copies, 40, np.random.default_rng(7))
+  blocked, _ = bootstrap.resample(cells, rows, 40, np.random.default_rng(7))
   np.testing.assert_allclose(blocked, whole, rtol=1e-12)
-  assert whole.shape == (40, 2) and np.abs(whole).sum() > 0
+  assert whole.shape == (1, 41, 1, 2) and np.abs(whole[:, 1:]).sum() > 0
