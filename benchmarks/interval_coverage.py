@@ -33,6 +33,7 @@ ones summarised) and writes it as JSON to --output when given.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import pathlib
 import sys
@@ -41,15 +42,13 @@ from typing import Any
 
 import numpy as np
 from absl import app, flags
-from scipy import stats
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # pylint: disable=wrong-import-position
 from socialrm_jax.analysis import (accuracy, bootstrap, compare, confounds, estimates, evaluate,
-                                   hooks, pairs, verdicts)
-from socialrm_jax.analysis.categorical import Categorical
+                                   hooks, pairs, synthetic, verdicts)
 from socialrm_jax.analysis.reward_tables import Scores
 from socialrm_jax.base import records
 from socialrm_jax.orchestrators import audit, convert
@@ -70,7 +69,6 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the rewards and the resamples."
 _OUTPUT = flags.DEFINE_string("output", None, "Where the table goes as JSON.")
 
 OWN = "own_preference"  # the HH-RLHF slice again, as a path source of your own would be read
-STEREOTYPED = ("stereotype", "biased")
 LEVELS = ("domains", "datasets")
 
 
@@ -89,18 +87,10 @@ def bundled_rows() -> tuple[list[dict], list[dict]]:
   return items, pair_rows
 
 
-def copied(items: list[dict], pair_rows: list[dict], copies: int) -> tuple[list[dict], list[dict]]:
-  """`copies` copies of every item and its pairs, each with its own id, in the same cells."""
-  return ([{**item, "item_id": f"{item['item_id']}#{c}"} for c in range(copies) for item in items],
-          [{**p, "item_id": f"{p['item_id']}#{c}", "pair_id": f"{p['pair_id']}#{c}"}
-           for c in range(copies) for p in pair_rows])
-
-
 @dataclasses.dataclass(frozen=True)
 class Structure:
   """The items of one size, joined with placeholder rewards, and what each dataset needs."""
   scored: pairs.Scored
-  planted: np.ndarray                    # [N, K]: how many shifts of d each candidate gets
   index: dict[str, np.ndarray]           # dataset -> its items
   strata: dict[str, dict[str, np.ndarray]]  # dataset -> its items' cell fields
   alone: dict[str, pairs.Scored]         # dataset -> its items alone
@@ -111,47 +101,29 @@ def structure(items: list[dict], pair_rows: list[dict], options: evaluate.Option
   candidates = [k for item in items for k in range(len(item["candidates"]))]
   scores = Scores.of(ids, candidates, np.zeros(len(ids)), "placeholder")
   scored = pairs.join(items, pair_rows, scores, fields=options.item_fields)
-  desirable = (scored.desirability > 0) & ~(scored.context_condition ==
-                                             records.WITHOUT_NORM)[:, None]
-  stereotyped = np.zeros(scored.roles.shape, dtype=bool)
-  for role in STEREOTYPED:
-    stereotyped |= scored.roles == role
-  planted = desirable.astype(np.float64) + stereotyped
   index, strata, alone = {}, {}, {}
   for name in scored.dataset.distinct():
     index[name] = np.flatnonzero(scored.dataset == name)
     strata[name] = evaluate.strata(scored, index[name], hooks.for_dataset(name))
     alone[name] = evaluate.restrict(scored, scored.dataset == name)
-  return Structure(scored, planted, index, strata, alone)
+  return Structure(scored, index, strata, alone)
 
 
-def tiled(scored: pairs.Scored, copies: int) -> pairs.Scored:
-  """`copies` replicates of the scored items one after the other, each with its own pairs."""
-  n, n_pairs = scored.n_items, scored.pair_item.size
-  item_index, pair_index = np.tile(np.arange(n), copies), np.tile(np.arange(n_pairs), copies)
-  fields: dict[str, Any] = {}
-  for field in dataclasses.fields(pairs.Scored):
-    value = getattr(scored, field.name)
-    if field.name == "pair_item":
-      fields[field.name] = (np.tile(value, copies)
-                            + np.repeat(np.arange(copies, dtype=np.int32) * n, n_pairs))
-    elif isinstance(value, (np.ndarray, Categorical)):
-      fields[field.name] = value[pair_index if field.name.startswith("pair_") else item_index]
-  return dataclasses.replace(scored, **fields)
+def model(struct: Structure, effect: float) -> synthetic.Plan:
+  """The synthetic reward model with every preference planted at `effect` (a gold pair won with
+  probability 1/2 + effect), Moral Stories' only with the norm stated."""
+  d = synthetic.shift_for(0.5 + effect)
+  return synthetic.Plan(f"planted {effect:g}", desirable=dict.fromkeys(
+      struct.scored.domain.categories.tolist(), d), stereotype=d, norm_only=True)
 
 
-def shift(effect: float) -> float:
-  """d such that a gold pair (two independent standard normals, d apart) is won with
-  probability 1/2 + effect."""
-  return float(np.sqrt(2.0) * stats.norm.ppf(0.5 + effect))
-
-
-def replicate_rewards(tiles: pairs.Scored, planted: np.ndarray, copies: int, d: float,
+def replicate_rewards(tiles: pairs.Scored, shifts: np.ndarray, copies: int,
                       rng: np.random.Generator) -> pairs.Scored:
-  """`tiles` (`copies` replicates of some items) with fresh rewards from the generator."""
+  """`tiles` (`copies` replicates of some items) with fresh rewards: standard normal noise plus
+  the items' planted `shifts` (`synthetic.Plan.shifts`, # [n, K])."""
   noise = rng.standard_normal(tiles.rewards.shape)
   return dataclasses.replace(tiles, rewards=np.where(
-      tiles.valid, noise + d * np.tile(planted, (copies, 1)), -np.inf))
+      tiles.valid, noise + np.tile(shifts, (copies, 1)), -np.inf))
 
 
 def replicate_values(scored: pairs.Scored, analysis: hooks.DatasetAnalysis,
@@ -198,19 +170,19 @@ def column_sums(struct: Structure, name: str, values: dict[str, np.ndarray]) -> 
 def true_values(struct: Structure, effect: float, copies: int, block: int,
                 rng: np.random.Generator, options: evaluate.Options) -> dict[str, float]:
   """Every metric on `copies` copies of the items, fresh rewards at `effect`."""
-  d = shift(effect)
+  plan = model(struct, effect)
   sums = {}
   for name, alone in struct.alone.items():
     analysis = hooks.for_dataset(name)
     step = max(1, min(copies, block * 1000 // max(1, alone.n_items)))
-    tiles = tiled(alone, step)
-    planted = struct.planted[struct.index[name]]
+    tiles = synthetic.tiled(alone, step)
+    shifts = plan.shifts(alone)
     total = None
     for start in range(0, copies, step):
       size = min(step, copies - start)
-      part = tiles if size == step else tiled(alone, size)
+      part = tiles if size == step else synthetic.tiled(alone, size)
       cells, part_sums = column_sums(struct, name, replicate_values(
-          replicate_rewards(part, planted, size, d, rng), analysis, size))
+          replicate_rewards(part, shifts, size, rng), analysis, size))
       total = part_sums if total is None else total + part_sums
     columns = tuple(evaluate.dataset_columns(alone, analysis, np.arange(1)))
     sums[name] = bootstrap.StratifiedSums(cells, columns, total[None], np.ones((1, len(cells))))
@@ -313,20 +285,19 @@ def run_cell(struct: Structure, effect: float, resampling: str, truth_a: dict[st
   """Coverage of every metric of model A (at `effect`) and of A - B, and the statements of the
   report and of the comparison, over `replications`."""
   tally = Tally(replications=replications)
-  d = shift(effect)
+  plans = (model(struct, effect), model(struct, 0.0))
   after = resampling == "after"
   rng = np.random.default_rng([seed, 1])
-  tiles = {name: tiled(alone, block) for name, alone in struct.alone.items()}
+  tiles = {name: synthetic.tiled(alone, block) for name, alone in struct.alone.items()}
   facts = {name: pair_facts_of(alone) for name, alone in struct.alone.items()}
   for start in range(0, replications, block):
     size = min(block, replications - start)
     joint, outcomes = {}, {}
     for name, alone in struct.alone.items():
       analysis = hooks.for_dataset(name)
-      part = tiles[name] if size == block else tiled(alone, size)
-      planted = struct.planted[struct.index[name]]
-      model_a = replicate_rewards(part, planted, size, d, rng)
-      model_b = replicate_rewards(part, planted, size, 0.0, rng)
+      part = tiles[name] if size == block else synthetic.tiled(alone, size)
+      model_a, model_b = (replicate_rewards(part, plan.shifts(alone), size, rng)
+                          for plan in plans)
       every_pair = np.arange(part.pair_item.size)
       outcomes[name] = (model_a.outcome(every_pair).reshape(size, -1),
                         model_b.outcome(every_pair).reshape(size, -1))
@@ -372,6 +343,9 @@ def main(argv):
   truth_copies = _TRUTH_COPIES.value or 1000 * max(sizes)
   items, pair_rows = bundled_rows()
   base = structure(items, pair_rows, options)
+  # statsmodels' Holm runs gc.collect() on every call (a thousand calls a cell here): what exists
+  # by now, the imports above all, is left out of every collection.
+  gc.freeze()
   start = time.perf_counter()
   truths = {e: true_values(base, e, truth_copies, _BLOCK.value,
                            np.random.default_rng([_SEED.value, 2, int(e * 1000)]), options)
@@ -382,7 +356,7 @@ def main(argv):
                              "n_resamples": options.n_resamples, "truth_copies": truth_copies,
                              "cells": []}
   for size in sizes:
-    struct = structure(*copied(items, pair_rows, size), options) if size > 1 else base
+    struct = structure(*synthetic.copied(items, pair_rows, size), options) if size > 1 else base
     for effect in effects:
       for resampling in _RESAMPLING.value:
         start = time.perf_counter()
