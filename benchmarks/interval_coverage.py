@@ -67,6 +67,8 @@ _MIN_STRATUM_ITEMS = flags.DEFINE_integer(
     "The smallest stratum of the 'after' resampling (the metrics' own by default).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the rewards and the resamples.")
 _OUTPUT = flags.DEFINE_string("output", None, "Where the table goes as JSON.")
+_TABLES_FROM = flags.DEFINE_list("tables_from", [], "Print the tables of these --output files "
+                                 "(their cells together) instead of measuring.")
 
 OWN = "own_preference"  # the HH-RLHF slice again, as a path source of your own would be read
 LEVELS = ("domains", "datasets")
@@ -337,6 +339,10 @@ def headline(path: str) -> bool:
 
 def main(argv):
   del argv
+  if _TABLES_FROM.value:
+    runs = [json.loads(pathlib.Path(path).read_text()) for path in _TABLES_FROM.value]
+    print_table({**runs[0], "cells": [cell for run in runs for cell in run["cells"]]})
+    return
   options = evaluate.Options()
   sizes = [int(s) for s in _SIZES.value]
   effects = [float(e) for e in _EFFECTS.value]
