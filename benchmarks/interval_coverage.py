@@ -33,7 +33,6 @@ ones summarised) and writes it as JSON to --output when given.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import pathlib
 import sys
@@ -349,9 +348,7 @@ def main(argv):
   truth_copies = _TRUTH_COPIES.value or 1000 * max(sizes)
   items, pair_rows = bundled_rows()
   base = structure(items, pair_rows, options)
-  # statsmodels' Holm runs gc.collect() on every call (a thousand calls a cell here): what exists
-  # by now, the imports above all, is left out of every collection.
-  gc.freeze()
+
   start = time.perf_counter()
   truths = {e: true_values(base, e, truth_copies, _BLOCK.value,
                            np.random.default_rng([_SEED.value, 2, int(e * 1000)]), options)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import numpy as np
 from scipy import stats
 
-from socialrm_jax.analysis.bootstrap import CI_LEVEL
+from socialrm_jax.analysis.bootstrap import CI_LEVEL, CI_PERCENTILES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +57,8 @@ def percentile_levels(units: float | None, level: float = CI_LEVEL) -> tuple[flo
   levels tend to 2.5 and 97.5 as n grows (0.86 / 99.14 at 10 units, 2.31 / 97.69 at 100, 2.48 /
   97.52 at 1,000). None: the plain percentiles."""
   if units is None:
+    if level == CI_LEVEL:
+      return CI_PERCENTILES
     tail = 100 * (1 - level) / 2
     return tail, 100 - tail
   n = max(float(units), 2.0)
