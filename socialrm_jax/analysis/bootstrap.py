@@ -7,8 +7,8 @@ cells (`Stratum`: domain, subset, context condition and a dataset's own finer gr
 StereoSet's target term), the items are resampled `n_resamples` times (see below), and the
 per-item values are summed per cell and resample: `sums[r, s, v]`, with row r = 0 holding the
 sums over the items as they are (the point estimate) and rows 1.. the resamples. A statistic is
-then computed once on all rows at the same time, and its 95% interval is the 2.5 and 97.5
-percentiles of rows 1..
+then computed once on all rows at the same time, and its 95% interval comes from the percentiles
+of rows 1.. (`estimates.intervals`: widened where the statistic rests on few resampling units).
 
 How the items are drawn (`design`), as benchmarks/interval_coverage.py measured it on the
 datasets' own item structures (docs/metrics.md#interval-coverage):

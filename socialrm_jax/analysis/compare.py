@@ -13,7 +13,8 @@ multiply the comparisons, and with them the correction, many times over for valu
 tables already show. A dataset's statistic that is its domain's, resample for resample (the
 domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
 
-- Difference: A - B, with a 95% interval from a paired percentile bootstrap over items. The two
+- Difference: A - B, with a 95% interval from a paired bootstrap over items (the expanded
+  percentile interval of the metric's resampling units, as its own: `estimates`). The two
   models' per-item values are resampled together: one stratified resample of the common items,
   with the strata, generator (seed, dataset) and number of resamples of the single-model
   intervals, and each statistic computed on each model's sums over that same resample by the code
@@ -92,8 +93,8 @@ def bootstrap_p(differences: np.ndarray) -> float | Missing:
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
-  """Holm's step-down adjusted p-values, in the order given (`verdicts.holm`: statsmodels'). # [m]
-  """
+  """Holm's step-down adjusted p-values, in the order given (`verdicts.holm`, equal to
+  statsmodels'). # [m]"""
   return verdicts.holm(np.asarray(p_values, dtype=np.float64), ALPHA)
 
 
@@ -132,7 +133,8 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
 
   `a` and `b` hold the same items and pairs (see `common_items`)."""
   sides = {"a": a, "b": b}
-  joint: dict[str, bootstrap.StratifiedSums] = {}
+  sums: dict[str, dict[str, bootstrap.StratifiedSums]] = {"a": {}, "b": {}}
+  found: dict[tuple[str, str], dict[str, dict[str, estimates.Kept]]] = {}
   for name in a.dataset.distinct():
     index = np.flatnonzero(a.dataset == name)                            # [n]
     analysis = hooks.for_dataset(name)
@@ -143,26 +145,11 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
       return ({f"{side}/{k}": v for side, scored in sides.items()
                for k, v in evaluate.dataset_columns(scored, analysis, chunk).items()},
               evaluate.strata(a, chunk, analysis))
-    joint[name] = bootstrap.stratified_sums_in_chunks(
+    joint = bootstrap.stratified_sums_in_chunks(
         map(both, item_chunks(index)), options.n_resamples,
         bootstrap.generator(options.seed, name), analysis.cluster_groups)
-  return paired_rows_of_sums(sides, joint, options)
-
-
-def paired_rows_of_sums(sides: Mapping[str, Scored], joint: Mapping[str, bootstrap.StratifiedSums],
-                        options: evaluate.Options) -> PairedRows:
-  """`paired_rows` from each dataset's sums of both models' per-item values over the same
-  resamples (`joint`: columns `a/<name>` and `b/<name>`); `sides` holds each model's scored items
-  ("a", "b"), which the datasets' summaries read beside the sums. (The interval coverage
-  benchmark gives sums of many replicate data sets here, their rows one after the other.)"""
-  sums: dict[str, dict[str, bootstrap.StratifiedSums]] = {side: {} for side in sides}
-  found: dict[tuple[str, str], dict[str, dict[str, estimates.Kept]]] = {}
-  for name, both in joint.items():
-    first = next(iter(sides.values()))
-    index = np.flatnonzero(first.dataset == name)                        # [n]
-    analysis = hooks.for_dataset(name)
     for side, scored in sides.items():
-      sums[side][name] = side_sums(both, side)
+      sums[side][name] = side_sums(joint, side)
       with estimates.keeping_rows() as kept:
         node, own = evaluate.summaries(scored, analysis, index, sums[side][name], options)
       found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
@@ -278,7 +265,7 @@ def report_lines(comparisons: Mapping[str, Any]) -> list[str]:
          "the domain and dataset level that both have there (here: " +
          ", ".join(f"`{m}`" for m in metrics) + "; subsets, categories and labels are left out, "
          "and a dataset's accuracy that is its domain's is listed once). Difference = A − B, its "
-         "interval a paired percentile bootstrap over items: both models on the same resampled "
+         "interval a paired bootstrap over items: both models on the same resampled "
          "items, with the strata, seed and resamples of the intervals above. Test: "
          f"{MCNEMAR} over the gold pairs for gold-pair accuracies (a pair is discordant when "
          "the models' outcomes on it differ, a tie against a win or a loss included), else the "
