@@ -115,8 +115,9 @@ class CellRows:
     return CellRows(distinct, padded)
 
   def sums(self) -> np.ndarray:
-    """The sums over the items as they are. # [R, V]"""
-    return np.einsum("ru,ruv->rv", self.copies.astype(np.float64), self.distinct)
+    """The sums over the items as they are, a replicate at a time as one vector-matrix product
+    (the same additions in the same order whatever R is: a point estimate never moves). # [R, V]"""
+    return np.stack([c.astype(np.float64) @ d for c, d in zip(self.copies, self.distinct)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,35 +215,31 @@ class StratifiedSums:
     keep = np.fromiter((bool(where(s)) for s in self.strata), dtype=bool, count=len(self.strata))
     return rows[:, keep].sum(axis=1)
 
-  def _groups(self, field: str, where) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The distinct values of a cell field among the cells `where` accepts (first-seen order),
-    those cells ordered by value, and where each value's cells start in that order."""
-    kept = [i for i, s in enumerate(self.strata) if where is None or bool(where(s))]
-    groups = list(dict.fromkeys(getattr(self.strata[i], field) for i in kept))
-    code = {g: n for n, g in enumerate(groups)}
-    codes = np.fromiter((code[getattr(self.strata[i], field)] for i in kept), dtype=np.int64,
-                        count=len(kept))
-    order = np.asarray(kept, dtype=np.int64)[np.argsort(codes, kind="stable")]
-    return groups, order, np.searchsorted(np.sort(codes), np.arange(len(groups)))
-
-  def _sum_by_group(self, rows: np.ndarray, field: str, where) -> tuple[list[str], np.ndarray]:
-    groups, order, starts = self._groups(field, where)
-    if not groups:
-      return groups, np.zeros((rows.shape[0], 0))
-    # Cells as rows: reduceat then adds whole rows of resamples at a time.
-    return groups, np.add.reduceat(rows[:, order].T, starts, axis=0).T
+  def _membership(self, field: str, where) -> tuple[list[str], np.ndarray]:
+    """The distinct values of a cell field among the cells `where` accepts (first-seen order), and
+    which cell holds which. -> (values, # [S, G] of 0 and 1)"""
+    keep = [where is None or bool(where(s)) for s in self.strata]
+    groups = list(dict.fromkeys(getattr(s, field) for s, k in zip(self.strata, keep) if k))
+    code = {g: i for i, g in enumerate(groups)}
+    membership = np.zeros((len(self.strata), len(groups)))                # [S, G]
+    for i, (s, k) in enumerate(zip(self.strata, keep)):
+      if k:
+        membership[i, code[getattr(s, field)]] = 1.0
+    return groups, membership
 
   def grouped(self, column: str, field: str,
               where: Callable[[Stratum], bool] | None = None) -> tuple[list[str], np.ndarray]:
     """Sums of `column` per distinct value of a cell field. -> (values, # [1 + B, G])"""
-    return self._sum_by_group(self._rows(column), field, where)
+    groups, membership = self._membership(field, where)
+    return groups, self._rows(column) @ membership
 
   def group_weights(self, field: str,
                     where: Callable[[Stratum], bool] | None = None) -> np.ndarray:
     """How many times each value of a cell field was drawn, for a mean over them: its cells'
     draws over their count (1 in row 0, and always where cells are drawn by items); in the order
     of `grouped`. # [1 + B, G]"""
-    _, drawn = self._sum_by_group(self.draws, field, where)
+    _, membership = self._membership(field, where)
+    drawn = self.draws @ membership
     return drawn / drawn[0]
 
   def values(self, field: str) -> list[str]:
