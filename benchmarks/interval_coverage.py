@@ -381,42 +381,83 @@ def main(argv):
     pathlib.Path(_OUTPUT.value).write_text(json.dumps(results, indent=1))
 
 
-def coverage_text(held: int, counted: int) -> str:
-  if not counted:
+def share_text(count: int, total: int) -> str:
+  """A share in percent with its binomial standard error."""
+  share = count / total
+  return f"{100 * share:.1f} ± {100 * np.sqrt(share * (1 - share) / total):.1f}"
+
+
+def threshold(replications: int) -> float:
+  """95% less two binomial standard errors: the least coverage a cell should show."""
+  return 0.95 - 2 * np.sqrt(0.95 * 0.05 / replications)
+
+
+def coverage_cell(cell: dict[str, Any], path: str, least: float) -> str:
+  entry = cell["coverage"].get(path)
+  if not entry or not entry["counted"]:
     return "–"
-  c = held / counted
-  return f"{100 * c:.1f} ± {100 * np.sqrt(c * (1 - c) / counted):.1f}"
+  share = entry["held"] / entry["counted"]
+  text = f"{100 * share:.1f}"
+  return f"**{text}**" if share < least else text
 
 
 def print_table(results: dict[str, Any]) -> None:
-  """One markdown table per resampling: a row per metric, a column per (size, effect)."""
-  cells = results["cells"]
-  for resampling in dict.fromkeys(c["resampling"] for c in cells):
-    mine = [c for c in cells if c["resampling"] == resampling]
-    header = [f"{c['size']}x, {c['effect']:g}" for c in mine]
-    paths = list(dict.fromkeys(p for c in mine for p in c["coverage"]))
-    print(f"\n### {resampling}: coverage % ± binomial s.e. ({results['replications']} "
-          "replications per cell; columns: size, effect)\n")
-    print("| metric | " + " | ".join(header) + " |")
-    print("|---|" + "---|" * len(header))
-    for path in paths:
-      if headline(path):
-        print(f"| {path} | " + " | ".join(
-            coverage_text(c["coverage"].get(path, {}).get("held", 0),
-                          c["coverage"].get(path, {}).get("counted", 0)) for c in mine) + " |")
-    rest = [p for p in paths if not headline(p)]
-    low = []
-    for c in mine:
-      for p in rest:
-        entry = c["coverage"].get(p)
-        if entry and entry["counted"]:
-          low.append((entry["held"] / entry["counted"], p, c["size"], c["effect"]))
-    low.sort()
-    n_cells = len(low)
-    bound = [x for x in low if x[0] < 0.95 - 2 * np.sqrt(0.95 * 0.05 / results["replications"])]
-    print(f"\nSubset, category and label metrics: {n_cells} (metric, cell) pairs, "
-          f"{len(bound)} below 95% - 2 s.e.; the lowest: " +
-          "; ".join(f"{p} at {s}x, {e:g}: {100 * c:.1f}%" for c, p, s, e in low[:5]))
+  """The tables: coverage after (a row per domain- and dataset-level metric, a column per size and
+  effect; bold below 95% less two binomial standard errors), the rows below that before beside
+  their after, the subset-level metrics in one line, and the share of replications in which the
+  report or the comparison of A and B stated a finding."""
+  cells = sorted(results["cells"], key=lambda c: (c["resampling"] != "after", c["size"],
+                                                  c["effect"]))
+  least = threshold(results["replications"])
+  after = [c for c in cells if c["resampling"] == "after"]
+  before = {(c["size"], c["effect"]): c for c in cells if c["resampling"] == "before"}
+  paths = list(dict.fromkeys(p for c in after for p in c["coverage"]))
+  heads = sorted((p for p in paths if headline(p)),
+                 key=lambda p: (p.startswith("paired"), not p.split(": ")[-1].startswith(
+                     "domains")))
+  print(f"Coverage of the 95% intervals, % of {results['replications']} replications per cell "
+        f"(binomial s.e. about {100 * np.sqrt(0.95 * 0.05 / results['replications']):.1f}; bold: "
+        f"below {100 * least:.1f}); columns: copies of the bundled items, planted effect.\n")
+  header = [f"{c['size']}x, {c['effect']:g}" for c in after]
+  print("| metric | " + " | ".join(header) + " |")
+  print("|---|" + "---|" * len(header))
+  for path in heads:
+    print(f"| {path} | " + " | ".join(coverage_cell(c, path, least) for c in after) + " |")
+  worse = [p for p in heads if any(
+      (b := before.get((c["size"], c["effect"]))) and p in b["coverage"] and
+      b["coverage"][p]["counted"] and b["coverage"][p]["held"] / b["coverage"][p]["counted"] < least
+      for c in after)]
+  if worse:
+    pairs_of = [(before[(c["size"], c["effect"])], c) for c in after
+                if (c["size"], c["effect"]) in before]
+    print("\nBelow before: the earlier resampling (every cell by items, plain percentiles) beside "
+          "the current, before → after:\n")
+    print("| metric | " + " | ".join(f"{b['size']}x, {b['effect']:g}" for b, _ in pairs_of) +
+          " |")
+    print("|---|" + "---|" * len(pairs_of))
+    for path in worse:
+      print(f"| {path} | " + " | ".join(
+          f"{coverage_cell(b, path, least)} → {coverage_cell(a, path, least)}"
+          for b, a in pairs_of) + " |")
+  print("\nSubset-, category- and label-level metrics, cells below "
+        f"{100 * least:.1f} of those measured:")
+  for c in cells:
+    rest = [(e["held"] / e["counted"], p) for p, e in c["coverage"].items()
+            if not headline(p) and e["counted"]]
+    low = sorted(x for x in rest if x[0] < least)
+    print(f"- {c['resampling']} {c['size']}x, {c['effect']:g}: {len(low)} of {len(rest)}" +
+          (": " + "; ".join(f"{p} {100 * v:.1f}" for v, p in low[:4]) if low else ""))
+  print("\nStatements per replication, % ± binomial s.e. (at effect 0 false findings; the "
+        "report's after the correction):\n")
+  kinds = list(dict.fromkeys(k for c in cells for k in c.get("stated", {})
+                             if not k.startswith(VERDICT_OF)))
+  print("| cell | " + " | ".join(kinds) + " |")
+  print("|---|" + "---|" * len(kinds))
+  for c in cells:
+    stated = c.get("stated", {})
+    print(f"| {c['resampling']} {c['size']}x, {c['effect']:g} | " + " | ".join(
+        share_text(stated[k], results["replications"]) if k in stated else "–" for k in kinds)
+          + " |")
 
 
 if __name__ == "__main__":
