@@ -147,7 +147,8 @@ def design(cells: Sequence[Stratum], items: Sequence[int], clustered: bool = Fal
 
 
 def _cluster_pools(cells: Sequence[Stratum], members: list[int]) -> list[Pool]:
-  """Groups drawn whole, within the fields (domain, subset, condition) that no group spans."""
+  """Groups drawn whole, within the fields (domain, subset, condition) that no group spans; all
+  together where one of those would hold a single group."""
   group_cells: dict[str, list[int]] = {}
   for s in members:
     group_cells.setdefault(cells[s].group, []).append(s)
@@ -156,8 +157,10 @@ def _cluster_pools(cells: Sequence[Stratum], members: list[int]) -> list[Pool]:
   pools: dict[tuple[str, ...], list[tuple[int, ...]]] = {}
   for group in group_cells.values():
     pools.setdefault(tuple(cells[group[0]][f] for f in kept), []).append(tuple(group))
+  if any(len(clusters) < 2 for clusters in pools.values()):  # one group drawn alone: no variance
+    pools = {(): [c for clusters in pools.values() for c in clusters]}
   return [Pool(tuple(s for group in clusters for s in group), tuple(clusters))
-            for clusters in pools.values()]
+          for clusters in pools.values()]
 
 
 def _item_pools(cells: Sequence[Stratum], items: Sequence[int], members: list[int],
