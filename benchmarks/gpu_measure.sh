@@ -44,7 +44,7 @@ for name in "$@"; do
 print(jax.__version__, flax.__version__, torch.__version__, transformers.__version__);
 print(jax.devices())"' ;;
     tests)
-      stage tests 150 python3 -m pytest -q -s -rA -p no:cacheprovider tests/gpu ;;
+      stage tests 300 python3 -m pytest -q -s -rA -p no:cacheprovider tests/gpu ;;
     score1b)
       stage score1b 260 python3 benchmarks/gpu_throughput.py --preset=1b --data_dir="$DATA" \
           --work_dir="$WORK/gt" --runs=ours,torch_sorted,ours_warm ;;

@@ -182,7 +182,8 @@ def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: 
 
 def run_process(argv: list[str], log_path: pathlib.Path) -> dict:
   """Runs `argv` to its end: wall seconds and peak RSS (MiB) of that process alone."""
-  env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"}
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+      [str(REPO), str(REPO / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])])}
   start = time.perf_counter()
   with open(log_path, "w") as log_file:
     process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env,

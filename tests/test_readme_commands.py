@@ -143,6 +143,15 @@ def problems_of(commands: list[str], repo: pathlib.Path = REPO) -> tuple[list[st
       continue
     if words[0] in PYTHONS and words[1:3] == ["-m", "venv"]:
       continue
+    if words[0] == "bash" and words[1].endswith(".sh"):  # a script of stages, each a `case` arm
+      script = repo / words[1]
+      if not script.is_file():
+        problems.append(f"{command}: no file {words[1]}")
+        continue
+      arms = set(re.findall(r"^\s+([\w|]+)\)$", script.read_text(encoding="utf-8"), re.M))
+      known = {name for arm in arms for name in arm.split("|")}
+      problems += [f"{command}: {words[1]} has no stage {w}" for w in words[2:] if w not in known]
+      continue
     if words[0] in PIPS or (words[0] in PYTHONS and words[1:3] == ["-m", "pip"]):
       if words[0] in PYTHONS:
         words = words[2:]
