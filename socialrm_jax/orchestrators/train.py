@@ -488,6 +488,7 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
     """A checkpoint of `step`, once its state is checked finite."""
     nonlocal last_checkpoint
     if not bool(divergence.all_finite((trained, opt_state))):
+      store.close()
       raise divergence.not_finite_state(step, last_checkpoint)
     store.save(step, (trained, opt_state, rng), {"step": step, "num_tokens": num_tokens,
                                                  "micro_batches": step * accumulation})

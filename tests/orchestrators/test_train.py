@@ -13,7 +13,9 @@ command for the resume after kill -9).
 - One writer per run folder: a second training into a live one's folder is refused naming it; a
   killed run's lock is taken over by the rerun.
 - A run whose loss goes NaN (learning rate 1e12, no clipping) stops at that step with one line
-  naming it and the last checkpoint, exits 3, exports no model/; its metrics are strict JSON.
+  naming it and the last checkpoint, exits 3, exports no model/; its metrics are strict JSON. An
+  update that overflows the weights with a finite loss (learning rate 1e39) is caught on the
+  device before its checkpoint.
 - A larger --max_steps extends a finished run from its last checkpoint, the learning-rate
   schedule recomputed for the new length; a changed learning rate or a shorter run is refused.
 """
@@ -40,6 +42,7 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
+from socialrm_jax.training import divergence
 from tests.helpers.model_fixtures import pad_rows
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
 
@@ -312,3 +315,21 @@ def test_a_larger_max_steps_extends_a_finished_run_and_other_changes_are_refused
   extended = load_file(str(run_dir / train.MODEL_DIR / "model.safetensors"))
   before = load_file(str(trained / train.MODEL_DIR / "model.safetensors"))
   assert not np.array_equal(extended["score.weight"], before["score.weight"])
+
+
+def test_an_update_that_overflows_the_weights_is_caught_before_its_checkpoint(base, tmp_path):
+  """A learning rate beyond float32 (1e39 is inf there): the first step's loss and gradient
+  norm, computed before its update, are finite, but the update makes the weights NaN; the check
+  on the device before the step's checkpoint stops the run, nothing saved or exported."""
+  folder, data = base
+  out = tmp_path / "run"
+  with pytest.raises(divergence.TrainingDivergedError) as stopped:
+    train.run(settings(folder, data, out, max_steps=1, learning_rate=1e39, max_grad_norm=0.0,
+                       eval_fraction=0.0))
+  assert str(stopped.value).startswith(
+      "step 1: the trained parameters or the optimizer state are not finite (an update "
+      "overflowed); stopped before saving or exporting them, nothing exported. No checkpoint "
+      "was saved before it.")
+  assert not (out / "checkpoints" / "1").exists() and not (out / train.MODEL_DIR).exists()
+  rows = _strict_json_rows(out / train.METRICS_FILE)
+  assert [r["step"] for r in rows] == [1] and math.isfinite(rows[0]["loss"])
