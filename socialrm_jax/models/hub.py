@@ -111,12 +111,17 @@ class _Record:
 
 def _refuse(repo: str, commit: str, name: str, file: pathlib.Path, expected: str,
             actual: str) -> None:
-  """Removes a weights file whose bytes are not the Hub's from the cache, and says so."""
+  """Removes a weights file whose bytes are not the Hub's from the cache, and says so (a cache
+  this process may not write, as a cluster's shared one can be, keeps it: the line says so)."""
   target = file.resolve()
-  file.unlink(missing_ok=True)
-  if target != file:
-    target.unlink(missing_ok=True)  # the cache's blob the snapshot's link points at
-  raise InputError(f"{repo}@{commit}: {name}: sha256 mismatch, refused and removed from the cache: "
+  removed = "removed from the cache"
+  try:
+    file.unlink(missing_ok=True)
+    if target != file:
+      target.unlink(missing_ok=True)  # the cache's blob the snapshot's link points at
+  except OSError as e:
+    removed = f"left in the cache, which could not be written ({e.strerror}): remove {target}"
+  raise InputError(f"{repo}@{commit}: {name}: sha256 mismatch, refused and {removed}: "
                    f"expected {expected} (the Hub's LFS oid), got {actual}")
 
 
