@@ -87,6 +87,29 @@ class TrainStep:
     self._update = jax.jit(update, donate_argnums=(0, 1))
     self._evaluate = jax.jit(evaluate, donate_argnums=(0,))
 
+  def abstract_opt_state(self, trained):
+    """The optimizer state `init` makes for `trained`, as `jax.ShapeDtypeStruct`s with the
+    shardings its compiled program gives them (no memory: for a plan)."""
+    with jax.set_mesh(self.mesh):
+      init = jax.jit(self.tx.init).trace(trained).lower().compile()
+    return jax.tree.map(lambda info, sharding: jax.ShapeDtypeStruct(
+        info.shape, info.dtype, sharding=sharding), init.out_info, init.output_shardings)
+
+  def trace(self, trained, frozen, block: Mapping) -> dict[str, jax.stages.Traced]:
+    """The programs of `step` traced for these parameters and one block (arrays or
+    `jax.ShapeDtypeStruct`s with shardings, so a plan compiles them for a target it does not
+    have, `socialrm_jax.main.plan`): "accumulate" (a block's loss and gradients added in) and
+    "update" (the optimizer's step, on the state `abstract_opt_state` describes)."""
+    replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    sums = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated),
+                        jax.eval_shape(loss_lib.no_sums))
+    grads = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding),
+                         trained)
+    opt_state = self.abstract_opt_state(trained)
+    with jax.set_mesh(self.mesh):
+      return {"accumulate": self._accumulate.trace(grads, sums, trained, frozen, block),
+              "update": self._update.trace(trained, opt_state, grads, sums)}
+
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
     return {name: jax.device_put(value, self.sharding) for name, value in arrays.items()}
 
