@@ -18,8 +18,9 @@ Writes plan.json and plan.md into --output_dir. A model that does not fit is a p
 check (asked-for cuDNN or splash attention missing from its program, a host transfer inside it,
 more programs than batch shapes, weights in another dtype) is written and listed, and the command
 exits 3. TPU targets need libtpu (`pip install socialrm_jax[tpu]`), GPU targets JAX's CUDA plugin
-and cuDNN (`pip install socialrm_jax[gpu-plan]`); the test extra has both. How:
-socialrm_jax/orchestrators/plan/; docs/tpu_planning.md, docs/gpu_planning.md.
+and cuDNN (`pip install socialrm_jax[gpu-plan]`, then `pip install --no-deps
+nvidia-cudnn-cu12==9.28.0.42`); `make test` installs both. How: socialrm_jax/orchestrators/plan/;
+docs/tpu_planning.md, docs/gpu_planning.md.
 """
 
 from __future__ import annotations

@@ -203,3 +203,13 @@ def test_gpu_plan_report_lists_every_failure_and_the_training_tables(h100_plan, 
   markdown = (tmp_path / "plan.md").read_text()
   assert "## Failures" in markdown and "## Training (lora)" in markdown
   assert "`socialrm-train --lora_rank=8`" in markdown
+
+
+def test_a_head_dim_jax_refuses_on_this_host_is_one_line_naming_the_way_out():
+  # Hopper takes cuDNN attention with heads of 256; JAX's check asks this host's CPU, not the
+  # target, and allows 128 at most, so the plan stops with one line, not a traceback.
+  setup = compiler.build(hardware.topology("h100"), dict(TINY_LLAMA, head_dim=256), "tiny-llama",
+                         ONE_BUCKET)
+  assert setup.attention == "cudnn"
+  with pytest.raises(InputError, match=r"head dim must be <= 128.*--attention=xla"):
+    compiler.compile_shape(setup, compiler.shapes(setup)[0])

@@ -160,6 +160,22 @@ def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention
   return compiled, read
 
 
+def trace_step(trace, *args, attention: str):
+  """`trace(*args)`; where JAX's cuDNN attention refuses the step while it is traced, one line
+  saying why a compile-only plan cannot go on (JAX's checks read this host's default device, a
+  CPU, where a GPU would answer for itself: head dims above 128 are refused, though Hopper GPUs
+  take up to 256)."""
+  try:
+    return trace(*args)
+  except NotImplementedError as error:
+    if attention != "cudnn":
+      raise
+    raise InputError(f"--attention=cudnn: JAX's cuDNN attention refused the step on this host "
+                     f"({str(error).strip().splitlines()[0]}); its checks read the compute "
+                     "capability of this host's default device, not the target's, so a plan "
+                     "cannot compile it: plan with --attention=xla") from None
+
+
 def compile_shape(setup: Setup, shape: tuple[int, int, int]) -> dict:
   """One batch shape compiled and read (see the module doc); a program the compiler refuses
   for lack of HBM is `compiled: false` with the bytes it asked for, when the compiler says."""
@@ -167,8 +183,8 @@ def compile_shape(setup: Setup, shape: tuple[int, int, int]) -> dict:
   analytic = cost.analytic_flops(setup.counts, shape, setup.attention, setup.step.is_causal)
   entry: dict[str, Any] = {"shape": list(shape)}
   start = time.perf_counter()
+  traced = trace_step(setup.step.trace, shape, attention=setup.attention)
   try:
-    traced = setup.step.trace(shape)
     compiled, read = compile_traced(traced, setup.mesh, setup.attention,
                                     lambda t: setup.step.compile(shape, t))
   except Exception as error:  # pylint: disable=broad-except  # XLA's refusal is the answer

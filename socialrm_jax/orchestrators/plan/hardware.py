@@ -188,8 +188,10 @@ DEFAULT_GPU_MEMORY_FRACTION = 0.75
 MAX_GPUS_PER_HOST = 8
 # "h100", "h100x8", "a100-80gx4": a GPU's name and how many of it one host has.
 _GPU_NAME = re.compile(r"^(?P<gpu>[a-z0-9-]+?)(?:x(?P<count>\d+))?$")
-# What a GPU plan needs installed (pyproject's extra of that name).
-GPU_EXTRA = "pip install 'socialrm_jax[gpu-plan]'"
+# What a GPU plan needs installed: pyproject's extra of that name, and cuDNN without the CUDA
+# libraries it declares (only its version is read).
+GPU_EXTRA = ("pip install 'socialrm_jax[gpu-plan]' && pip install --no-deps "
+             "nvidia-cudnn-cu12==9.28.0.42")
 
 
 def cuda_software() -> tuple[tuple[int, int], tuple[int, int, int]]:

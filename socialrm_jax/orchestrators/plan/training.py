@@ -148,7 +148,8 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
   with programs.CompileCounter() as counter:
     for rows, length in shapes:
       start = time.perf_counter()
-      traced = step.trace(trained, frozen, abstract_block(rows, length, mesh))
+      traced = compiler.trace_step(step.trace, trained, frozen,
+                                   abstract_block(rows, length, mesh), attention=setup.attention)
       if update is None:
         resident["optimizer_state"] = compiler.bytes_per_device(
             step.abstract_opt_state(trained))
