@@ -72,7 +72,8 @@ class PlanSettings:
       f"(XLA_CLIENT_MEM_FRACTION there; default JAX's {hardware.DEFAULT_GPU_MEMORY_FRACTION}).")
   largest_batch: bool = settings.field(
       True, "Also find the largest --tokens_per_batch that fits: --tokens_per_batch times a power "
-      "of two (up to 16 times), every batch shape of each compiled.")
+      "of two (up to --chunk_size rows of --max_length, the engine's largest batch), every batch "
+      "shape of each compiled.")
   train: tuple[str, ...] = settings.field(
       (), "Also compile socialrm-train's step: full, lora, or both (full,lora), with --max_length, "
       "--dtype, --mesh, --attention and the training flags below.")

@@ -123,17 +123,19 @@ def off_dtype_parameters(tree, dtype, limit: int = 3) -> list[str]:
   """Floating-point parameters of `tree` ({path: array} or nested) not in the compute `dtype`:
   weights a step would copy to its dtype on every call. The first `limit` paths, and a count."""
   found = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
-           if jnp.issubdtype(leaf.dtype, jnp.floating) and jnp.dtype(leaf.dtype) != jnp.dtype(dtype)]
+           if jnp.issubdtype(leaf.dtype, jnp.floating)
+           and jnp.dtype(leaf.dtype) != jnp.dtype(dtype)]
   return found[:limit] + ([f"... {len(found)} in all"] if len(found) > limit else [])
 
 
 def program_failures(read: dict, attention: str, host_calls: list[str]) -> list[str]:
-  """What a GPU or TPU step must not hold: the step asked for cuDNN attention (or splash) and
-  compiled without it, or it moves data to the host while it runs."""
+  """What a step must not hold: it asked for cuDNN attention and compiled without it (splash is
+  left out: on rows no splash block divides, the model runs XLA's attention by design), or it
+  moves data to the host while it runs. `read`: the compiled program's (empty: not compiled)."""
   failures = []
-  if attention in ("cudnn", "splash") and read.get("attention_kernel") != attention:
-    failures.append(f"asked for {attention} attention, but the compiled program holds "
-                    f"{read.get('attention_kernel') or 'no'} attention")
+  if read and attention == "cudnn" and read["attention_kernel"] != "cudnn":
+    failures.append(f"asked for cudnn attention, but the compiled program holds "
+                    f"{read['attention_kernel']} attention")
   transfers = host_calls + read.get("host_transfers", [])
   if transfers:
     failures.append(f"host transfer inside the step: {', '.join(transfers)}")
@@ -237,17 +239,20 @@ def compile_all(setup: Setup) -> tuple[list[dict], dict[str, Any]]:
 
 
 def largest_fitting_tokens_per_batch(topology: hardware.Topology, hf_config: dict, source: str,
-                                     options: engine.ScoringOptions, fits: bool,
-                                     tensors: weights.TensorSource | None = None,
-                                     doublings: int = 4) -> dict | None:
-  """The largest `--tokens_per_batch` of the form `options.tokens_per_batch` x 2^k (k at most
-  `doublings` up; down to one row of the longest bucket per data-parallel device) whose every
-  batch shape fits, each candidate compiled ("tokens_per_batch", "hbm_bytes_per_chip" of its
-  largest shape, "limit": whether the search stopped at its highest candidate, still fitting);
-  "tokens_per_batch" None when none fits. `fits`: whether `options.tokens_per_batch` fits."""
+                                     options: engine.ScoringOptions,
+                                     fits: bool, tensors: weights.TensorSource | None = None
+                                     ) -> dict[str, Any]:
+  """The largest `--tokens_per_batch` of the form `options.tokens_per_batch` x 2^k whose every
+  batch shape fits, each candidate compiled: up to the largest batch the engine makes
+  (`ScoringOptions.batch_tokens`: `--chunk_size` rows of `--max_length`), down to one row of
+  the longest bucket per data-parallel device. {"tokens_per_batch" (None when none fits),
+  "hbm_bytes_per_chip" of its largest shape, "limit": it is the engine's largest, which fits}.
+  `fits`: whether `options.tokens_per_batch` itself fits."""
+  platform = topology.devices[0].platform
+
   def worst_if_fitting(tokens: int) -> int | None:
-    setup = build(topology, hf_config, source, dataclasses.replace(options, tokens_per_batch=tokens),
-                  tensors)
+    setup = build(topology, hf_config, source,
+                  dataclasses.replace(options, tokens_per_batch=tokens), tensors)
     worst = 0
     for shape in reversed(shapes(setup)):  # longest rows first: the likeliest not to fit
       entry = compile_shape(setup, shape)
@@ -258,14 +263,16 @@ def largest_fitting_tokens_per_batch(topology: hardware.Topology, hf_config: dic
 
   base = options.tokens_per_batch
   if fits:
-    best = None
-    for k in range(1, doublings + 1):
-      worst = worst_if_fitting(base * 2**k)
+    largest = dataclasses.replace(options, tokens_per_batch=2**62).batch_tokens(platform)
+    best = {"tokens_per_batch": base, "hbm_bytes_per_chip": None, "limit": base >= largest}
+    tokens = base
+    while tokens < largest:
+      tokens *= 2
+      worst = worst_if_fitting(tokens)
       if worst is None:
         break
-      best = {"tokens_per_batch": base * 2**k, "hbm_bytes_per_chip": worst,
-              "limit": k == doublings}
-    return best or {"tokens_per_batch": base, "hbm_bytes_per_chip": None, "limit": False}
+      best = {"tokens_per_batch": tokens, "hbm_bytes_per_chip": worst, "limit": tokens >= largest}
+    return best
   # The smallest batch: one row of the longest bucket for each device of the data axis.
   data = int(mesh_lib.parse_mesh_spec(options.mesh, len(mesh_lib.group_devices(
       options.mesh, topology.devices, process_index=0)))["data"])

@@ -212,13 +212,16 @@ def _largest_line(largest: dict, asked: int) -> str:
   if largest["tokens_per_batch"] is None:
     return ("Largest --tokens_per_batch that fits: none, down to one row of the longest bucket "
             "a device.")
+  engine_largest = (", the engine's largest batch (--chunk_size rows of --max_length)"
+                    if largest["limit"] else "")
   if largest["tokens_per_batch"] == asked:
-    return (f"Largest --tokens_per_batch that fits: {asked}, the one asked for (twice it does "
-            "not; each candidate's every batch shape compiled).")
-  more = ", the search's highest: more may fit" if largest["limit"] else ""
-  return (f"Largest --tokens_per_batch that fits: **{largest['tokens_per_batch']}**{more} "
-          f"({_gb(largest['hbm_bytes_per_chip'])} GB a device at most; --tokens_per_batch times "
-          "a power of two, each candidate's every batch shape compiled).")
+    twice = "" if largest["limit"] else (" (twice it does not; each candidate's every batch "
+                                         "shape compiled)")
+    return (f"Largest --tokens_per_batch that fits: {asked}, the one asked "
+            f"for{engine_largest}{twice}.")
+  return (f"Largest --tokens_per_batch that fits: **{largest['tokens_per_batch']}**"
+          f"{engine_largest} ({_gb(largest['hbm_bytes_per_chip'])} GB a device at most; "
+          "--tokens_per_batch times a power of two, each candidate's every batch shape compiled).")
 
 
 def _training(step: dict, unit: str) -> list[str]:
@@ -248,40 +251,49 @@ def _training(step: dict, unit: str) -> list[str]:
 
 
 def _checks(plan: dict) -> list[str]:
-  found = plan.get("failures", [])
   if "checks" not in plan:
     return []
-  checks = plan["checks"]
+  found = plan.get("failures", [])
   if found:
     return ["", "## Failures", "", *(f"- {f}" for f in found)]
-  attention = plan["model"]["attention"]
-  kernel = (f"{attention} attention in every program" if attention in ("cudnn", "splash")
-            else "XLA's attention (as asked)")
+  checks = plan["checks"]
+  kernels = sorted({entry["attention_kernel"] for entry in plan["batches"]
+                    if entry.get("attention_kernel")})
+  if plan["model"]["attention"] == "cudnn":
+    kernel = "cudnn attention in every program"
+  else:
+    kernel = f"attention compiled: {', '.join(kernels) or '-'} (no cuDNN asked for)"
   return ["", f"Checks passed: {kernel}; no host transfer inside a step; "
               f"{checks['compilations']} programs compiled for {checks['shapes']} batch shapes; "
               f"every parameter in {plan['model']['dtype']}."]
 
 
 def _does_not_fit(plan: dict) -> list[str]:
+  gpu = plan.get("kind", "TPU") == "GPU"
+  device = "GPU" if gpu else "chip"
   worst = max(plan["batches"], key=lambda e: e["hbm_bytes_per_chip"] or 0)
   capacity = worst["hbm_capacity_bytes"]
   used = worst["hbm_bytes_per_chip"]
   if used is None:
-    need = "more than the chip has (the compiler did not say how much)"
+    need = f"more than the {device} has (the compiler did not say how much)"
   else:
-    need = (f"{used:,} bytes ({_gb(used)} GB) per chip, {used - capacity:,} bytes "
+    need = (f"{used:,} bytes ({_gb(used)} GB) per {device}, {used - capacity:,} bytes "
             f"({_gb(used - capacity)} GB) more than its {capacity:,}")
   lines = ["", f"**Does not fit** on mesh `{','.join(f'{k}:{v}' for k, v in plan['mesh'].items())}`:"
            f" batch {worst['shape']} needs {need}."]
   fitting = plan.get("fitting_mesh")
   if fitting is None:
-    remedies = ["a larger slice", "a smaller --tokens_per_batch or --max_length"]
+    remedies = ["more GPUs" if gpu else "a larger slice",
+                "a smaller --tokens_per_batch or --max_length"]
     if plan["model"]["dtype"] != "bfloat16":
       remedies.insert(1, "--dtype=bfloat16")
+    if gpu:
+      remedies.append("more of each GPU's memory for JAX (`XLA_CLIENT_MEM_FRACTION` on the GPU "
+                      "machine, `--memory_fraction` here)")
     lines.append(f"No model axis on this topology fits: plan {', or '.join(remedies)}.")
   else:
     lines.append(f"The smallest model axis that fits is **model:{fitting['model']}** (mesh "
-                 f"`{fitting['mesh']}`, {_gb(fitting['hbm_bytes_per_chip'])} GB per chip at "
+                 f"`{fitting['mesh']}`, {_gb(fitting['hbm_bytes_per_chip'])} GB per {device} at "
                  f"most): `--mesh={fitting['mesh']}`.")
   return lines
 
