@@ -213,3 +213,20 @@ def test_a_head_dim_jax_refuses_on_this_host_is_one_line_naming_the_way_out():
   assert setup.attention == "cudnn"
   with pytest.raises(InputError, match=r"head dim must be <= 128.*--attention=xla"):
     compiler.compile_shape(setup, compiler.shapes(setup)[0])
+
+
+def test_collectives_are_named_by_the_mesh_axes_their_groups_span():
+  # XLA's three spellings of device groups; each collective names a mesh of its own.
+  hlo = "\n".join([
+      "  %a = f32[] all-reduce-start(%x), replica_groups=mesh['axis_0'=1,'axis_1'=1,'axis_2'=8,"
+      "'axis_3'=1] {'axis_2'}, to_apply=%add",
+      "  %b = f32[] all-reduce-done(%a)",
+      "  %c = f32[8] all-gather(%x), replica_groups=[2,4]<=[8], dimensions={0}",
+      "  %d = f32[8] all-gather(%x), replica_groups=[4,2]<=[2,4]T(1,0), dimensions={0}",
+      "  %e = f32[1] reduce-scatter(%x), replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}"])
+  assert programs.collectives(hlo, (2, 4), ("data", "model")) == {
+      "all-gather over data": 1, "all-gather over model": 1, "all-reduce over data,model": 1,
+      "reduce-scatter over data,model": 1}
+  assert programs.collectives(hlo, (1, 8), ("data", "model")) == {
+      "all-gather over 2 of model": 1, "all-gather over 4 of model": 1,
+      "all-reduce over model": 1, "reduce-scatter over model": 1}

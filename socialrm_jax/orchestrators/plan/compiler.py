@@ -157,7 +157,7 @@ def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention
       compiled = traced.lower().compile()
   else:
     compiled = compile_program(traced)
-  read = programs.read(compiled, tuple(mesh.axis_names))
+  read = programs.read(compiled, mesh)
   read.update(compiled=True, failures=program_failures(read, attention, []))
   return compiled, read
 

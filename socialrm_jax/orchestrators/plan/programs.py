@@ -10,10 +10,12 @@ compiled for a device this host does not have, so it is found before compiling).
 from __future__ import annotations
 
 import collections
+import math
 import re
 from typing import Any, Iterator
 
 import jax
+import numpy as np
 
 CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 # cuDNN's fused attention, as XLA's GPU compiler names its custom calls: `__cudnn$fmhaSoftmax`,
@@ -24,8 +26,13 @@ TPU_KERNEL = "tpu_custom_call"
 # An HLO instruction that moves data between devices: `all-reduce(` or its async `-start(`.
 COLLECTIVE = re.compile(r"\s(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|"
                         r"collective-permute|collective-broadcast)(?:-start)?\(")
-# replica_groups=mesh['axis_0'=8,'axis_1'=1] {'axis_0'}: the mesh axes a collective spans.
-_MESH_GROUPS = re.compile(r"replica_groups=mesh\[[^\]]*\]\s*\{([^}]*)\}")
+# A collective's device groups, in one of XLA's three spellings: a mesh and the axes each group
+# spans, `replica_groups=mesh['axis_0'=1,'axis_1'=8] {'axis_1'}` (each collective names its own
+# mesh of the devices' positions); an iota, `replica_groups=[2,4]<=[4,2]T(1,0)`; or the groups,
+# `replica_groups={{0,1},{2,3}}`.
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+_LISTED_GROUPS = re.compile(r"replica_groups=\{\{([\d,]+)\}")
 # Instructions that move data between the device and its host inside a program, and buffers in
 # host memory (memory space 5, `S(5)`, in a shape's layout).
 HOST_INSTRUCTION = re.compile(r"\s(send|recv|infeed|outfeed)\(")
@@ -79,20 +86,51 @@ def attention_kernel(custom_calls: list[str]) -> str:
   return "xla"
 
 
-def collectives(text: str, axis_names: tuple[str, ...]) -> dict[str, int]:
-  """{"all-reduce over data": count, ...}: the collectives of a program's HLO and the mesh axes
-  they span (XLA names them axis_0, axis_1, ... in the mesh's order)."""
+def _first_group(line: str) -> list[int] | None:
+  """The positions (in the program's device order) of a collective's first device group."""
+  mesh = _MESH_GROUPS.search(line)
+  if mesh is not None:
+    sizes = {name: int(size) for name, size in re.findall(r"'(\w+)'=(\d+)", mesh[1])}
+    spanned = set(re.findall(r"'(\w+)'", mesh[2]))
+    positions = np.arange(math.prod(sizes.values())).reshape(tuple(sizes.values()))
+    index = tuple(slice(None) if name in spanned else 0 for name in sizes)
+    return positions[index].reshape(-1).tolist()
+  iota = _IOTA_GROUPS.search(line)
+  if iota is not None:
+    dims = [int(d) for d in iota[3].split(",")]
+    positions = np.arange(math.prod(dims)).reshape(dims)
+    if iota[4]:
+      positions = positions.transpose([int(a) for a in iota[4].split(",")])
+    return positions.reshape(int(iota[1]), int(iota[2]))[0].tolist()
+  listed = _LISTED_GROUPS.search(line)
+  return None if listed is None else [int(p) for p in listed[1].split(",")]
+
+
+def spanned_axes(group: list[int], mesh_shape: tuple[int, ...],
+                 axis_names: tuple[str, ...]) -> str:
+  """The mesh axes a device group spans: "data", "model", "data,model", or "4 of model" for a
+  part of one. Positions count the mesh's devices in order (`mesh.devices.flat`)."""
+  coords = np.array(np.unravel_index(np.array(group), mesh_shape)).T  # [group, axes]
+  spans = []
+  for axis, name in enumerate(axis_names):
+    values = len(set(coords[:, axis].tolist()))
+    if values > 1:
+      spans.append(name if values == mesh_shape[axis] else f"{values} of {name}")
+  return ",".join(spans) or "one device"
+
+
+def collectives(text: str, mesh_shape: tuple[int, ...],
+                axis_names: tuple[str, ...]) -> dict[str, int]:
+  """{"all-reduce over data": count, ...}: the collectives of a program's HLO and the axes of
+  the mesh (`mesh_shape`, `axis_names`) their device groups span."""
   found: collections.Counter = collections.Counter()
   for line in text.splitlines():
     match = COLLECTIVE.search(line)
     if match is None:
       continue
-    groups = _MESH_GROUPS.search(line)
-    axes = []
-    if groups is not None:
-      for token in re.findall(r"'axis_(\d+)'", groups[1]):
-        axes.append(axis_names[int(token)] if int(token) < len(axis_names) else f"axis_{token}")
-    found[f"{match[1]} over {','.join(axes) if axes else 'explicit groups'}"] += 1
+    group = _first_group(line)
+    where = "unread groups" if group is None else spanned_axes(group, mesh_shape, axis_names)
+    found[f"{match[1]} over {where}"] += 1
   return dict(sorted(found.items()))
 
 
@@ -134,12 +172,13 @@ def xla_flops(compiled: jax.stages.Compiled) -> float | None:
   return None if flops is None else float(flops)
 
 
-def read(compiled: jax.stages.Compiled, axis_names: tuple[str, ...]) -> dict[str, Any]:
-  """Everything above of one compiled program."""
+def read(compiled: jax.stages.Compiled, mesh: jax.sharding.Mesh) -> dict[str, Any]:
+  """Everything above of one program compiled for `mesh`."""
   text = compiled.as_text()
   calls = sorted(set(CUSTOM_CALL.findall(text)))
   return {"custom_calls": calls, "attention_kernel": attention_kernel(calls),
-          "collectives": collectives(text, axis_names), "host_transfers": host_transfers(text),
+          "collectives": collectives(text, mesh.devices.shape, tuple(mesh.axis_names)),
+          "host_transfers": host_transfers(text),
           "memory": memory(compiled), "flops": xla_flops(compiled)}
 
 
