@@ -230,3 +230,16 @@ def test_collectives_are_named_by_the_mesh_axes_their_groups_span():
   assert programs.collectives(hlo, (1, 8), ("data", "model")) == {
       "all-gather over 2 of model": 1, "all-gather over 4 of model": 1,
       "all-reduce over model": 1, "reduce-scatter over model": 1}
+
+
+def test_a_step_xla_cannot_compile_is_a_failure_naming_why():
+  # 4 query heads split over a model axis of 4, 2 key/value heads left whole: cuDNN's
+  # partitioner wants them split alike.
+  setup = compiler.build(hardware.topology("h100x8"), TINY_LLAMA, "tiny-llama",
+                         dataclasses.replace(ONE_BUCKET, mesh="data:2,model:4"))
+  entry = compiler.compile_shape(setup, compiler.shapes(setup)[0])
+  assert not entry["compiled"] and not entry["fits"]
+  assert entry["failures"] == ["XLA cannot compile the step: ValueError: Query, key and value "
+                               "should have same sharding."]
+  plan = report.build_plan(setup, "tiny-llama", "test", ONE_BUCKET, [entry], None, None, None)
+  assert "**Not compiled** on mesh `data:2,model:4`" in report.render_markdown(plan)

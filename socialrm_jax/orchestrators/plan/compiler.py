@@ -142,6 +142,18 @@ def program_failures(read: dict, attention: str, host_calls: list[str]) -> list[
   return failures
 
 
+def _is_out_of_memory(message: str) -> bool:
+  return "hbm" in message.lower() or "memory" in message.lower()
+
+
+def _reason(message: str) -> str:
+  """The line of a compiler error that says why: the last `...Error: ...` line of a traceback
+  it carries (a custom partitioner's), else its first line."""
+  lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+  errors = [line for line in lines if re.match(r"^\w*(Error|Exception): ", line)]
+  return (errors[-1] if errors else lines[0] if lines else "no message")[:300]
+
+
 def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention: str,
                    compile_program=None) -> tuple[jax.stages.Compiled | None, dict[str, Any]]:
   """A traced step compiled (by `compile_program(traced)` where given, else `traced.lower()
@@ -152,11 +164,18 @@ def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention
     return None, {"compiled": False, "custom_calls": [], "attention_kernel": None,
                   "collectives": {}, "host_transfers": host_calls, "memory": None, "flops": None,
                   "failures": program_failures({}, attention, host_calls)}
-  if compile_program is None:
-    with jax.set_mesh(mesh):
-      compiled = traced.lower().compile()
-  else:
-    compiled = compile_program(traced)
+  try:
+    if compile_program is None:
+      with jax.set_mesh(mesh):
+        compiled = traced.lower().compile()
+    else:
+      compiled = compile_program(traced)
+  except jax.errors.JaxRuntimeError as error:
+    if _is_out_of_memory(str(error)):
+      raise  # a TPU compiler's refusal: `compile_shape` reads the bytes it asked for
+    return None, {"compiled": False, "custom_calls": [], "attention_kernel": None,
+                  "collectives": {}, "host_transfers": [], "memory": None, "flops": None,
+                  "failures": [f"XLA cannot compile the step: {_reason(str(error))}"]}
   read = programs.read(compiled, mesh)
   read.update(compiled=True, failures=program_failures(read, attention, []))
   return compiled, read
@@ -191,7 +210,7 @@ def compile_shape(setup: Setup, shape: tuple[int, int, int]) -> dict:
                                     lambda t: setup.step.compile(shape, t))
   except Exception as error:  # pylint: disable=broad-except  # XLA's refusal is the answer
     message = str(error)
-    if "hbm" not in message.lower() and "memory" not in message.lower():
+    if not _is_out_of_memory(message):
       raise
     needed = _bytes_from_error(message, parameter_bytes_per_chip(setup.step))
     entry.update(compiled=False, compile_seconds=round(time.perf_counter() - start, 2),

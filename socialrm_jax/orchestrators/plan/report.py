@@ -271,6 +271,11 @@ def _checks(plan: dict) -> list[str]:
 def _does_not_fit(plan: dict) -> list[str]:
   gpu = plan.get("kind", "TPU") == "GPU"
   device = "GPU" if gpu else "chip"
+  mesh = ",".join(f"{k}:{v}" for k, v in plan["mesh"].items())
+  failed = [e["shape"] for e in plan["batches"] if not e["compiled"] and e.get("failures")]
+  if failed:
+    return ["", f"**Not compiled** on mesh `{mesh}`: batch {', '.join(map(str, failed))} (the "
+                "failures below say why)."]
   worst = max(plan["batches"], key=lambda e: e["hbm_bytes_per_chip"] or 0)
   capacity = worst["hbm_capacity_bytes"]
   used = worst["hbm_bytes_per_chip"]

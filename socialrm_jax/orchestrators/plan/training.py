@@ -8,6 +8,10 @@ gives it, and the block shapes of `orchestrators.train.pair_packing` on the targ
 A block shape's memory is its accumulate program's (parameters, gradients, the block, the
 activations its backward pass keeps) plus the optimizer state, which stays on the device while
 it runs; the update program's is its own plus the frozen parameters. The larger is the step's.
+Each program gets its arguments sharded as the run's would come (the optimizer state and the zero
+gradients as their own programs make them, the summed gradients as the accumulate program
+returns them); gradients that come back sharded otherwise than they went in would compile a
+second accumulate program in every step, and are a failure.
 """
 
 from __future__ import annotations
@@ -67,6 +71,12 @@ def abstract_train_model(setup: compiler.Setup, hf_config: dict,
 
 def _as(leaf, dtype, sharding=None) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding or leaf.sharding)
+
+
+def _with_paths(a, b):
+  """(path, leaf of a, leaf of b) of two trees of one structure."""
+  return [(path, x, y) for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a),
+                                              jax.tree.leaves(b))]
 
 
 def trained_and_frozen(model: trainable.TrainModel, settings: train.Settings, mesh):
@@ -142,33 +152,43 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
       lora_scale=settings.lora_alpha / settings.lora_rank if lora else 1.0,
       center_rewards_coefficient=settings.center_rewards_coefficient)
   trained, frozen = trained_and_frozen(model, settings, mesh)
+  opt_state, zeros = step.abstract_opt_state(trained), step.abstract_grads(trained)
   resident = {"trained": compiler.bytes_per_device(trained),
-              "frozen": compiler.bytes_per_device(frozen)}
-  blocks, update = [], None
+              "frozen": compiler.bytes_per_device(frozen),
+              "optimizer_state": compiler.bytes_per_device(opt_state)}
+  blocks, update, summed = [], None, None
   shapes = block_shapes(settings, mesh.devices.flat[0].platform, mesh.shape["data"])
   with programs.CompileCounter() as counter:
     for rows, length in shapes:
       start = time.perf_counter()
-      traced = compiler.trace_step(step.trace, trained, frozen,
+      traced = compiler.trace_step(step.trace_accumulate, zeros, trained, frozen,
                                    abstract_block(rows, length, mesh), attention=setup.attention)
-      if update is None:
-        resident["optimizer_state"] = compiler.bytes_per_device(
-            step.abstract_opt_state(trained))
-        # The optimizer's update computes no attention: none is asked of it.
-        _, update = compiler.compile_traced(traced["update"], mesh, "xla")
-        if update["memory"] is not None:
-          update["device_bytes"] = update["memory"]["total"] + resident["frozen"]
-      _, entry = compiler.compile_traced(traced["accumulate"], mesh, setup.attention)
+      compiled, entry = compiler.compile_traced(traced, mesh, setup.attention)
+      if compiled is not None:
+        summed = train_step_lib.abstract_outputs(compiled)[0]
+        moved = [jax.tree_util.keystr(path) for path, z, g in _with_paths(zeros, summed)
+                 if not z.sharding.is_equivalent_to(g.sharding, len(z.shape))]
+        if moved:  # the next block of a step gets them so: a second program of this shape
+          entry["failures"].append(
+              f"the summed gradients come back sharded otherwise than they went in "
+              f"({', '.join(moved[:3])}{' ...' if len(moved) > 3 else ''}): every block after "
+              "a step's first compiles a second program")
       used = None if entry["memory"] is None else (entry["memory"]["total"]
                                                    + resident["optimizer_state"])
       entry.update(shape=[rows, length], tokens=rows * length, device_bytes=used,
                    capacity_bytes=capacity, fits=used is not None and used <= capacity,
                    compile_seconds=round(time.perf_counter() - start, 2))
       blocks.append(entry)
+    if summed is not None:
+      # The update computes no attention: none is asked of it.
+      _, update = compiler.compile_traced(step.trace_update(trained, opt_state, summed), mesh,
+                                          "xla")
+      if update["memory"] is not None:
+        update["device_bytes"] = update["memory"]["total"] + resident["frozen"]
   failures = []
-  if counter.count > len(shapes) + 2:  # accumulate a shape, update and the optimizer's init once
-    failures.append(f"{counter.count} programs compiled for {len(shapes)} block shapes (and the "
-                    "update and the optimizer's init once each)")
+  if counter.count > len(shapes) + 1:  # accumulate a block shape, and the update once
+    failures.append(f"{counter.count} programs compiled for {len(shapes)} block shapes and the "
+                    "update")
   off_dtype = compiler.off_dtype_parameters(frozen, setup.dtype)
   if off_dtype:
     failures.append(f"frozen parameters not in {jnp.dtype(setup.dtype).name}, copied to it in "
