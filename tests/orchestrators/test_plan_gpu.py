@@ -163,8 +163,8 @@ def test_float32_weights_in_a_bfloat16_step_are_a_failure():
   tree = {"embed": jax.ShapeDtypeStruct((4, 2), jnp.bfloat16),
           "norm": jax.ShapeDtypeStruct((2,), jnp.float32),
           "step": jax.ShapeDtypeStruct((), jnp.int32)}
-  assert compiler.off_dtype_parameters(tree, jnp.bfloat16) == ["['norm']"]
-  assert compiler.off_dtype_parameters(tree, jnp.float32) == ["['embed']"]
+  assert compiler.off_dtype_parameters(tree, jnp.bfloat16) == ["norm"]
+  assert compiler.off_dtype_parameters(tree, jnp.float32) == ["embed"]
 
 
 def test_largest_tokens_per_batch_is_the_largest_whose_every_shape_fits():
@@ -243,3 +243,22 @@ def test_a_step_xla_cannot_compile_is_a_failure_naming_why():
                                "should have same sharding."]
   plan = report.build_plan(setup, "tiny-llama", "test", ONE_BUCKET, [entry], None, None, None)
   assert "**Not compiled** on mesh `data:2,model:4`" in report.render_markdown(plan)
+
+
+def test_gradients_summed_into_other_shardings_are_a_failure(monkeypatch):
+  # On a model axis the summed gradients come back split like the parameters; zero gradients
+  # made whole on every GPU (planted) would make the step's second block a second program.
+  options = dataclasses.replace(OPTIONS, max_length=64, mesh="data:4,model:2")
+  setup = compiler.build(hardware.topology("h100x8"), TINY_LLAMA, "tiny-llama", options)
+  model = training.abstract_train_model(setup, TINY_LLAMA, "tiny-llama")
+  replicated = jax.sharding.NamedSharding(setup.mesh, jax.sharding.PartitionSpec())
+  monkeypatch.setattr(
+      training.train_step_lib.TrainStep, "abstract_grads", lambda self, trained: {
+          p: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated)
+          for p, v in trained.items()})
+  step = training.compile_training(setup, model, training.settings_for(options, TRAINING, "full"))
+  (block,) = step["blocks"]
+  assert block["compiled"] and block["collectives"].get("all-reduce over data", 0) >= 1
+  (failure,) = block["failures"]
+  assert failure.startswith("the summed gradients come back sharded otherwise than they went "
+                            "in (layers/")

@@ -119,10 +119,15 @@ def parameter_bytes_per_chip(step: step_lib.ScoringStep) -> int:
   return bytes_per_device(step.state)
 
 
+def path_name(path) -> str:
+  """A tree path as the parameter's name: "layers/attn/q_proj/kernel"."""
+  return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
 def off_dtype_parameters(tree, dtype, limit: int = 3) -> list[str]:
   """Floating-point parameters of `tree` ({path: array} or nested) not in the compute `dtype`:
   weights a step would copy to its dtype on every call. The first `limit` paths, and a count."""
-  found = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+  found = [path_name(path) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
            if jnp.issubdtype(leaf.dtype, jnp.floating)
            and jnp.dtype(leaf.dtype) != jnp.dtype(dtype)]
   return found[:limit] + ([f"... {len(found)} in all"] if len(found) > limit else [])

@@ -166,7 +166,7 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
       compiled, entry = compiler.compile_traced(traced, mesh, setup.attention)
       if compiled is not None:
         summed = train_step_lib.abstract_outputs(compiled)[0]
-        moved = [jax.tree_util.keystr(path) for path, z, g in _with_paths(zeros, summed)
+        moved = [compiler.path_name(path) for path, z, g in _with_paths(zeros, summed)
                  if not z.sharding.is_equivalent_to(g.sharding, len(z.shape))]
         if moved:  # the next block of a step gets them so: a second program of this shape
           entry["failures"].append(
