@@ -8,7 +8,7 @@ collectives the programs hold, and how long a step would take (a roofline estima
       tensor names and shapes are read, for a custom reward head)] \
       [--mesh=data:4,model:4] [--max_length=2048] [--tokens_per_batch=16384] \
       [--dtype=bfloat16] [--proxy=none|loglik|implicit|judge] [--attention=auto] \
-      [--items=CONVERTED --tokenizer=PATH] [--nolargest_batch]
+      [--items=CONVERTED --tokenizer=PATH] [--largest_batch=false]
   python -m socialrm_jax.main.plan --topology=h100x8 --model_shape=llama3.1-8b --dtype=bfloat16 \
       --output_dir=plans/8b-h100x8 [--train=full,lora [--row_length=512] [--lora_rank=16]] \
       [--memory_fraction=0.75]
