@@ -15,9 +15,9 @@ collectives the programs hold, and how long a step would take (a roofline estima
 
 Writes plan.json and plan.md into --output_dir. A model that does not fit is a plan too (exit
 0): plan.md says by how much and names the smallest model axis that fits. A step that fails a
-check (asked-for cuDNN or splash attention missing from its program, a host transfer inside it,
-more programs than batch shapes, weights in another dtype) is written and listed, and the command
-exits 3. TPU targets need libtpu (`pip install socialrm_jax[tpu]`), GPU targets JAX's CUDA plugin
+check (asked-for cuDNN attention missing from its program, a host transfer inside it, more
+programs than batch shapes, weights in another dtype, no program at all) is written and listed,
+and the command exits 3. TPU targets need libtpu (`pip install socialrm_jax[tpu]`), GPU targets JAX's CUDA plugin
 and cuDNN (`pip install socialrm_jax[gpu-plan]`, then `pip install --no-deps
 nvidia-cudnn-cu12==9.28.0.42`); `make test` installs both. How: socialrm_jax/orchestrators/plan/;
 docs/tpu_planning.md, docs/gpu_planning.md.
