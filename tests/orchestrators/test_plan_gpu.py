@@ -3,8 +3,8 @@ no GPU): the scorer's step compiled for sm_90 holds cuDNN's fused attention in t
 prefix-shared layout and no host transfer; socialrm-train's step on eight H100s holds the gradient
 all-reduce over the data axis; and each check the GPU path makes fails when its fault is planted.
 
-The compiled model is the Llama of tests/orchestrators/test_plan.py (head size 128, 2 layers), in
-bfloat16, the dtype cuDNN attention runs in.
+The compiled model is the plan tests' tiny Llama (tests/helpers/plan_fixtures.py: head size 128,
+2 layers), in bfloat16, the dtype cuDNN attention runs in.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import train
 from socialrm_jax.orchestrators.plan import compiler, hardware, programs, report, training
 from socialrm_jax.scoring import engine
-from tests.orchestrators.test_plan import TINY_LLAMA
+from tests.helpers.plan_fixtures import TINY_LLAMA
 
 pytest.importorskip("jax_plugins.xla_cuda12",
                     reason="the GPU compiler comes with JAX's CUDA plugin (the test extra)")
