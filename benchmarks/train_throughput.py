@@ -15,6 +15,9 @@ Presets:
   pairs of `--data_dir` with both responses non-empty (harmless-base first, as the converter
   reads them); 1 epoch, batch 8, learning rate 5e-5 decayed linearly to 0 without warmup, AdamW
   without weight decay, gradients clipped at 1.0, fp32, sequences up to 1,024 tokens.
+- `1b`: for a GPU (`--dtype=bfloat16`, `--attention=cudnn` or `xla`): Llama 3.2 1B's layers
+  (hidden 2048, 16 layers, 32 heads, 8 KV heads, intermediate 8192, 32,000 tokens) on the same
+  1,000 pairs and hyperparameters; TRL trains float32 weights under bf16 autocast on the GPU.
 - `tiny`: the same with hidden 64, 2 layers and a 4,096-token vocabulary on the bundled slice's
   first 16 pairs (a test runs it).
 
@@ -69,7 +72,9 @@ class Preset:
   vocab: int | None = None    # None: the size's vocabulary.
 
 
-PRESETS = {"cpu35m": Preset("35m", 1_000), "tiny": Preset("tiny", 16, batch_size=4, vocab=4096)}
+PRESETS = {"cpu35m": Preset("35m", 1_000), "tiny": Preset("tiny", 16, batch_size=4, vocab=4096),
+           # Llama 3.2 1B's layers (gpu_throughput_presets.SIZES["1b"]) for a GPU: bf16 both sides.
+           "1b": Preset("1b", 1_000)}
 RUNS = ("ours", "trl")
 SMOOTH = 10
 
@@ -80,6 +85,11 @@ _WORK_DIR = flags.DEFINE_string("work_dir", "runs/train_throughput", "Where ever
 _RUNS = flags.DEFINE_list("runs", list(RUNS), "Which trainers run, in this order.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the weights and of both trainers.")
 _PAIRS = flags.DEFINE_integer("pairs", None, "Pairs to train on instead of the preset's.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                           "Compute dtype of both trainers (ours: --dtype; TRL: bf16=True, "
+                           "autocast over float32 weights, as TRL users train).")
+_ATTENTION = flags.DEFINE_enum("attention", "xla", ["auto", "xla", "cudnn"],
+                               "Ours: --attention (TRL runs transformers' sdpa).")
 
 
 def select_pairs(data_dir: pathlib.Path, count: int, tokenizer, max_length: int) -> list[dict]:
@@ -149,7 +159,7 @@ def training_order(count: int, preset: Preset, seed: int) -> list[int]:
 def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: int) -> dict:
   """Token slots each trainer computes over the run: the project's, the rows of each step's
   blocks as its trainer packs them (`pair_batches.pack_pairs`, the default `--row_length`, one
-  row a block as on a CPU); TRL's, each step's 2 x batch_size sequences padded to the longest."""
+  row a block on a CPU, blocks of rows on a GPU); TRL's, each step's 2 x batch_size sequences padded to the longest."""
   from socialrm_jax.orchestrators import train
   from socialrm_jax.scoring import item_tokens
   from socialrm_jax.training import pair_batches
@@ -158,7 +168,8 @@ def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: 
   encoded = pair_batches.encode_pairs(templater, [
       pair_batches.Pair(str(i), row["prompt"], row["chosen"], row["rejected"])
       for i, row in enumerate(rows)])
-  layout = train.pair_packing(train.Settings(max_length=preset.max_length), "cpu", 1)
+  layout = train.pair_packing(train.Settings(max_length=preset.max_length),
+                              "gpu" if on_gpu() else "cpu", 1)
   order = training_order(len(rows), preset, seed)
   ours = trl = 0
   for start in range(0, len(order), preset.batch_size):
@@ -171,7 +182,8 @@ def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: 
 
 def run_process(argv: list[str], log_path: pathlib.Path) -> dict:
   """Runs `argv` to its end: wall seconds and peak RSS (MiB) of that process alone."""
-  env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"}
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+      [str(REPO), str(REPO / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])])}
   start = time.perf_counter()
   with open(log_path, "w") as log_file:
     process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env,
@@ -190,13 +202,27 @@ def hyperparameter_flags(preset: Preset, seed: int) -> list[str]:
           f"--learning_rate={preset.learning_rate}", f"--seed={seed}"]
 
 
+def on_gpu() -> bool:
+  """Whether this machine has an NVIDIA GPU (and JAX is not told to use the CPU)."""
+  return shutil.which("nvidia-smi") is not None and os.environ.get("JAX_PLATFORMS") != "cpu"
+
+
+def device_name() -> str:
+  if on_gpu():
+    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                           capture_output=True, text=True).stdout.split("\n")
+    return f"{names[0].strip()} GPU (host CPU: {cpu_name()})"
+  return f"CPU: {cpu_name()}"
+
+
 def run_ours(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset: Preset,
              seed: int) -> dict:
   shutil.rmtree(out, ignore_errors=True)
   argv = [sys.executable, "-m", "socialrm_jax.main.train", f"--model={model}",
           f"--data=preference:{pairs}", f"--output_dir={out}", *hyperparameter_flags(preset, seed),
           f"--max_length={preset.max_length}", "--eval_fraction=0", "--warmup_steps=0",
-          "--lr_schedule=linear", "--weight_decay=0", "--max_grad_norm=1.0", "--dtype=float32",
+          "--lr_schedule=linear", "--weight_decay=0", "--max_grad_norm=1.0", f"--dtype={_DTYPE.value}",
+          f"--attention={_ATTENTION.value}",
           "--checkpoint_every=0", "--log_every=1"]
   result = run_process(argv, out.with_suffix(".log"))
   metrics = [json.loads(line) for line in (out / "train_metrics.jsonl").read_text().splitlines()
@@ -217,7 +243,8 @@ def run_trl(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset:
   argv = [sys.executable, str(REPO / "benchmarks" / "train_throughput_trl.py"),
           f"--model={model}", f"--pairs={pairs}", f"--output_dir={out}",
           *hyperparameter_flags(dataclasses.replace(preset, epochs=1), seed),
-          f"--max_length={preset.max_length}"]
+          f"--max_length={preset.max_length}", f"--dtype={_DTYPE.value}",
+          f"--device={'gpu' if on_gpu() else 'cpu'}"]
   result = run_process(argv, out.with_suffix(".log"))
   report = json.loads((out / "trl_metrics.json").read_text())
   return {**result, "losses": [float(h["loss"]) for h in report["history"]],
@@ -308,7 +335,7 @@ def main(argv):
       len(rows), preset, _SEED.value)))
   slots = computed_slots(model, rows, preset, _SEED.value)
   log(f"{len(rows)} pairs, {tokens:,} tokens (both sequences of each pair); model {model.name}; "
-      f"CPU: {cpu_name()}, {os.cpu_count()} cores")
+      f"{device_name()}, {os.cpu_count()} cores; {_DTYPE.value}, our attention {_ATTENTION.value}")
   runners = {"ours": run_ours, "trl": run_trl}
   inputs_of = {"ours": pairs, "trl": in_order}
   results = {}
@@ -321,7 +348,8 @@ def main(argv):
   print("\n".join(lines))
   (work / f"results-{_PRESET.value}.json").write_text(json.dumps({
       "preset": dataclasses.asdict(preset), "pairs": len(rows), "tokens": tokens,
-      "cpu": cpu_name(), "cores": os.cpu_count(), "slots": slots, "results": results,
+      "cpu": cpu_name(), "device": device_name(), "dtype": _DTYPE.value,
+      "attention": _ATTENTION.value, "cores": os.cpu_count(), "slots": slots, "results": results,
       "table": lines}, indent=1))
 
 

@@ -32,6 +32,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
 _SCHEDULE = flags.DEFINE_string("lr_scheduler_type", "linear", "transformers' schedule name.")
 _MAX_GRAD_NORM = flags.DEFINE_float("max_grad_norm", 1.0, "Gradient clipping.")
 _WEIGHT_DECAY = flags.DEFINE_float("weight_decay", 0.0, "AdamW weight decay.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
+                           "float32, or bf16 autocast over float32 weights (TRL's bf16=True).")
+_DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where TRL trains.")
 
 
 def main(argv):
@@ -56,7 +59,8 @@ def main(argv):
       per_device_train_batch_size=_BATCH_SIZE.value, learning_rate=_LEARNING_RATE.value,
       lr_scheduler_type=_SCHEDULE.value, warmup_steps=0, weight_decay=_WEIGHT_DECAY.value,
       max_grad_norm=_MAX_GRAD_NORM.value, max_length=_MAX_LENGTH.value, seed=_SEED.value,
-      logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
+      logging_steps=1, save_strategy="no", report_to=[], use_cpu=_DEVICE.value == "cpu",
+      bf16=_DTYPE.value == "bfloat16", fp16=False,
       dataloader_num_workers=0, disable_tqdm=True, train_sampling_strategy="sequential")
   trainer = trl.RewardTrainer(model=model, args=args, train_dataset=dataset,
                               processing_class=tokenizer)

@@ -100,9 +100,17 @@ def flags_and_paths(args: list[str]) -> tuple[set[str], set[str]]:
   return names, paths
 
 
+def makefile_pins() -> set[str]:
+  """The packages the Makefile installs pinned, without their dependencies (`NAME==VERSION`)."""
+  makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+  return {word for line in re.findall(r"^\w+_PACKAGES\s*:=(.*)$", makefile, re.M)
+          for word in line.split()}
+
+
 def pip_install_problems(command: str, words: list[str]) -> list[str]:
   """A `pip install` line: `.[extra]` must be a pyproject extra, `jax[extra]` one of JAX's, and a
-  JAX version range the one pyproject declares (a GPU line must not move JAX out of it)."""
+  JAX version range the one pyproject declares (a GPU line must not move JAX out of it); any
+  other package one the Makefile pins, as it pins it."""
   with open(REPO / "pyproject.toml", "rb") as f:
     project = tomllib.load(f)["project"]
   ours = set(project.get("optional-dependencies", {}))
@@ -112,7 +120,7 @@ def pip_install_problems(command: str, words: list[str]) -> list[str]:
                    if re.match(r"jax[\[<>=]", d))
   problems = []
   for word in words[2:]:
-    if word.startswith("-"):
+    if word.startswith("-") or word in makefile_pins():
       continue
     match = re.fullmatch(r"(\.|jax)(?:\[([\w,-]+)\])?(.*)", word)
     if not match:
@@ -142,6 +150,15 @@ def problems_of(commands: list[str], repo: pathlib.Path = REPO) -> tuple[list[st
         problems.append(f"{command}: the Makefile has no target {target}")
       continue
     if words[0] in PYTHONS and words[1:3] == ["-m", "venv"]:
+      continue
+    if words[0] == "bash" and words[1].endswith(".sh"):  # a script of stages, each a `case` arm
+      script = repo / words[1]
+      if not script.is_file():
+        problems.append(f"{command}: no file {words[1]}")
+        continue
+      arms = set(re.findall(r"^\s+([\w|]+)\)$", script.read_text(encoding="utf-8"), re.M))
+      known = {name for arm in arms for name in arm.split("|")}
+      problems += [f"{command}: {words[1]} has no stage {w}" for w in words[2:] if w not in known]
       continue
     if words[0] in PIPS or (words[0] in PYTHONS and words[1:3] == ["-m", "pip"]):
       if words[0] in PYTHONS:
@@ -225,6 +242,10 @@ def test_a_gpu_install_line_must_keep_jax_in_pyproject_range():
   assert any("range" in p for p in problems), problems
   assert not pip_install_problems("x", ["pip", "install", "-e", ".[tpu]"])
   assert pip_install_problems("x", ["pip", "install", ".[gpu]"])
+  # cuDNN as the Makefile pins it (without its dependencies), and no other version.
+  assert not pip_install_problems("x", ["pip", "install", "--no-deps",
+                                        "nvidia-cudnn-cu12==9.28.0.42"])
+  assert pip_install_problems("x", ["pip", "install", "nvidia-cudnn-cu12==9.1.0.70"])
 
 
 @pytest.mark.slow  # a subprocess; more than a few seconds

@@ -3,13 +3,13 @@
   python tools/fill_manifest_hashes.py [--datasets=all] [--recheck] [--mirror=URL] \
       [--manifest=socialrm_jax/sources/fetch_manifest.json]
 
-Where the manifest was written, some files could not be read (the Hub's HH-RLHF files, BBQ's
-categories of 4 MiB and more), so their sha256 and size are null and `socialrm-fetch` calls them
-unverified. This downloads each such file from its pinned URL (through `--mirror` if given),
-hashes it, and writes the digest and size into the manifest, dropping the note that said the
-hash was unknown. `--recheck` downloads the files whose sha256 is known too, and stops with the
-file's name and both digests if one differs (nothing is written then). Review the diff before
-committing it: a filled hash is what every later fetch is held to.
+Where the manifest was written, some files could not be read (BBQ's categories of 4 MiB and more,
+HH-RLHF's harmless-base train split), so they are pinned by their git blob id at the commit alone,
+their sha256 and size null. This downloads each such file from its pinned URL (through `--mirror`
+if given), checks it against its git blob id, and writes its sha256 and size into the manifest,
+dropping the note that said the sha256 was unknown. `--recheck` downloads the files whose sha256 is
+known too, and stops with the file's name and both digests if one differs (nothing is written
+then). Review the diff before committing it: a filled hash is what every later fetch is held to.
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ def fill(manifest_path: pathlib.Path, datasets: str, recheck: bool, mirror: str 
          log=print) -> int:
   """Downloads and hashes the chosen files; writes the filled manifest. Returns how many filled."""
   document = json.loads(manifest_path.read_text())
-  wanted = {e.path for e in fetch.select(datasets, fetch.manifest(manifest_path))}
+  pinned = {e.path: e for e in fetch.select(datasets, fetch.manifest(manifest_path))}
   filled = 0
   with tempfile.TemporaryDirectory() as scratch:
     for entry in document["files"]:
-      if entry["path"] not in wanted or (entry["sha256"] and not recheck):
+      if entry["path"] not in pinned or (entry["sha256"] and not recheck):
         continue
       url = fetch.mirrored(entry["url"], mirror)
       sha256, size = fetch.download(url, pathlib.Path(scratch) / "file", log)
+      differs = fetch.mismatch(pinned[entry["path"]], pathlib.Path(scratch) / "file", sha256)
+      if differs is not None and differs[0] == "git blob id":
+        raise SystemExit(f"{entry['path']}: the manifest has git blob id {differs[1]}, {url} "
+                         f"serves {differs[2]}")
       if entry["sha256"]:
         if (sha256, size) != (entry["sha256"], entry["size"]):
           raise SystemExit(f"{entry['path']}: the manifest has sha256 {entry['sha256']} "

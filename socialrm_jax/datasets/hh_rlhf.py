@@ -1,8 +1,11 @@
 """Anthropic HH-RLHF (Bai et al. 2022): chosen / rejected transcripts of one conversation.
 
-Files are `<harmless|helpful>-<kind>/<split>.jsonl.gz` (or `.jsonl`); the folder gives the subset
-(`harmless`: domain `safety`; `helpful`: domain `general`, the helpfulness control), the file stem
-the split. Each transcript is parsed into turns on "\\n\\nHuman: " and "\\n\\nAssistant: ". The
+Files are `<harmless|helpful>-<kind>/test.jsonl.gz` (or `.jsonl`): the audit's HH-RLHF is its test
+splits. A train split beside them (`train.jsonl.gz`, which `socialrm-fetch --datasets=hh_rlhf_train`
+puts there) is never read here: it is read only where it is named, as
+`preference:DIR/hh_rlhf/helpful-base/train.jsonl.gz` (the `hh_transcripts` layout). The folder
+gives the subset (`harmless`: domain `safety`; `helpful`: domain `general`, the helpfulness
+control). Each transcript is parsed into turns on "\\n\\nHuman: " and "\\n\\nAssistant: ". The
 prompt is every turn before the final assistant turn, as chat messages (Human -> user, Assistant
 -> assistant; the template renders the final user turn); the candidates are the two final assistant
 turns, byte for byte: `chosen` (+1) and `rejected` (-1), one gold pair. Files in other folders
@@ -62,11 +65,15 @@ def _subset(path: pathlib.Path) -> tuple[str, str]:
   return subset, folder
 
 
+# The files read: the test splits (a train split is read only where named, as `preference:PATH`).
+SPLIT_FILES = ("test.jsonl.gz", "test.jsonl")
+
+
 def _source_files(reader: SourceReader) -> list[pathlib.Path]:
-  found = [p for pattern in ("*.jsonl.gz", "*.jsonl") for p in reader.find(pattern, required=False)
+  found = [p for pattern in SPLIT_FILES for p in reader.find(pattern, required=False)
            if p.parent.name.split("-")[0] in DOMAINS]
   if not found:
-    raise InputError("no <split>.jsonl.gz (or .jsonl) found in a harmless-*/ or helpful-*/ "
+    raise InputError("no test.jsonl.gz (or .jsonl) found in a harmless-*/ or helpful-*/ "
                      "folder", reader.source)
   return sorted(found, key=lambda p: p.relative_to(reader.source).as_posix())
 

@@ -3,10 +3,11 @@ the layouts people use, audited as gold pairs (the chosen response should get th
 
   --datasets=preference:PATH[:name=NAME,domain=DOMAIN]   [--columns=ROLE=COLUMN,...]
 
-PATH is a .jsonl, .json, .csv or .parquet file, or a folder saved with `save_to_disk` (each split
-of a saved DatasetDict is read, and named the items' `split`; a file's split is `all`). `name`
-names the items' dataset (default: PATH's stem); `domain` is the domain of rows without a
-`domain` column (default `general`). Every table goes through HF `datasets` (`hf_reading`).
+PATH is a .jsonl, .json, .csv or .parquet file (or one gzipped: HH-RLHF's train.jsonl.gz), or a
+folder saved with `save_to_disk` (each split of a saved DatasetDict is read, and named the items'
+`split`; a file's split is `all`). `name` names the items' dataset (default: PATH's stem);
+`domain` is the domain of rows without a `domain` column (default `general`). Every table goes
+through HF `datasets` (`hf_reading`).
 
 Columns, by role; each role is read from the column of its name, or the one `--columns` maps it
 to (`--columns=prompt=question,chosen=good`; `prompt=` says there is no prompt column):
@@ -141,7 +142,7 @@ def _kind(feature: Any) -> str:
 
 def _csv_lists(table: hf_reading.Table, column: str) -> bool:
   """Whether a CSV table's `column` holds JSON-encoded lists (its first row tells)."""
-  if table.path.suffix.lower() != ".csv" or not len(table.dataset):
+  if table.suffix != ".csv" or not len(table.dataset):
     return False
   return _decoded_list(table.dataset[0][column]) is not None
 
@@ -242,7 +243,7 @@ def _item(reader: SourceReader, table: hf_reading.Table, columns: Mapping[str, s
 
   prompt = _prompt(value("prompt"), columns["prompt"] is not None)
   responses = [value(role) for role in RESPONSES]
-  if table.path.suffix.lower() == ".csv":  # lists arrive JSON-encoded in a CSV field
+  if table.suffix == ".csv":  # lists arrive JSON-encoded in a CSV field
     responses = [_decoded_list(v) or v for v in responses]
   if any(_texts(v) for v in responses):
     return _best_of_n_item(reader, table, number, prompt, responses, value, subset)

@@ -2,9 +2,9 @@
 
 `run_command(program, main)` parses the flags and runs `main`: a refused flag or an
 `errors.InputError` is one line on stderr, `socialrm-<command>: error: <what>`, and exit code 2
-(`--debug` shows the traceback). Before that it keeps JAX from starting libtpu where no TPU is
-(`skip_absent_tpu`), makes `--help` list the command's flags under a console script, and freezes
-the garbage collector at exit.
+(`--debug` shows the traceback). Before that it keeps JAX from starting libtpu or its CUDA
+plugin where no TPU or GPU is (`skip_absent_accelerators`), makes `--help` list the command's
+flags under a console script, and freezes the garbage collector at exit.
 """
 
 from __future__ import annotations
@@ -62,18 +62,31 @@ def _main_reporting_errors(program: str, main: Callable[[list[str]], None],
     _fail(program, str(error), code)
 
 
-def skip_absent_tpu() -> None:
-  """Keeps JAX from starting libtpu on a machine without a TPU chip.
+# Modules of the accelerator runtimes JAX starts when it first needs a device: libtpu, and JAX's
+# CUDA plugins (the `plan` command's extras; `make test` installs them).
+ACCELERATOR_RUNTIMES = ("libtpu", "jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
 
-  libtpu, where it is installed (the `plan` command's extra; `make test` installs it), is one of
-  the backends JAX tries when it first needs a device, and on a machine with no TPU chip its
-  start prints errors (`unexpected worker hostname ...`, `Failed to find host bounds ...`) before
-  JAX falls back to the CPU. So, unless the user chose the platforms (`JAX_PLATFORMS`, or JAX's
-  `jax_platforms` setting) or the backends are already up, a machine with no TPU chip and no
-  visible GPU gets `jax_platforms = "cpu"`, what JAX would have chosen anyway. TPU and GPU
+
+def _installed(module: str) -> bool:
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # its parent package is absent
+    return False
+
+
+def skip_absent_accelerators() -> None:
+  """Keeps JAX from starting libtpu or its CUDA plugin on a machine without a TPU chip or GPU.
+
+  Where installed, each is one of the backends JAX tries when it first needs a device, and on a
+  machine without the device its start prints errors (libtpu: `unexpected worker hostname ...`,
+  `Failed to find host bounds ...`; the CUDA plugin: a traceback of its library version checks)
+  before JAX falls back to the CPU; a CUDA plugin that failed its start also makes no
+  compile-only GPUs for `socialrm-plan`. So, unless the user chose the platforms (`JAX_PLATFORMS`,
+  or JAX's `jax_platforms` setting) or the backends are already up, a machine with no TPU chip
+  and no visible GPU gets `jax_platforms = "cpu"`, what JAX would have chosen anyway. TPU and GPU
   machines keep JAX's own discovery.
   """
-  if os.environ.get("JAX_PLATFORMS") or importlib.util.find_spec("libtpu") is None:
+  if os.environ.get("JAX_PLATFORMS") or not any(map(_installed, ACCELERATOR_RUNTIMES)):
     return
   import jax  # pylint: disable=import-outside-toplevel
   try:
@@ -107,19 +120,17 @@ def _help_lists_the_commands_flags(main: Callable[[list[str]], None]) -> None:
 
 def run_command(program: str, main: Callable[[list[str]], None], *,
                 exit_codes: Mapping[type[BaseException], int] | None = None,
-                explain_flag_error: Callable[[Exception], str | None] | None = None,
-                plans_tpu: bool = False) -> None:
+                explain_flag_error: Callable[[Exception], str | None] | None = None) -> None:
   """`app.run(main)` for the command `program` (`socialrm-score`): a refused flag or an
   `InputError` is one line on stderr and exit code 2 (no traceback unless `--debug`).
 
   `exit_codes`: further errors reported the same way, with their own codes (the scorer's
   non-finite reward: 3). `explain_flag_error`: the message for an error a flag's own parser raises
   for bad input beside absl's (None for one it does not know, which keeps its traceback).
-  `plans_tpu`: the command works with libtpu (`plan`); every other one skips it where no TPU is
-  (`skip_absent_tpu`).
+  Where no TPU chip or GPU is, JAX is kept from starting their runtimes
+  (`skip_absent_accelerators`); `socialrm-plan` compiles for them all the same.
   """
-  if not plans_tpu:
-    skip_absent_tpu()
+  skip_absent_accelerators()
   # At exit, the interpreter's last collections walk every object jax, scipy and matplotlib made
   # (about 1 s of a 35M-model vocabulary scan's 35 s on a 2-core CPU). By then the command's files
   # are written and renamed and its locks are the OS's to drop, so the collector is told to leave

@@ -4,10 +4,11 @@
   python -m socialrm_jax.main.fetch --list [--datasets=NAMES]
 
 Every file comes from the URL the manifest pins to a commit (socialrm_jax/sources/
-fetch_manifest.json) and goes where `socialrm-convert --data_dir=DIR` finds it; its sha256 is
-checked before it takes its name. `--list` prints one JSON line per file. `--offline` (or
-HF_HUB_OFFLINE=1) opens no connection: it lists what is missing (exit 2) or confirms all is there.
-What is downloaded and how: socialrm_jax/sources/fetch.py.
+fetch_manifest.json) and goes where `socialrm-convert --data_dir=DIR` finds it; its bytes are
+checked against its pins (sha256, git blob id) before it takes its name, and its sha256 recorded.
+`--datasets=hh_rlhf_train` (named only) fetches HH-RLHF's train splits. `--list` prints one JSON
+line per file. `--offline` (or HF_HUB_OFFLINE=1) opens no connection: it lists what is missing
+(exit 2) or confirms all is there. What is downloaded and how: socialrm_jax/sources/fetch.py.
 """
 
 from __future__ import annotations

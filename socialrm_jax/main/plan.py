@@ -1,5 +1,6 @@
-"""Plans a scoring run on a TPU slice without a TPU: compiles the engine's own step for the slice
-and says what fits and how long it would take (a roofline estimate).
+"""Plans a scoring (and training) run on a TPU slice or NVIDIA GPUs without the hardware:
+compiles the engine's own step for the target and says what fits, which attention kernel and
+collectives the programs hold, and how long a step would take (a roofline estimate).
 
   python -m socialrm_jax.main.plan --topology=v5e:4x4 --model_shape=llama3.1-8b \
       --output_dir=plans/8b-v5e-16 [--chips_per_host=2x2] [--num_slices=1] \
@@ -7,11 +8,19 @@ and says what fits and how long it would take (a roofline estimate).
       tensor names and shapes are read, for a custom reward head)] \
       [--mesh=data:4,model:4] [--max_length=2048] [--tokens_per_batch=16384] \
       [--dtype=bfloat16] [--proxy=none|loglik|implicit|judge] [--attention=auto] \
-      [--items=CONVERTED --tokenizer=PATH]
+      [--items=CONVERTED --tokenizer=PATH] [--largest_batch=false]
+  python -m socialrm_jax.main.plan --topology=h100x8 --model_shape=llama3.1-8b --dtype=bfloat16 \
+      --output_dir=plans/8b-h100x8 [--train=full,lora [--row_length=512] [--lora_rank=16]] \
+      [--memory_fraction=0.75]
 
 Writes plan.json and plan.md into --output_dir. A model that does not fit is a plan too (exit
-0): plan.md says by how much and names the smallest model axis that fits. Needs libtpu
-(`pip install socialrm_jax[tpu]`; the test extra has it). How: socialrm_jax/orchestrators/plan/.
+0): plan.md says by how much and names the smallest model axis that fits. A step that fails a
+check (asked-for cuDNN attention missing from its program, a host transfer inside it, more
+programs than batch shapes, weights in another dtype, no program at all) is written and listed,
+and the command exits 3. TPU targets need libtpu (`pip install socialrm_jax[tpu]`), GPU targets JAX's CUDA plugin
+and cuDNN (`pip install socialrm_jax[gpu-plan]`, then `pip install --no-deps
+nvidia-cudnn-cu12==9.28.0.42`); `make test` installs both. How: socialrm_jax/orchestrators/plan/;
+docs/tpu_planning.md, docs/gpu_planning.md.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.main import command
 from socialrm_jax.models import default_model, heads, weights
+from socialrm_jax.orchestrators import train as train_command
 from socialrm_jax.orchestrators.plan import compiler, hardware, projection, report, shapes
+from socialrm_jax.orchestrators.plan import training as plan_training
 from socialrm_jax.scoring import engine
 
 # The scoring settings a plan compiles for (the others do not change the compiled step).
@@ -36,8 +47,10 @@ PLANNED_SCORING = ("max_length", "tokens_per_batch", "chunk_size", "dtype", "pro
 class PlanSettings:
   """socialrm-plan's settings (each a flag of the same name); the scoring ones are socialrm-score's
   (`engine.ScoringOptions`), those that shape the compiled step."""
-  topology: str = settings.field(None, "TPU slice as libtpu names it: CHIP:GRID with CHIP one of "
-                                 f"{', '.join(hardware.CHIPS)}, e.g. v5e:4x4, v5p:2x2x2.",
+  topology: str = settings.field(None, "TPU slice as libtpu names it, CHIP:GRID with CHIP one of "
+                                 f"{', '.join(hardware.CHIPS)} (e.g. v5e:4x4, v5p:2x2x2); or one "
+                                 "host's NVIDIA GPUs, GPU[xCOUNT] with GPU one of "
+                                 f"{', '.join(hardware.GPUS)} (e.g. h100, h200, h100x8).",
                                  required=True)
   chips_per_host: str | None = settings.field(None, "Chips per host, e.g. 2x4 (default: libtpu's "
                                               "for the chip, 2x2 for v5e).")
@@ -54,8 +67,21 @@ class PlanSettings:
                                      "shape from their real packing, and the run's time).")
   tokenizer: str | None = settings.field(None, "With --items: the tokenizer (a model folder, a "
                                          ".gguf file or 'smollm2'; default: --model's folder).")
+  memory_fraction: float | None = settings.field(
+      None, "GPUs: the share of a GPU's memory JAX's allocator takes on the GPU machine "
+      f"(XLA_CLIENT_MEM_FRACTION there; default JAX's {hardware.DEFAULT_GPU_MEMORY_FRACTION}).")
+  largest_batch: bool = settings.field(
+      True, "Also find the largest --tokens_per_batch that fits: --tokens_per_batch times a power "
+      "of two (up to --chunk_size rows of --max_length, the engine's largest batch), every batch "
+      "shape of each compiled.")
+  train: tuple[str, ...] = settings.field(
+      (), "Also compile socialrm-train's step: full, lora, or both (full,lora), with --max_length, "
+      "--dtype, --mesh, --attention and the training flags below.")
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
                                                   flags_of=PLANNED_SCORING, compilation_cache="")
+  training: train_command.Settings = settings.group(
+      train_command.Settings, flags_of=plan_training.PLANNED_TRAINING,
+      lora_rank=plan_training.PLAN_LORA_RANK)
 
 
 _SETTINGS = settings.define_flags(PlanSettings)
@@ -100,6 +126,10 @@ def _tokenizer_path(config: PlanSettings) -> str:
                    "or 'smollm2'); a --model_shape has none of its own")
 
 
+class ChecksFailed(Exception):
+  """A planned step failed a check (plan.md lists each); the plan is written."""
+
+
 def main(argv):
   del argv
   config = _SETTINGS.value
@@ -108,31 +138,50 @@ def main(argv):
     errors.check_exists(config.items, "items")
     tokenizer = _tokenizer_path(config)
     errors.check_exists(tokenizer, "tokenizer")
+  unknown = [mode for mode in config.train if mode not in plan_training.MODES]
+  if unknown:
+    raise InputError(f"--train: {', '.join(unknown)} unknown; one or both of "
+                     f"{', '.join(plan_training.MODES)}")
   name, source, hf_config, tensors = _model_config(config)
   options = config.scoring
+  trainings = [plan_training.settings_for(options, config.training, mode)
+               for mode in plan_training.MODES if mode in config.train]
   if options.proxy == "implicit":
     options = dataclasses.replace(options, ref_model="(the model's own shape)")
-  topology = hardware.topology(config.topology, config.chips_per_host, config.num_slices)
+  topology = hardware.topology(config.topology, config.chips_per_host, config.num_slices,
+                               config.memory_fraction)
   start = time.perf_counter()
   setup = compiler.build(topology, hf_config, source, options, tensors)
-  batches = [compiler.compile_shape(setup, shape) for shape in compiler.shapes(setup)]
+  batches, checks = compiler.compile_all(setup)
+  fits = all(entry["fits"] for entry in batches)
   fitting = None
-  if not all(entry["fits"] for entry in batches):
+  if not fits:
     fitting = compiler.smallest_fitting_model_axis(topology, hf_config, source, options,
                                                    larger_than=setup.mesh.shape["model"],
                                                    tensors=tensors)
+  largest = None
+  if config.largest_batch:
+    largest = compiler.largest_fitting_tokens_per_batch(topology, hf_config, source, options,
+                                                        fits, tensors)
+  steps = []
+  if trainings:
+    model = plan_training.abstract_train_model(setup, hf_config, source)
+    steps = [plan_training.compile_training(setup, model, settings) for settings in trainings]
   projected = None
   if config.items is not None:
     projected = projection.project(setup, config.items, tokenizer, options)
   plan = report.build_plan(setup, name, source, options, batches, fitting, projected,
-                           config.tokenizer or config.model)
+                           config.tokenizer or config.model, checks, largest, steps)
   plan["plan_seconds"] = round(time.perf_counter() - start, 1)
   report.write(config.output_dir, plan)
   print(report.render_markdown(plan), end="")
+  if plan["failures"]:
+    raise ChecksFailed(f"{len(plan['failures'])} check(s) failed, listed in "
+                       f"{config.output_dir}/plan.md: {plan['failures'][0]}")
 
 
 def run():
-  command.run_command("socialrm-plan", main, plans_tpu=True)
+  command.run_command("socialrm-plan", main, exit_codes={ChecksFailed: 3})
 
 
 if __name__ == "__main__":

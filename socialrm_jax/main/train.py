@@ -7,7 +7,10 @@
 Every flag is a field of `orchestrators.train.Settings` (declared once, with its help; the flags
 derive from it through `base/settings.py`); a `--config` file (ml_collections, `get_config()`)
 sets any of them, and a flag given on the command line wins over it. The same command again
-resumes from the last checkpoint. What a run writes: socialrm_jax/orchestrators/train.py.
+resumes from the last checkpoint; with a larger --max_steps or --epochs it extends the run. A
+second training into a folder a live one is writing is refused (exit 2); a run whose loss or
+gradient norm goes NaN or infinite stops there, exports nothing and exits 3. What a run writes:
+socialrm_jax/orchestrators/train.py.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from ml_collections import config_flags
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import train
+from socialrm_jax.training import divergence
 
 _SETTINGS = settings.define_flags(train.Settings)
+DIVERGED_EXIT_CODE = 3  # as socialrm-score's for a reward that is not finite
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A config file (ml_collections, get_config()) setting any of the flags; "
     "flags given on the command line win.", lock_config=False)
@@ -58,7 +63,8 @@ def main(argv):
 
 
 def run():
-  command.run_command("socialrm-train", main)
+  command.run_command("socialrm-train", main,
+                      exit_codes={divergence.TrainingDivergedError: DIVERGED_EXIT_CODE})
 
 
 if __name__ == "__main__":

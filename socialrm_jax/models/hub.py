@@ -11,8 +11,15 @@ cache's `models--org--name/snapshots/<commit>/`, which `origin` reads back for t
 sha256 the Hub lists for it (its LFS oid, from the repository tree): a file with other bytes is
 removed from the cache and refused, naming the file and both digests. What was checked is
 recorded beside the cache's snapshots (`VERIFIED_FILE`), so a later run re-hashes only a file that
-changed, and offline (`HF_HUB_OFFLINE=1`) the cached snapshot is used, held to that record.
-`HF_TOKEN` reaches gated repositories; `HF_ENDPOINT` points at another Hub.
+changed. `HF_TOKEN` reaches gated repositories; `HF_ENDPOINT` points at another Hub.
+
+Offline (`HF_HUB_OFFLINE=1`, as on the compute nodes of a cluster whose login node filled the
+cache) no request is made: the snapshot is found through huggingface_hub's own account of its
+cache (`scan_cache_dir`, in the cache it uses: `HF_HUB_CACHE`, else under `HF_HOME`), a branch or
+tag through the refs the cache keeps, whether an earlier connected run or `hf download` filled
+it. Each weights file read is held to the sha256 an earlier connected run checked, or else to the
+one its blob in the cache is named by (the LFS oid huggingface_hub stored it under). A model not in
+the cache is one line naming the id and the `hf download` command that fills the cache.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ ALLOW_PATTERNS = (
 IGNORE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.py", "*.h5", "*.msgpack")
 VERIFIED_FILE = "socialrm_verified.json"
 WEIGHT_SUFFIXES = (".safetensors", ".gguf")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/"
                        r"(?P<commit>[0-9a-f]{40})(?:/|$)")
 
@@ -103,12 +111,17 @@ class _Record:
 
 def _refuse(repo: str, commit: str, name: str, file: pathlib.Path, expected: str,
             actual: str) -> None:
-  """Removes a weights file whose bytes are not the Hub's from the cache, and says so."""
+  """Removes a weights file whose bytes are not the Hub's from the cache, and says so (a cache
+  this process may not write, as a cluster's shared one can be, keeps it: the line says so)."""
   target = file.resolve()
-  file.unlink(missing_ok=True)
-  if target != file:
-    target.unlink(missing_ok=True)  # the cache's blob the snapshot's link points at
-  raise InputError(f"{repo}@{commit}: {name}: sha256 mismatch, refused and removed from the cache: "
+  removed = "removed from the cache"
+  try:
+    file.unlink(missing_ok=True)
+    if target != file:
+      target.unlink(missing_ok=True)  # the cache's blob the snapshot's link points at
+  except OSError as e:
+    removed = f"left in the cache, which could not be written ({e.strerror}): remove {target}"
+  raise InputError(f"{repo}@{commit}: {name}: sha256 mismatch, refused and {removed}: "
                    f"expected {expected} (the Hub's LFS oid), got {actual}")
 
 
@@ -136,33 +149,76 @@ def _choose(repo: str, commit: str, tree: dict[str, str | None], file: str | Non
                    f"{repo}@{commit}:FILE.gguf ({', '.join(ggufs)})")
 
 
-def _cached(huggingface_hub, repo: str, revision: str, cache_dir: str | None,
-            token: str | None, kind: str) -> str:
-  """Offline: the snapshot an earlier connected run took, its weights held to what was checked
-  then (the Hub's sha256 of each)."""
-  repo_folder = pathlib.Path(cache_dir or huggingface_hub.constants.HF_HUB_CACHE) / (
-      "models--" + repo.replace("/", "--"))
-  ref = repo_folder / "refs" / revision
-  commit = revision if COMMIT.match(revision) else (
-      ref.read_text().strip() if ref.is_file() else None)
-  record = _Record(repo_folder)
-  checked = record.data.get(commit) if commit else None
-  if not checked or kind not in checked.get("patterns", {}):
-    raise InputError(f"{repo}@{revision}: not in the local Hub cache as checked by an earlier "
-                     "connected run, and offline (HF_HUB_OFFLINE); run once connected")
-  folder = pathlib.Path(huggingface_hub.snapshot_download(
-      repo, revision=commit, local_files_only=True, allow_patterns=checked["patterns"][kind],
-      ignore_patterns=list(IGNORE_PATTERNS), cache_dir=cache_dir, token=token))
-  for name in _weights(folder):
+def fill_command(repo: str, revision: str, file: str | None) -> str:
+  """huggingface_hub's own command that puts `repo` at `revision` into the Hub cache (on a
+  connected machine, for a run offline): the whole snapshot, or one GGUF file of it."""
+  return f"hf download {repo}{' ' + file if file else ''} --revision {revision}"
+
+
+def _absent(repo: str, revision: str, file: str | None, what: str) -> InputError:
+  return InputError(
+      f"{repo}@{revision}: {what}, and offline (HF_HUB_OFFLINE); on a connected machine "
+      f"`{fill_command(repo, revision, file)}` fills the cache (or run this command there once "
+      "without HF_HUB_OFFLINE)")
+
+
+def _cached_revision(huggingface_hub, hub_errors, repo: str, revision: str, file: str | None,
+                     cache_dir: str | None):
+  """(the cached repository, the cached revision `revision` names) from huggingface_hub's own
+  account of its cache (`scan_cache_dir`: the default cache, or `cache_dir`); a branch or tag
+  through the refs the cache records for it, a commit by its hash."""
+  try:
+    cache = huggingface_hub.scan_cache_dir(cache_dir)
+  except hub_errors.CacheNotFound:
+    raise _absent(repo, revision, file, "not in the local Hub cache") from None
+  cached = next((r for r in cache.repos if r.repo_type == "model" and r.repo_id == repo), None)
+  if cached is None:
+    raise _absent(repo, revision, file, "not in the local Hub cache")
+  found = cached.refs.get(revision) or next(
+      (r for r in cached.revisions if r.commit_hash == revision), None)
+  if found is None:
+    raise _absent(repo, revision, file, "this revision is not in the local Hub cache")
+  return cached, found
+
+
+def _cached(huggingface_hub, hub_errors, repo: str, revision: str, file: str | None,
+            cache_dir: str | None, kind: str) -> str:
+  """Offline: the snapshot in huggingface_hub's cache, found through its own API (an earlier
+  connected run's, or what `hf download` put there), each weights file that will be read held to
+  the Hub's sha256: the one an earlier connected run checked (`VERIFIED_FILE`), else the one the
+  cache names the file's blob by (huggingface_hub keeps an LFS file under its sha256 etag)."""
+  cached, found = _cached_revision(huggingface_hub, hub_errors, repo, revision, file, cache_dir)
+  commit, folder = found.commit_hash, pathlib.Path(found.snapshot_path)
+  files = {f.file_path.relative_to(folder).as_posix(): f for f in found.files}
+  if kind == "weights":
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in files) or (file and file not in files):
+      raise _absent(repo, revision, file, "in the local Hub cache without its weights")
+    _, chosen = _choose(repo, commit, dict.fromkeys(files), file)
+    read = [chosen] if chosen else sorted(n for n in files if n.endswith(".safetensors"))
+  else:  # what a plan reads: no weights
+    if "config.json" not in files:
+      raise _absent(repo, revision, file, "in the local Hub cache without its config.json")
+    chosen, read = None, []
+  record = _Record(pathlib.Path(cached.repo_path))
+  for name in read:
+    path = folder / name
     expected = record.expected(commit, name)
+    if expected is not None and record.unchanged(commit, name, path):
+      continue
     if expected is None:
-      raise InputError(f"{repo}@{commit}: {name} in the cache was never checked against the "
-                       "Hub's sha256; run once connected (without HF_HUB_OFFLINE)")
-    if not record.unchanged(commit, name, folder / name):
-      actual = tables.file_sha256(folder / name)
-      if actual != expected:
-        _refuse(repo, commit, name, folder / name, expected, actual)
-  chosen = checked["chosen"] if kind == "weights" else None
+      expected = pathlib.Path(files[name].blob_path).name
+      if not _SHA256.match(expected):
+        raise InputError(f"{repo}@{commit}: {name} in the local Hub cache is not stored as an LFS "
+                         "file, so it has no sha256 to check it against; refused")
+    actual = tables.file_sha256(path)
+    if actual != expected:
+      _refuse(repo, commit, name, path, expected, actual)
+    record.note(commit, name, expected, path)
+  if read:
+    try:
+      record.save()
+    except OSError:  # a read-only shared cache: the files are re-hashed next time
+      pass
   return str(folder / chosen) if chosen else str(folder)
 
 
@@ -177,7 +233,7 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
   where = f"{repo}@{revision}"
   try:
     if offline:
-      return _cached(huggingface_hub, repo, revision, cache_dir, token, kind)
+      return _cached(huggingface_hub, hub_errors, repo, revision, file, cache_dir, kind)
 
     api = huggingface_hub.HfApi(endpoint=endpoint, token=token)
     commit = revision if COMMIT.match(revision) else api.model_info(repo, revision=revision).sha
@@ -192,8 +248,7 @@ def _resolve(repo: str, revision: str, file: str | None, endpoint: str | None,
         repo, revision=commit, allow_patterns=patterns, ignore_patterns=list(IGNORE_PATTERNS),
         endpoint=endpoint, token=token, cache_dir=cache_dir))
   except hub_errors.LocalEntryNotFoundError:
-    raise InputError(f"{where}: not in the local Hub cache, and offline (HF_HUB_OFFLINE); run "
-                     "once connected") from None
+    raise _absent(repo, revision, file, "not in the local Hub cache") from None
   except hub_errors.GatedRepoError:
     raise InputError(f"{where}: a gated repository; accept its terms on the Hub and set HF_TOKEN "
                      "to a token of that account") from None

@@ -170,7 +170,9 @@ class SafetensorsSource:
       return np.zeros(shape, dtype)[index]
     start, _ = info["data_offsets"]
     data = np.memmap(self._file_of[name], dtype=dtype, mode="r", offset=start, shape=shape)
-    return np.array(data[index])  # a copy: the map closes with `data`
+    # A view of the read-only map, which stays open while the view lives: `load_params` copies
+    # what it reads once (np.stack keeps the bytes' order, so the file is read in order).
+    return data[index]
 
 
 def _read_header(path: str) -> tuple[dict, int]:
@@ -297,10 +299,18 @@ def _read_layer(name: str, source: WeightSource, layer_shape: tuple[int, ...], i
 
 def _read_shard(source: WeightSource, shape: tuple[int, ...], index: Index,
                 tensors: TensorSource) -> np.ndarray:
-  """`index` (a bounded slice per axis) of our parameter of `shape`; a stacked one reads each
-  layer's tensor and stacks them."""
+  """`index` (a bounded slice per axis) of our parameter of `shape`, in an array of its own; a
+  stacked one reads each layer's tensor and stacks them.
+
+  The tensors come as views of the checkpoint's memory map, and `transform` gives views of them
+  where it can (a transpose, a reshape), so this is the one copy a parameter's bytes go through
+  on the host; numpy copies in the order of the bytes it reads, so the file is read in order and
+  JAX lays the array out for the device as it puts it there (its transpose is about 3x numpy's
+  for bfloat16). A copy per layer, then the stack, then a cast loaded a 1B model's bf16 weights
+  in 13.2-15.5 s on the 2-core AMD EPYC, this one copy in 8.1-10.8 s (alternating runs, other
+  work on the machine; benchmarks/load_time.py)."""
   if not source.stacked:
-    return _read_layer(source.hf_name, source, shape, index, tensors)
+    return np.array(_read_layer(source.hf_name, source, shape, index, tensors))
   names = source.hf_name[index[0]]
   return np.stack([_read_layer(name, source, shape[1:], index[1:], tensors) for name in names])
 
@@ -333,7 +343,7 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
         if array.shape != wanted:
           raise InputError(f"{path}: tensor {source.hf_names[0]} gives a shard of shape "
                            f"{array.shape} after conversion, not {wanted}", _location(tensors))
-        shards[key] = array.astype(dtype)
+        shards[key] = array.astype(dtype, copy=False)
       return shards[key]
 
     sharding = param_sharding(shape, source.model_axis, mesh)

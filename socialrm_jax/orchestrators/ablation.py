@@ -20,7 +20,9 @@ final model is also scanned (`orchestrators.vocab_scan`) into `.../vocab_scan/`.
 
 A rerun skips what is done: a trained run (its manifest names its export), a probe whose
 probe.json exists; a run killed mid-training resumes from its last checkpoint (the trainer's own
-resume).
+resume). A run whose training diverges (a NaN or infinite loss or gradient norm: the trainer
+stops and exports nothing, `training/divergence.py`) is not audited: the grid goes on with the
+others, lists it in grid.json's `failed` with the trainer's line, and its table says so.
 
 Outputs: `OUTPUT/grid.json` (the audited checkpoints, one row each, and the base-family tests),
 `OUTPUT/value_bias_ablation.md` (the table) and `OUTPUT/value_bias_ablation.png` (the plot).
@@ -40,14 +42,14 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from socialrm_jax.analysis import ablation
+from socialrm_jax.analysis import ablation, report
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, train, vocab_scan
 from socialrm_jax.orchestrators.audit import resolve_data_dir
 from socialrm_jax.scoring import engine
 from socialrm_jax.scoring import step as step_lib
-from socialrm_jax.training import pair_batches
+from socialrm_jax.training import divergence, pair_batches
 
 GRID_FILE = "grid.json"
 REPORT_FILE = "value_bias_ablation.md"
@@ -231,6 +233,17 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
   return rows
 
 
+def failed_lines(failed: list[dict[str, Any]]) -> list[str]:
+  """Markdown: the runs whose training failed, each with the trainer's line (none: nothing)."""
+  if not failed:
+    return []
+  return [f"{len(failed)} run(s) FAILED and were not audited (their training diverged; they are "
+          "in no row or test above):", ""] + report.table(
+              ["data", "base", "family", "pairs", "seed", "why"],
+              [[f["source"], f["base"], f["family"], str(f["quantity"]), str(f["seed"]),
+                f["error"].replace("|", "\\|")] for f in failed]) + [""]
+
+
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Trains and audits every run of the grid (skipping what is done), then writes grid.json, the
   table and the plot; returns grid.json's content."""
@@ -245,25 +258,34 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
             for name, f in files.items()}
   runs = plan(config)
   rows: list[dict[str, Any]] = []
+  failed: list[dict[str, Any]] = []
   start = time.monotonic()
   for i, one in enumerate(runs):
-    rows += run_one(config, one, files[one.source][one.quantity],
-                    counts[one.source][one.quantity], out)
+    try:
+      rows += run_one(config, one, files[one.source][one.quantity],
+                      counts[one.source][one.quantity], out)
+      outcome = "done"
+    except divergence.TrainingDivergedError as error:
+      failed.append({"run": one.name, "source": one.source, "base": one.base,
+                     "family": one.family, "quantity": counts[one.source][one.quantity],
+                     "seed": one.seed, "error": str(error)})
+      outcome = f"FAILED, not audited: {error}"
     elapsed = time.monotonic() - start
     eta = elapsed / (i + 1) * (len(runs) - i - 1)
-    print(f"ablation: run {i + 1}/{len(runs)} {one.name} done | {elapsed:.0f} s | "
+    print(f"ablation: run {i + 1}/{len(runs)} {one.name} {outcome} | {elapsed:.0f} s | "
           f"ETA {eta:.0f} s", flush=True)
   tests = ablation.summarise(rows)
   result = {"runs": len(runs), "bases": {k: dict(v) for k, v in config.bases.items()},
             "sources": {k: {"spec": v.spec, "quantities": list(v.quantities),
                             "shuffle_seed": v.shuffle_seed} for k, v in config.sources.items()},
             "seeds": list(config.seeds), "train": config.train.to_dict(),
-            "probe": config.audit.probe.to_dict(), "rows": rows, "tests": tests,
-            "seconds": time.monotonic() - start}
+            "probe": config.audit.probe.to_dict(), "rows": rows, "failed": failed,
+            "tests": tests, "seconds": time.monotonic() - start}
   tables.atomic_write_json(out / GRID_FILE, result)
   figure = ablation.plot(rows, out / FIGURE_FILE)
   text = "\n".join(["# Value-bias ablation grid", ""] +
-                   ablation.report_lines(rows, tests, figure and pathlib.Path(figure).name))
+                   ablation.report_lines(rows, tests, figure and pathlib.Path(figure).name) +
+                   failed_lines(failed))
   tables.atomic_write_bytes(out / REPORT_FILE, text.encode())
   logging.info("ablation grid: %d runs in %.0f s", len(runs), result["seconds"])
   return result

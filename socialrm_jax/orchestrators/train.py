@@ -15,16 +15,33 @@ and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --outp
   OUT/train_metrics.jsonl   one row per `log_every` steps (TRL's names: loss, accuracy, margin,
                             rewards/chosen, rewards/rejected, learning_rate, grad_norm,
                             num_tokens; tokens_per_second) and per evaluation (eval_loss,
-                            eval_accuracy, eval_margin, ...)
+                            eval_accuracy, eval_margin, ...); strict JSON: a value that is
+                            not finite is null and named in the row's "non_finite" list
   OUT/checkpoints/<step>/   orbax: trained parameters, optimizer state, RNG, data position
                             (every `checkpoint_every` steps, at `checkpoint_steps`, at the end)
   OUT/model/                the trained reward model as a HF folder (LoRA merged)
   OUT/split.json            the held-out pair ids (seeded) and the train / eval counts
   OUT/train_manifest.json   settings, the base's and the data's sha256, steps, final metrics
+  OUT/.train.lock           held by the run writing OUT (its host and pid)
+
+One run writes a folder at a time: a second `run` into a folder a live process is training into
+is refused at once, naming that process; a lock a killed run left is taken over (the kernel drops
+it with the process; base/writer_lock.py, scoring's lock too).
 
 The same command again resumes from the last checkpoint (it says which step) and ends on the
 weights an uninterrupted run ends on: the data order is a seeded shuffle per epoch, so the data
-position is the step, and every step is deterministic.
+position is the step, and every step is deterministic. A larger `max_steps` or `epochs` (and
+only those: any other setting that changes what is trained is refused) extends a finished or
+interrupted run: it resumes from the last checkpoint and says so, and the learning rate follows
+the schedule recomputed for the new length, read at the resumed step on: what transformers'
+Trainer (and so TRL's RewardTrainer) does when resumed with a larger max_steps, from its second
+resumed step (its first still takes the rate saved with the optimizer;
+tests/training/test_optimizer.py). A linear decay that had reached 0 thus rises again to where the
+longer schedule stands. A shorter run is refused.
+
+The first step whose loss or gradient norm is NaN or infinite stops the run before anything is
+saved or exported (`training/divergence.py`): one line names the step and the last checkpoint,
+`TrainingDivergedError` (the command exits 3), and no OUT/model/.
 
 What is trained, how: `socialrm_jax/training/` (pairs packed prefix-shared, read where the
 scorer reads; TRL's loss; AdamW with warmup and decay, clipping, accumulation; LoRA or full).
@@ -49,19 +66,21 @@ from absl import logging
 from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
+from socialrm_jax.base.writer_lock import WriterLock
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, item_tokens, packing
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import run_manifest
 from socialrm_jax.training import checkpoints as checkpoints_lib
-from socialrm_jax.training import hf_export, optimizer, pair_batches, trainable
+from socialrm_jax.training import divergence, hf_export, optimizer, pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
 
 METRICS_FILE = "train_metrics.jsonl"
 MANIFEST_FILE = "train_manifest.json"
 SPLIT_FILE = "split.json"
 MODEL_DIR = "model"
+LOCK_FILE = ".train.lock"  # held by the run writing the folder (base/writer_lock.py)
 LN2 = math.log(2.0)
 
 # The loss "stays at ln 2" when its mean over this many logged steps is within LN2_TOLERANCE.
@@ -156,10 +175,12 @@ class Settings:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
-# Settings that change what is trained: a resume must find them as the checkpoint's run had them.
+# Settings that change what is trained: a resume must find them as the checkpoint's run had them,
+# but for the run's length (`_LENGTH_FIELDS`), which a resume may make longer.
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Settings)
                        if f.name not in ("output_dir", "checkpoint_every", "checkpoint_steps",
                                          "keep_checkpoints", "log_every", "attention", "mesh"))
+_LENGTH_FIELDS = ("max_steps", "epochs")
 
 
 def check(settings: Settings) -> None:
@@ -232,6 +253,12 @@ def export_pad_token_id(settings: Settings, model: trainable.TrainModel, tokeniz
                    "eos token; give the id the exported config should name")
 
 
+def _json_line(row: dict) -> str:
+  """A metrics row as one line of strict JSON: a non-finite value is null, named in
+  `"non_finite"` (training/divergence.py)."""
+  return json.dumps(divergence.json_row(row), allow_nan=False) + "\n"
+
+
 class MetricsLog:
   """train_metrics.jsonl, appended a row at a time; a resume first drops rows after its step."""
 
@@ -241,13 +268,13 @@ class MetricsLog:
     if resume_step and path.exists():
       rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
       rows = [r for r in rows if r.get("step", 0) <= resume_step]
-    tables.atomic_write_bytes(path, b"".join((json.dumps(r) + "\n").encode() for r in rows))
+    tables.atomic_write_bytes(path, "".join(map(_json_line, rows)).encode())
     self.rows = rows
 
   def add(self, row: dict) -> None:
     self.rows.append(row)
     with open(self.path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(row) + "\n")
+      f.write(_json_line(row))
 
 
 def pair_packing(settings: Settings, platform: str, data_size: int) -> dict:
@@ -270,7 +297,8 @@ def rows_per_block(platform: str, row_length: int, data_size: int) -> int:
 
 
 def _mean_rows(rows: Sequence[dict]) -> dict[str, float]:
-  return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+  """The mean of each metric over the steps' rows (TRL's names; the pair count left out)."""
+  return {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "pairs"}
 
 
 def _evaluate(step_fn, trained, frozen, encoded, margins, packing_args) -> dict[str, float]:
@@ -346,11 +374,37 @@ def _export(settings, model, trained, frozen, lora_scale, pad_token_id, output) 
                   base_config=model.hf_config, config=model.config, pad_token_id=pad_token_id)
 
 
+def _resumed_length(out: pathlib.Path, earlier: dict, settings: Settings, total_steps: int,
+                    latest: int) -> int | None:
+  """Checks that the run in `out` (its manifest: `earlier`) may go on under `settings`: every
+  setting that changes what is trained as it was, the length (`--max_steps`, `--epochs`) the
+  same or longer. Returns the earlier run's step count when `settings` extend it, else None."""
+  before = earlier.get("settings", {})
+  now = settings.to_json()
+  changed = [k for k in _RESULT_FIELDS if k in before and before[k] != now[k]]
+  others = [k for k in changed if k not in _LENGTH_FIELDS]
+  if others:
+    raise InputError(f"{out} holds checkpoints of a run with other settings "
+                     f"({', '.join('--' + k for k in others)}); use a new --output_dir")
+  earlier_total = int(earlier.get("total_steps", total_steps))
+  if total_steps < earlier_total or total_steps < latest:
+    raise InputError(f"--max_steps/--epochs give {total_steps} steps, but {out} holds a run of "
+                     f"{earlier_total} steps (checkpoint at step {latest}): a run is extended, "
+                     "never shortened; give as many steps or more, or use a new --output_dir")
+  return earlier_total if total_steps > earlier_total else None
+
+
 def run(settings: Settings) -> str:
-  """Trains (or resumes) the run `settings` describe; returns its output folder."""
+  """Trains (or resumes, or extends) the run `settings` describe; returns its output folder. One
+  run writes a folder at a time: a second, while the first lives, is refused naming it."""
   check(settings)
   out = pathlib.Path(settings.output_dir)
   out.mkdir(parents=True, exist_ok=True)
+  with WriterLock(out, LOCK_FILE, "training run"):
+    return _train(settings, out)
+
+
+def _train(settings: Settings, out: pathlib.Path) -> str:
   mesh = mesh_lib.make_mesh(settings.mesh)
   data_size = mesh.shape["data"]
   if settings.batch_size % data_size:
@@ -400,18 +454,23 @@ def run(settings: Settings) -> str:
   manifest_path = out / MANIFEST_FILE
   start_step, num_tokens = 0, 0
   latest = store.latest()
+  last_checkpoint = None  # the newest checkpoint there is: what a diverged run names
   if latest is not None:
-    earlier = tables.read_json_object(manifest_path).get("settings", {}) if (
-        manifest_path.exists()) else {}
-    changed = [k for k in _RESULT_FIELDS if k in earlier and earlier[k] != settings.to_json()[k]]
-    if changed:
-      raise InputError(f"{out} holds checkpoints of a run with other settings "
-                       f"({', '.join('--' + k for k in changed)}); use a new --output_dir")
+    earlier = tables.read_json_object(manifest_path) if manifest_path.exists() else {}
+    extended_from = _resumed_length(out, earlier, settings, total_steps, latest)
     (trained, opt_state, rng), position = store.restore(latest, (trained, opt_state, rng))
     start_step, num_tokens = int(position["step"]), int(position["num_tokens"])
-    logging.info("resuming from step %d (checkpoint %s)", start_step,
-                 os.path.join(store.directory, str(latest)))
-    print(f"resuming from step {start_step} of {total_steps}", flush=True)
+    last_checkpoint = os.path.join(store.directory, str(latest))
+    logging.info("resuming from step %d (checkpoint %s)", start_step, last_checkpoint)
+    if extended_from is not None:
+      # As transformers' Trainer resumes with a larger max_steps: the schedule built for the new
+      # length, read at the step reached (the optimizer state's count).
+      print(f"extending the run from {extended_from} to {total_steps} steps: resuming from step "
+            f"{start_step}; the learning rate follows the {settings.lr_schedule} schedule "
+            f"recomputed for {total_steps} steps, from step {start_step} on (learning rate "
+            f"{float(schedule(start_step)):.4g} there)", flush=True)
+    else:
+      print(f"resuming from step {start_step} of {total_steps}", flush=True)
 
   manifest = {"settings": settings.to_json(), "base": {"path": os.path.abspath(settings.model)},
               "data": {"sha256": data_sha256(train_pairs), "train_pairs": len(train_pairs),
@@ -424,8 +483,19 @@ def run(settings: Settings) -> str:
   tables.atomic_write_json(manifest_path, manifest)
 
   extra_steps = set(settings.checkpoint_steps)
+
+  def save(step: int) -> None:
+    """A checkpoint of `step`, once its state is checked finite."""
+    nonlocal last_checkpoint
+    if not bool(divergence.all_finite((trained, opt_state))):
+      store.close()
+      raise divergence.not_finite_state(step, last_checkpoint)
+    store.save(step, (trained, opt_state, rng), {"step": step, "num_tokens": num_tokens,
+                                                 "micro_batches": step * accumulation})
+    last_checkpoint = os.path.join(store.directory, str(step))
+
   if start_step == 0 and 0 in extra_steps and latest is None:
-    store.save(0, (trained, opt_state, rng), {"step": 0, "num_tokens": 0, "micro_batches": 0})
+    save(0)
   log = MetricsLog(out / METRICS_FILE, start_step)
   window: list[dict] = []
   losses: list[float] = []
@@ -445,11 +515,16 @@ def run(settings: Settings) -> str:
       sequence_tokens = sum(b.sequence_tokens for b in blocks)
       num_tokens += sequence_tokens
       tokens_since += sequence_tokens
-      window.append({**{key: float(v) for key, v in jax.device_get(metrics).items()}})
+      # The metrics come to the host to be logged: that is where divergence is checked.
+      window.append({key: float(v) for key, v in jax.device_get(metrics).items()})
+      if divergence.non_finite(window[-1]):
+        log.add({"step": step + 1, **_mean_rows(window), "learning_rate": float(schedule(step)),
+                 "num_tokens": num_tokens})
+        store.close()
+        raise divergence.diverged(step + 1, window[-1], last_checkpoint)
     done = step + 1
     if done % settings.log_every == 0 or done == total_steps:
       mean = _mean_rows(window)
-      mean.pop("pairs", None)
       elapsed = time.monotonic() - started
       row = {"step": done, "epoch": round(done * accumulation / per_epoch, 4), **mean,
              "learning_rate": float(schedule(step)), "num_tokens": num_tokens,
@@ -477,17 +552,18 @@ def run(settings: Settings) -> str:
                                          packing_args)})
     if done == total_steps or done in extra_steps or (
         settings.checkpoint_every and done % settings.checkpoint_every == 0):
-      store.save(done, (trained, opt_state, rng), {"step": done, "num_tokens": num_tokens,
-                                                   "micro_batches": done * accumulation})
+      save(done)
   final = {}
   if eval_encoded:
     final = _evaluate(step_fn, trained, frozen, eval_encoded, eval_margins, packing_args)
     log.add({"step": total_steps, **final})
   store.close()
 
+  if not bool(divergence.all_finite(trained)):  # a finished run's rerun restored it unsaved
+    raise divergence.not_finite_state(total_steps, last_checkpoint)
   _export(settings, model, trained, frozen, state.lora_scale, pad_token_id, out / MODEL_DIR)
   digests = model_digests.result()
   manifest["base"]["files"] = [{"name": n, "sha256": d} for n, d in sorted(digests.items())]
-  manifest.update(final_eval=final, export=os.path.abspath(out / MODEL_DIR))
+  manifest.update(final_eval=divergence.json_row(final), export=os.path.abspath(out / MODEL_DIR))
   tables.atomic_write_json(manifest_path, manifest)
   return str(out)

@@ -19,12 +19,12 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 from typing import Iterable
 
 import pyarrow as pa
 
 from socialrm_jax.base import tables
+from socialrm_jax.base.writer_lock import WriterLock
 from socialrm_jax.scoring import item_source
 from socialrm_jax.base.errors import InputError
 
@@ -97,34 +97,6 @@ def items_identity(items: Iterable[dict]) -> dict:
   return digest.identity()
 
 
-class WriterLock:
-  """`.writer-<n>.lock`: held (flock) by the process writing as writer n for as long as its
-  ShardStore lives, holding its host and pid. A second writer with the same number fails at
-  once, naming the holder; the kernel drops the lock of a process that dies, so a stale lock
-  file never blocks a rerun."""
-
-  def __init__(self, folder: pathlib.Path, writer: int):
-    self.path = folder / f".writer-{writer:05d}.lock"
-    self.file = open(self.path, "a+")  # pylint: disable=consider-using-with  # held until close
-    try:
-      fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      self.file.seek(0)
-      holder = self.file.read().strip() or "another process"
-      self.file.close()
-      raise InputError(f"another scoring run ({holder}) is writing into this folder; wait for it "
-                       "or use another --output_dir", folder) from None
-    self.file.seek(0)
-    self.file.truncate()
-    self.file.write(f"host {socket.gethostname()} pid {os.getpid()}\n")
-    self.file.flush()
-
-  def close(self) -> None:
-    if not self.file.closed:
-      fcntl.flock(self.file, fcntl.LOCK_UN)
-      self.file.close()
-
-
 @contextlib.contextmanager
 def _locked(folder: pathlib.Path):
   """Serialises manifest updates of several processes writing into one folder."""
@@ -145,7 +117,8 @@ class ShardStore:
     self.folder.mkdir(parents=True, exist_ok=True)
     self.lock = None
     # Taken before the manifest is read, so a concurrent run of another model fails here.
-    self.lock = WriterLock(self.folder, writer) if writer is not None else None
+    self.lock = WriterLock(self.folder, f".writer-{writer:05d}.lock",
+                           "scoring run") if writer is not None else None
     self.chunk_size = chunk_size
     self.identity = {"format": MANIFEST_FORMAT, "model": model, "items": items,
                      "settings": settings, "chunk_size": chunk_size,

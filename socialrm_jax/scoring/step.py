@@ -125,20 +125,29 @@ class ScoringStep:
 
     self._jitted = jax.jit(step, out_shardings=self.sharding)
 
-  def compile(self, shape: tuple[int, int, int]) -> jax.stages.Compiled:
-    """The program for batches of (rows, row length, readout slots), compiled ahead of time."""
+  def trace(self, shape: tuple[int, int, int]) -> jax.stages.Traced:
+    """The step traced for batches of (rows, row length, readout slots): its jaxpr, and what
+    `compile` lowers and compiles (a plan reads the jaxpr first, `socialrm_jax.main.plan`)."""
+    rows, length, slots = shape
+    widths = {name: slots if name in READOUT_FIELDS else length for name in BATCH_FIELDS}
+    widths[GATE_FIELD] = slots
+    spec = {name: jax.ShapeDtypeStruct((rows, widths[name]) if name in widths else (rows,),
+                                       jnp.int32, sharding=self.sharding)
+            for name in self.fields}
+    # Traced under the mesh: kernels that cannot be partitioned automatically (splash) place
+    # themselves per device with shard_map over it.
+    with jax.set_mesh(self.mesh):
+      return self._jitted.trace(self.state, spec)
+
+  def compile(self, shape: tuple[int, int, int],
+              traced: jax.stages.Traced | None = None) -> jax.stages.Compiled:
+    """The program for batches of (rows, row length, readout slots), compiled ahead of time
+    (from `traced`, the step `trace(shape)` gave, where the caller has it)."""
     if shape not in self._programs:
-      rows, length, slots = shape
-      widths = {name: slots if name in READOUT_FIELDS else length for name in BATCH_FIELDS}
-      widths[GATE_FIELD] = slots
-      spec = {name: jax.ShapeDtypeStruct((rows, widths[name]) if name in widths else (rows,),
-                                         jnp.int32, sharding=self.sharding)
-              for name in self.fields}
       start = time.perf_counter()
-      # Traced under the mesh: kernels that cannot be partitioned automatically (splash) place
-      # themselves per device with shard_map over it.
+      traced = traced or self.trace(shape)
       with jax.set_mesh(self.mesh):
-        self._programs[shape] = self._jitted.lower(self.state, spec).compile()
+        self._programs[shape] = traced.lower().compile()
       self.compile_seconds += time.perf_counter() - start
       self.compilations += 1
     return self._programs[shape]

@@ -1,13 +1,18 @@
 """Downloading the audited datasets' original files, pinned and hashed (`socialrm-fetch`).
 
 `fetch_manifest.json` beside this module lists every file: its upstream URL at a commit, its
-path under `--data_dir` (where `socialrm-convert` finds it), its sha256 and size, its license.
-A file is written under a temporary name in its folder and renamed only once its bytes match the
-manifest's sha256, so a refused download leaves nothing under the file's name. A file already
-there whose bytes match costs no request. A file whose sha256 the manifest does not know
-(null: it could not be computed where the manifest was written) is downloaded once, and its
-sha256 and size go into the data folder's lock file (`fetch.lock.json`): later runs hold it to
-that, and the command says the file was unverified.
+path under `--data_dir` (where `socialrm-convert` finds it), its pins, its license. Every file is
+pinned: by its sha256 (and size), or by its git blob id at the commit (`git_blob`: the SHA-1 of
+`blob <size>\\0` and the bytes, what the repository's tree lists, for files whose sha256 could not
+be computed where the manifest was written), or both; a Git LFS file by its pointer's sha256 and
+size. A manifest entry without a pin is refused. A file is written under a temporary name in its
+folder and renamed only once its bytes match every pin it has, so a refused download leaves
+nothing under the file's name; its sha256 and size go into the data folder's lock file
+(`fetch.lock.json`). A file already there whose bytes match costs no request.
+
+The datasets the audit reads come with `all`; a dataset listed in the manifest's `by_name_only`
+(HH-RLHF's train splits, `hh_rlhf_train`: preference data to train on, not audited) only when
+named.
 
 Only the standard library downloads (`urllib`): no connection is opened when offline
 (`offline=True`, or `HF_HUB_OFFLINE=1`), which lists what is missing instead.
@@ -42,7 +47,8 @@ _TIMEOUT_SECONDS = 60
 
 @dataclasses.dataclass(frozen=True)
 class FileEntry:
-  """One file of the manifest; `sha256`/`size` None where unknown."""
+  """One file of the manifest; `sha256`/`size`/`git_blob` None where unknown, but one of
+  `sha256` and `git_blob` always known: the file's pin."""
   dataset: str
   url: str
   path: str
@@ -50,11 +56,13 @@ class FileEntry:
   size: int | None
   license: str
   note: str | None = None
+  git_blob: str | None = None  # its git blob id at the URL's commit
 
   def listing(self) -> dict[str, Any]:
     """What `--list` prints for the file."""
-    return {"dataset": self.dataset, "url": self.url, "sha256": self.sha256, "size": self.size,
-            "license": self.license, "path": self.path}
+    return {"dataset": self.dataset, "url": self.url, "sha256": self.sha256,
+            "git_blob": self.git_blob, "size": self.size, "license": self.license,
+            "path": self.path}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +70,9 @@ class FetchOptions:
   """`socialrm-fetch`'s settings (each a flag of the same name): which datasets, into which
   folder, from where."""
   datasets: str = settings.field(
-      "all", "'all', or a comma-separated list of the manifest's datasets (bbq, crows_pairs, "
-      "stereoset, hh_rlhf, xstest, ethics, moral_stories).")
+      "all", "'all' (the audited datasets: bbq, crows_pairs, stereoset, hh_rlhf, xstest, ethics, "
+      "moral_stories), or a comma-separated list of the manifest's datasets: those, and "
+      "hh_rlhf_train (HH-RLHF's train splits, to train on; fetched only when named).")
   data_dir: str | None = settings.field(
       None, "The folder the files go into, one sub-folder per dataset (what socialrm-convert's "
       "--data_dir reads).")
@@ -74,13 +83,23 @@ class FetchOptions:
       False, "Open no connection: list the files missing from --data_dir (exit 2), or confirm all "
       "are there. HF_HUB_OFFLINE=1 does the same.")
   list: bool = settings.field(
-      False, "Print one JSON line per file (dataset, url, sha256 or null, size, license, path) "
-      "and download nothing.")
+      False, "Print one JSON line per file (dataset, url, sha256, git_blob, size, license, path; "
+      "every file has a sha256 or a git blob id) and download nothing.")
 
 
 def manifest(path: str | os.PathLike = MANIFEST) -> list[FileEntry]:
-  """Every file of the manifest, in its order."""
-  return [FileEntry(**entry) for entry in json.loads(pathlib.Path(path).read_text())["files"]]
+  """Every file of the manifest, in its order; one without a pin is an error naming it."""
+  entries = [FileEntry(**entry) for entry in json.loads(pathlib.Path(path).read_text())["files"]]
+  for entry in entries:
+    if entry.sha256 is None and entry.git_blob is None:
+      raise InputError(f"{entry.path} has no pin (a sha256 or a git blob id): every fetched file "
+                       "must have one", path)
+  return entries
+
+
+def by_name_only(path: str | os.PathLike = MANIFEST) -> list[str]:
+  """The manifest's datasets that `all` leaves out (fetched only when named)."""
+  return list(json.loads(pathlib.Path(path).read_text()).get("by_name_only", []))
 
 
 def dataset_names(entries: Sequence[FileEntry] | None = None) -> list[str]:
@@ -97,7 +116,8 @@ def select(names: str | Sequence[str], entries: Sequence[FileEntry] | None = Non
   wanted = [n.strip() for part in ([names] if isinstance(names, str) else names)
             for n in part.split(",") if n.strip()]
   if not wanted or "all" in wanted:
-    return entries
+    named_only = set(by_name_only()) - set(wanted)
+    return [e for e in entries if e.dataset not in named_only]
   unknown = [n for n in wanted if n not in known]
   if unknown:
     raise InputError(f"--datasets: {', '.join(unknown)} not in the fetch manifest; "
@@ -132,8 +152,8 @@ def offline_requested(offline: bool) -> bool:
 
 
 class Lock:
-  """`fetch.lock.json` in the data folder: what was downloaded, from where, with which sha256.
-  It is what an unverified file (no sha256 in the manifest) is held to after its first download."""
+  """`fetch.lock.json` in the data folder: what was downloaded, from where, with which sha256 and
+  size, checked against which pins."""
 
   def __init__(self, data_dir: pathlib.Path):
     self.path = data_dir / LOCK_FILE
@@ -145,30 +165,52 @@ class Lock:
         raise InputError(f"not a readable lock file ({e}); remove it to start over",
                          self.path) from None
 
-  def expected(self, entry: FileEntry) -> str | None:
-    """The sha256 `entry`'s file must have: the manifest's, else the one recorded here."""
-    if entry.sha256:
-      return entry.sha256
-    return (self.files.get(entry.path) or {}).get("sha256")
-
   def record(self, entry: FileEntry, url: str, sha256: str, size: int) -> None:
     self.files[entry.path] = {"dataset": entry.dataset, "url": url, "sha256": sha256,
-                              "size": size, "verified": entry.sha256 is not None}
+                              "size": size, "checked_against": pins(entry)}
     tables.atomic_write_json(self.path, {"files": dict(sorted(self.files.items()))})
 
 
-def state(entry: FileEntry, data_dir: pathlib.Path, lock: Lock) -> str:
-  """'verified' (its bytes match), 'missing', 'mismatch' (its bytes differ), or 'unrecorded'
-  (there, but nothing to check it against: no sha256 in the manifest or the lock)."""
+def pins(entry: FileEntry) -> list[str]:
+  """What `entry`'s file is checked against: 'size', 'sha256', 'git_blob', those it has."""
+  return [name for name in ("size", "sha256", "git_blob") if getattr(entry, name) is not None]
+
+
+def git_blob_id(path: pathlib.Path) -> str:
+  """The file's git blob id: the SHA-1 of `blob <size>\\0` followed by its bytes (what
+  `git hash-object` prints, and a repository's tree lists)."""
+  digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(_CHUNK), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def mismatch(entry: FileEntry, path: pathlib.Path, sha256: str | None = None
+             ) -> tuple[str, str, str] | None:
+  """(what differs, expected, got) for the first of `entry`'s pins the file at `path` does not
+  match (size, sha256, git blob id), or None when it matches them all; `sha256`: the file's,
+  if already known."""
+  size = path.stat().st_size
+  if entry.size is not None and size != entry.size:
+    return "size", f"{entry.size} bytes", f"{size}"
+  if entry.sha256 is not None:
+    sha256 = sha256 or tables.file_sha256(path)
+    if sha256 != entry.sha256:
+      return "sha256", entry.sha256, sha256
+  if entry.git_blob is not None:
+    blob = git_blob_id(path)
+    if blob != entry.git_blob:
+      return "git blob id", entry.git_blob, blob
+  return None
+
+
+def state(entry: FileEntry, data_dir: pathlib.Path) -> str:
+  """'verified' (its bytes match every pin), 'missing' or 'mismatch' (its bytes differ)."""
   path = data_dir / entry.path
   if not path.is_file():
     return "missing"
-  expected = lock.expected(entry)
-  if expected is None:
-    return "unrecorded"
-  if entry.size is not None and path.stat().st_size != entry.size:
-    return "mismatch"
-  return "verified" if tables.file_sha256(path) == expected else "mismatch"
+  return "verified" if mismatch(entry, path) is None else "mismatch"
 
 
 def _request(url: str) -> urllib.request.Request:
@@ -206,8 +248,8 @@ def download(url: str, target: pathlib.Path, log: Callable[[str], None]) -> tupl
 
 
 def _fetch_file(entry: FileEntry, data_dir: pathlib.Path, lock: Lock, url: str,
-                log: Callable[[str], None]) -> str:
-  """Downloads one file into place, verified; returns 'downloaded' or 'unverified'."""
+                log: Callable[[str], None]) -> None:
+  """Downloads one file into place, checked against every pin it has; records its sha256."""
   path = data_dir / entry.path
   path.parent.mkdir(parents=True, exist_ok=True)
   fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
@@ -215,32 +257,27 @@ def _fetch_file(entry: FileEntry, data_dir: pathlib.Path, lock: Lock, url: str,
   temp = pathlib.Path(temp)
   try:
     sha256, size = download(url, temp, log)
-    expected = lock.expected(entry)
-    if expected is not None and sha256 != expected:
-      raise InputError(f"{entry.path}: sha256 mismatch, refused (from {url}): "
-                       f"expected {expected}, got {sha256}")
-    if entry.size is not None and size != entry.size:
-      raise InputError(f"{entry.path}: size mismatch, refused (from {url}): "
-                       f"expected {entry.size} bytes, got {size}")
+    differs = mismatch(entry, temp, sha256)
+    if differs is not None:
+      what, expected, got = differs
+      raise InputError(f"{entry.path}: {what} mismatch, refused (from {url}): "
+                       f"expected {expected}, got {got}")
     os.replace(temp, path)
   finally:
     temp.unlink(missing_ok=True)
   lock.record(entry, url, sha256, size)
   if entry.sha256 is None:
-    log(f"{entry.path}: unverified (the manifest has no sha256 for it): recorded sha256 "
-        f"{sha256} ({size} bytes) in {lock.path.name}; later runs hold the file to it")
-    return "unverified"
-  return "downloaded"
+    log(f"{entry.path}: matches its git blob id {entry.git_blob}; its sha256 {sha256} "
+        f"({size} bytes) recorded in {lock.path.name}")
 
 
-def missing_lines(entries: Iterable[FileEntry], data_dir: pathlib.Path, lock: Lock
-                  ) -> list[str]:
-  """One line per file not there (or not matching its sha256), for offline use."""
+def missing_lines(entries: Iterable[FileEntry], data_dir: pathlib.Path) -> list[str]:
+  """One line per file not there (or not matching its pins), for offline use."""
   lines = []
   for entry in entries:
-    found = state(entry, data_dir, lock)
+    found = state(entry, data_dir)
     if found in ("missing", "mismatch"):
-      what = "missing" if found == "missing" else "sha256 differs from the manifest's"
+      what = "missing" if found == "missing" else "its bytes differ from the manifest's pins"
       lines.append(f"{entry.dataset}: {entry.path} {what} (from {entry.url})")
   return lines
 
@@ -260,25 +297,26 @@ def fetch(options: FetchOptions, log: Callable[[str], None] | None = None,
   data_dir.mkdir(parents=True, exist_ok=True)
   lock = Lock(data_dir)
   if offline_requested(options.offline):
-    missing = missing_lines(entries, data_dir, lock)
+    missing = missing_lines(entries, data_dir)
     if missing:
       raise InputError(f"offline, and {len(missing)} file(s) are not in {data_dir}:\n"
                        + "\n".join(missing))
     return {"offline": True, "verified": len(entries)}
-  counts = {"already_verified": 0, "downloaded": 0, "unverified": 0}
+  counts = {"already_verified": 0, "downloaded": 0}
   licensed = set()
   for entry in entries:
-    found = state(entry, data_dir, lock)
+    found = state(entry, data_dir)
     if found == "verified":
       counts["already_verified"] += 1
       continue
     if found == "mismatch":
-      log(f"{entry.path}: its sha256 differs from the expected one; downloading it again")
+      log(f"{entry.path}: its bytes differ from the manifest's pins; downloading it again")
     if entry.dataset not in licensed:
       licensed.add(entry.dataset)
       log(f"{entry.dataset}: license {entry.license}")
     url = mirrored(entry.url, options.mirror)
     log(f"{entry.path} <- {url}")
-    counts[_fetch_file(entry, data_dir, lock, url, log)] += 1
+    _fetch_file(entry, data_dir, lock, url, log)
+    counts["downloaded"] += 1
   return {"data_dir": str(data_dir), "files": len(entries), **counts}
 

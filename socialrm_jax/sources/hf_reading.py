@@ -1,6 +1,7 @@
-"""Reading a user's table through HF `datasets`: JSON lines, JSON, CSV and parquet files, and
-folders saved with `datasets.Dataset.save_to_disk` (each split of a saved `DatasetDict` is a
-table of its own).
+"""Reading a user's table through HF `datasets`: JSON lines, JSON, CSV and parquet files (each
+also gzipped, `NAME.jsonl.gz` as HH-RLHF ships: decompressed into the temporary cache first, and
+read as `NAME.jsonl`, messages naming the `.gz` file), and folders saved with
+`datasets.Dataset.save_to_disk` (each split of a saved `DatasetDict` is a table of its own).
 
 Files are loaded into HF's memory-mapped Arrow format, in a temporary cache removed afterwards,
 and rows are handed out in batches: a file of ten million rows is never held in Python objects at
@@ -23,9 +24,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import gzip
 import json
 import pathlib
+import shutil
 import tempfile
+import zlib
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -35,6 +39,7 @@ from socialrm_jax.base.errors import InputError
 
 # File suffix -> HF loader.
 LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+GZIP = ".gz"  # a file of one of LOADERS' kinds, gzipped
 UNPARSED = "unparsed"  # the subset unreadable rows are counted under: theirs cannot be read
 BATCH_ROWS = 4096
 
@@ -46,6 +51,7 @@ class Table:
   split: str | None  # a saved DatasetDict's split name
   dataset: Any  # datasets.Dataset, memory-mapped
   numbers: np.ndarray | None = None  # [rows] each row's number in the source; None: position + 1
+  suffix: str | None = None  # a file's kind (a LOADERS key; `.jsonl` for `x.jsonl.gz`)
 
   @property
   def columns(self) -> list[str]:
@@ -151,8 +157,10 @@ def _csv_rows(records: Iterator[list[str]],
     yield number, problem, fields
 
 
-def _csv_header(path: pathlib.Path) -> list[str]:
-  with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+def _csv_header(source: pathlib.Path, path: pathlib.Path) -> list[str]:
+  """The header of CSV file `source` (`path` itself, or its decompressed copy: messages name
+  `path`)."""
+  with open(source, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
     header = next(csv.reader(f), None)
   if not header:
     raise InputError("empty file (no header row)", path)
@@ -166,16 +174,17 @@ def _undecoded(fields: Sequence[str]) -> bool:
   return any("\udc80" <= ch <= "\udcff" for field in fields for ch in field)
 
 
-def _salvaged(reader: SourceReader, path: pathlib.Path, target: pathlib.Path,
-              refusal: BaseException) -> np.ndarray:
-  """After the loader refused a JSON-lines or CSV file: names each unreadable row (a bad row),
-  copies the readable ones to `target` and returns their row numbers."""
+def _salvaged(reader: SourceReader, path: pathlib.Path, readable: pathlib.Path,
+              target: pathlib.Path, refusal: BaseException) -> np.ndarray:
+  """After the loader refused a JSON-lines or CSV file (`path`, read from `readable`): names each
+  unreadable row (a bad row), copies the readable ones to `target` and returns their row
+  numbers."""
   numbers, bad = [], 0
-  if path.suffix.lower() == ".jsonl":
-    source, out = open(path, "rb"), open(target, "wb")
+  if readable.suffix.lower() == ".jsonl":
+    source, out = open(readable, "rb"), open(target, "wb")
     rows, write = _jsonl_rows(source), out.write
   else:
-    source = open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")
+    source = open(readable, encoding="utf-8-sig", errors="surrogateescape", newline="")
     out = open(target, "w", encoding="utf-8", newline="")
     records, writer = csv.reader(source), csv.writer(out)
     header = next(records)
@@ -196,40 +205,64 @@ def _salvaged(reader: SourceReader, path: pathlib.Path, target: pathlib.Path,
   return np.asarray(numbers, dtype=np.int64)
 
 
-def _load(loader: str, path: pathlib.Path, cache: pathlib.Path) -> Any:
+def _load(loader: str, source: pathlib.Path, path: pathlib.Path, cache: pathlib.Path) -> Any:
+  """HF's `loader` on file `source` (`path`, or its decompressed copy)."""
   options: dict[str, Any] = {}
   if loader == "csv":  # every field as text: no numbers guessed, no empty field made NaN
     hf = _hf()
     options = {"keep_default_na": False, "features": hf.Features(
-        {name: hf.Value("string") for name in _csv_header(path)})}
-  return _hf().load_dataset(loader, data_files=str(path), split="train", cache_dir=str(cache),
+        {name: hf.Value("string") for name in _csv_header(source, path)})}
+  return _hf().load_dataset(loader, data_files=str(source), split="train", cache_dir=str(cache),
                             **options)
 
 
+def _kind(path: pathlib.Path) -> str:
+  """The file's kind, a LOADERS key: its suffix, or the one before `.gz`."""
+  suffixes = [s.lower() for s in path.suffixes]
+  if suffixes[-1:] == [GZIP]:
+    return suffixes[-2] if len(suffixes) > 1 else GZIP
+  return suffixes[-1] if suffixes else ""
+
+
+def _gunzipped(path: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+  """`path` decompressed into `target`; a file that is not gzip, or is cut short, is an error."""
+  try:
+    with gzip.open(path, "rb") as source, open(target, "wb") as out:
+      shutil.copyfileobj(source, out, 1 << 22)
+  except (OSError, EOFError, zlib.error) as e:
+    raise InputError(f"not a readable gzip file ({e})", path) from None
+  return target
+
+
 def _file_table(reader: SourceReader, path: pathlib.Path, cache: pathlib.Path) -> Table:
-  loader = LOADERS.get(path.suffix.lower())
+  kind = _kind(path)
+  loader = LOADERS.get(kind)
   if loader is None:
-    raise InputError(f"cannot read a {path.suffix or 'suffix-less'} file; give a "
-                     f"{', '.join(LOADERS)} file or a folder saved with save_to_disk", path)
+    raise InputError(f"cannot read a {''.join(path.suffixes) or 'suffix-less'} file; give a "
+                     f"{', '.join(LOADERS)} file (or one gzipped: {GZIP}) or a folder saved with "
+                     "save_to_disk", path)
   if path.stat().st_size == 0:
     raise InputError("empty file", path)
+  readable = _gunzipped(path, cache / f"gunzipped{kind}") if path.suffix.lower() == GZIP else path
+  if readable.stat().st_size == 0:
+    raise InputError("empty file (once decompressed)", path)
   try:
-    dataset = _load(loader, path, cache / "loaded")
+    dataset = _load(loader, readable, path, cache / "loaded")
   except InputError:
     raise
   except Exception as refusal:  # the loaders fail with errors of many kinds
-    if path.suffix.lower() not in (".jsonl", ".csv"):
-      raise InputError(f"cannot be read as {path.suffix[1:]} ({_first_line(refusal)})",
+    if kind not in (".jsonl", ".csv"):
+      raise InputError(f"cannot be read as {kind[1:]} ({_first_line(refusal)})",
                        path) from None
-    target = cache / f"readable{path.suffix.lower()}"
-    numbers = _salvaged(reader, path, target, refusal)
+    target = cache / f"readable{kind}"
+    numbers = _salvaged(reader, path, readable, target, refusal)
     try:
-      return Table(path, None, _load(loader, target, cache / "salvaged"), numbers)
+      return Table(path, None, _load(loader, target, path, cache / "salvaged"), numbers, kind)
     except Exception as e:
       raise InputError(f"cannot be read even without its unreadable rows ({_first_line(e)})",
                        path) from None
-  numbers = _line_numbers(path, len(dataset)) if path.suffix.lower() == ".jsonl" else None
-  return Table(path, None, dataset, numbers)
+  numbers = _line_numbers(readable, len(dataset)) if kind == ".jsonl" else None
+  return Table(path, None, dataset, numbers, kind)
 
 
 @contextlib.contextmanager

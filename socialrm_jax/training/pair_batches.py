@@ -167,6 +167,11 @@ def pack_pairs(items: Sequence[EncodedItem], margins: Sequence[float], *,
   return blocks
 
 
+def empty_block(rows: int, length: int) -> PairBlock:
+  """A block of `rows` empty rows of `length` tokens: the arrays of a block of that shape."""
+  return _block([], [], rows, length)
+
+
 def _block(rows: Sequence[Sequence[EncodedItem]], margins: Sequence[Sequence[float]],
            size: int, length: int) -> PairBlock:
   """`rows` of pairs laid out as a block of `size` rows of `length` tokens."""

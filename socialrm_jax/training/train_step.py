@@ -87,6 +87,38 @@ class TrainStep:
     self._update = jax.jit(update, donate_argnums=(0, 1))
     self._evaluate = jax.jit(evaluate, donate_argnums=(0,))
 
+  def _abstract_outputs(self, program, *args):
+    """What jitted `program` returns for `args`, abstract (`abstract_outputs`)."""
+    with jax.set_mesh(self.mesh):
+      return abstract_outputs(program.trace(*args).lower().compile())
+
+  def abstract_opt_state(self, trained):
+    """The optimizer state `init` makes for `trained`, abstract (see `_abstract_outputs`)."""
+    return self._abstract_outputs(jax.jit(self.tx.init), trained)
+
+  def abstract_grads(self, trained):
+    """The zero gradients a step starts its sums from, abstract (see `_abstract_outputs`)."""
+    return self._abstract_outputs(self._zeros, trained)
+
+  def abstract_sums(self):
+    """The loss sums a step starts from (`loss.no_sums`, made on the host), abstract."""
+    replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated),
+                        jax.eval_shape(loss_lib.no_sums))
+
+  # The programs of `step`, traced for abstract arguments (`jax.ShapeDtypeStruct`s with
+  # shardings), so a plan compiles them for a target it does not have (`socialrm_jax.main.plan`).
+
+  def trace_accumulate(self, grads, trained, frozen, block: Mapping) -> jax.stages.Traced:
+    """A block's loss and gradients added to the sums (`grads`: the gradients so far)."""
+    with jax.set_mesh(self.mesh):
+      return self._accumulate.trace(grads, self.abstract_sums(), trained, frozen, block)
+
+  def trace_update(self, trained, opt_state, grads) -> jax.stages.Traced:
+    """The optimizer's step on the summed gradients."""
+    with jax.set_mesh(self.mesh):
+      return self._update.trace(trained, opt_state, grads, self.abstract_sums())
+
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
     return {name: jax.device_put(value, self.sharding) for name, value in arrays.items()}
 
@@ -122,6 +154,13 @@ class TrainStep:
       for arrays in blocks:
         sums = self._evaluate(sums, trained, frozen, self.put(arrays))
     return loss_lib.means(sums)
+
+
+def abstract_outputs(compiled: jax.stages.Compiled):
+  """A compiled program's outputs as `jax.ShapeDtypeStruct`s with the shardings it gives them
+  (no memory: what a plan feeds the next program, `socialrm_jax.main.plan`)."""
+  return jax.tree.map(lambda info, sharding: jax.ShapeDtypeStruct(
+      info.shape, info.dtype, sharding=sharding), compiled.out_info, compiled.output_shardings)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))

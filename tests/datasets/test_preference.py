@@ -2,6 +2,7 @@
 items; malformed rows name the file and the row (or are counted when skipping) and nothing is
 written; an exported pairs folder read back as a source gives the same pairs."""
 
+import gzip
 import json
 import pathlib
 import subprocess
@@ -106,6 +107,30 @@ def test_json_lines_rows_are_numbered_by_line(tmp_path):
   path = tmp_path / "gaps.jsonl"
   path.write_text(json.dumps(rows[0]) + "\n\n\n" + json.dumps(rows[1]) + "\n")
   assert [it["attributes"]["row"] for it in convert(f"preference:{path}").items] == [1, 4]
+
+
+def test_a_gzipped_file_reads_as_the_file_itself_its_rows_named_in_it(tmp_path):
+  """HH-RLHF ships `train.jsonl.gz`: read as the JSON-lines file inside, rows numbered by its
+  lines, a broken row named in the `.gz` file; bytes that are not gzip are one line."""
+  rows = pf.rows("hh_transcripts")
+  plain = pf.write_jsonl(tmp_path / "plain" / "train.jsonl", rows)
+  lines = plain.read_bytes().splitlines(keepends=True)
+  zipped = tmp_path / "train.jsonl.gz"
+  zipped.write_bytes(gzip.compress(lines[0] + b"\n" + b"".join(lines[1:])))  # a blank line 2
+  got, want = convert(f"preference:{zipped}"), convert(f"preference:{plain}")
+  assert essentials(got.items) == essentials(want.items)
+  assert [t["layout"] for t in got.report["datasets"]["train"]["tables"]] == ["hh_transcripts"]
+  assert [it["attributes"]["row"] for it in got.items][:2] == [1, 3]
+  zipped.write_bytes(gzip.compress(lines[0] + lines[1][:-5] + b"\n"))
+  with pytest.raises(InputError, match=rf"^{zipped}, row 2: broken JSON line"):
+    convert(f"preference:{zipped}")
+  zipped.write_bytes(b"not gzip at all")
+  with pytest.raises(InputError, match=rf"^{zipped}: not a readable gzip file"):
+    convert(f"preference:{zipped}")
+  (tmp_path / "x.txt.gz").write_bytes(gzip.compress(b"a"))
+  with pytest.raises(InputError, match=r"cannot read a .txt.gz file; give a .jsonl, .json, .csv, "
+                     r".parquet file \(or one gzipped: .gz\)"):
+    convert(f"preference:{tmp_path / 'x.txt.gz'}")
 
 
 def test_options_domain_and_a_prompt_column_declared_absent(tmp_path):

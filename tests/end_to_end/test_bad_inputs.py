@@ -9,8 +9,8 @@ what `socialrm-<command>` calls), in a process of its own: a child forked from a
 imported the package once (`tests.helpers.command_server`), so the rows no longer pay for
 importing JAX each, with JAX_PLATFORMS=cpu. A row that leaves JAX to choose its platforms runs
 `python -m socialrm_jax.main.<command>` from nothing instead (JAX reads the variable when
-imported), and no libtpu start-up errors may show, on a machine without a TPU where libtpu is
-installed. A row that `succeeds` is an input once refused that now works: exit 0, and the file it
+imported), and no libtpu start-up errors (nor the traceback of JAX's CUDA plugin failing its
+start) may show, on a machine without a TPU or GPU where they are installed. A row that `succeeds` is an input once refused that now works: exit 0, and the file it
 names is written. A scoring row may leave the run's manifest and locks (`leaves`), from which a
 rerun resumes. The rows share one set of inputs (a tiny Llama reward model and its broken copies,
 converted items, scores), and the selected rows run two at a time (one server each).
@@ -140,6 +140,8 @@ class Row:
   leaves: tuple[str, ...] = ()
   # An input once refused or mishandled that now works: exit 0, and `names` exists afterwards.
   succeeds: bool = False
+  # Environment variables the command runs with, `{here}` standing for the row's folder.
+  env: tuple[tuple[str, str], ...] = ()
 
   @property
   def program(self) -> str:
@@ -479,6 +481,12 @@ ROWS = [
         names="AutoModelForSequenceClassification: modeling_mine.MyRewardModel")(i, here)),
     Row("score", "gated_head_without_its_prompt_pattern", _score_gated_without_its_pattern),
     Row("score", "item_without_id", _score_item_without_id),
+    # A Hub id offline, not in the Hub cache: the command that fills it, once the AttributeError
+    # of huggingface_hub.constants (tests/models/test_hub.py resolves one that is there).
+    Row("score", "offline_hub_id_not_in_the_cache",
+        _score(lambda i: "other-org/absent@v1",
+               names="`hf download other-org/absent --revision v1` fills the cache"),
+        env=(("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", "{here}/hub_cache"))),
     # socialrm-metrics
     Row("metrics", "output_dir_is_a_file", _into_a_file(
         "output_dir", lambda i: [f"--items={i.converted}", f"--scores={i.scores}"])),
@@ -559,6 +567,24 @@ ROWS = [
         jax_platforms_set=False),
     Row("vocab_scan", "template_without_generation_prompt", _scan_without_generation_prompt,
         succeeds=True),
+    # socialrm-plan (GPU targets; the TPU rows are tests/orchestrators/test_plan.py's)
+    Row("plan", "more_gpus_than_a_host_has", lambda i, here: (
+        ["--topology=h100x16", "--model_shape=llama3.2-1b", f"--output_dir={here / 'plan'}"],
+        "--topology")),
+    Row("plan", "memory_fraction_of_a_tpu", lambda i, here: (
+        ["--topology=v5e:2x2", "--memory_fraction=0.9", "--model_shape=llama3.2-1b",
+         f"--output_dir={here / 'plan'}"], "--memory_fraction")),
+    Row("plan", "unknown_training_mode", lambda i, here: (
+        ["--topology=h100", "--train=half", "--model_shape=llama3.2-1b",
+         f"--output_dir={here / 'plan'}"], "--train")),
+    Row("plan", "lora_of_rank_0", lambda i, here: (
+        ["--topology=h100", "--train=lora", "--lora_rank=0", "--model_shape=llama3.2-1b",
+         f"--output_dir={here / 'plan'}"], "--lora_rank")),
+    # JAX left to choose its platforms where its CUDA plugin is installed (make test installs
+    # it): the compile-only GPUs are made all the same, and the error is one line.
+    Row("plan", "splash_on_a_gpu_platforms_unset", lambda i, here: (
+        ["--topology=h100", f"--model={i.model}", "--attention=splash",
+         f"--output_dir={here / 'plan'}"], "attention='splash'"), jax_platforms_set=False),
 ]
 
 
@@ -581,7 +607,7 @@ def _run(row: Row, i: Inputs, servers: "queue.Queue[command_server.CommandServer
   here.mkdir(parents=True)
   args, names = row.build(i, here)
   before, a_file = _tree(here), i.a_file.read_bytes()
-  env = fx.subprocess_env()
+  env = {**fx.subprocess_env(), **{k: v.format(here=here) for k, v in row.env}}
   if row.jax_platforms_set:
     server = servers.get()
     try:

@@ -38,3 +38,30 @@ def shared_prefix(prefix: np.ndarray, continuations: list[np.ndarray]) -> list[t
   each continuation in its own branch, positions continuing the prefix's; one segment."""
   return [(prefix, 0, 1, 0)] + [(tail, len(prefix), 1, branch)
                                 for branch, tail in enumerate(continuations, start=1)]
+
+
+def packed_rows(rng: np.random.Generator, rows: int, length: int, is_causal: bool):
+  """-> (segment_ids, branch_ids, positions) [rows, length] int32, filled as the packer does.
+
+  Causal: each segment a prefix of 0-12 tokens (the first segment's is empty) then 1-3 branches
+  of 1-10 tokens, their positions continuing the prefix's. Encoders: each segment one sequence.
+  Every row ends in padding; the last row is all padding.
+  """
+  segments, branches, positions = (np.zeros((rows, length), np.int32) for _ in range(3))
+  for row in range(rows - 1):
+    used, segment = 0, 0
+    while True:
+      prefix = 0 if (row, segment) == (0, 0) or not is_causal else int(rng.integers(0, 13))
+      lengths = rng.integers(1, 11, size=int(rng.integers(1, 4)) if is_causal else 1)
+      if used + prefix + lengths.sum() > length - 4:
+        break
+      segment += 1
+      segments[row, used:used + prefix] = segment
+      positions[row, used:used + prefix] = np.arange(prefix)
+      used += prefix
+      for branch, n in enumerate(lengths, start=1 if is_causal else 0):
+        segments[row, used:used + n] = segment
+        branches[row, used:used + n] = branch
+        positions[row, used:used + n] = prefix + np.arange(n)
+        used += n
+  return segments, branches, positions

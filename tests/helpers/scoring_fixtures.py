@@ -156,14 +156,17 @@ def _seed(seed: int):
 
 
 def make_llama(folder: pathlib.Path, head: str = "score", seed: int = 0, with_template=True,
-               num_labels: int = 1):
+               num_labels: int = 1, **shape):
   """A tiny random Llama (sequence classifier with `num_labels` outputs, or causal LM) and its
-  tokenizer in `folder`."""
+  tokenizer in `folder`; `shape` overrides the config's sizes (e.g. hidden_size=256 with
+  num_attention_heads=4 for cuDNN's head widths)."""
   from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
   tokenizer = train_chat_tokenizer(folder, with_template)
+  sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=512)
+  sizes.update(shape)
   config = LlamaConfig(
-      vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+      vocab_size=len(tokenizer), **sizes,
       pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
       eos_token_id=tokenizer.eos_token_id, num_labels=num_labels, initializer_range=0.2,
       tie_word_embeddings=False)

@@ -23,38 +23,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from socialrm_jax.models import attention  # noqa: E402
+from tests.helpers.packed_rows import packed_rows  # noqa: E402
 from tests.helpers.paths import REPO_ROOT  # noqa: E402
 
 TOLERANCE = 1e-5
 HEAD_DIM = 16
 SCALE = HEAD_DIM ** -0.5
-
-
-def packed_rows(rng: np.random.Generator, rows: int, length: int, is_causal: bool):
-  """-> (segment_ids, branch_ids, positions) [rows, length] int32, filled as the packer does.
-
-  Causal: each segment a prefix of 0-12 tokens (the first segment's is empty) then 1-3 branches
-  of 1-10 tokens, their positions continuing the prefix's. Encoders: each segment one sequence.
-  Every row ends in padding; the last row is all padding.
-  """
-  segments, branches, positions = (np.zeros((rows, length), np.int32) for _ in range(3))
-  for row in range(rows - 1):
-    used, segment = 0, 0
-    while True:
-      prefix = 0 if (row, segment) == (0, 0) or not is_causal else int(rng.integers(0, 13))
-      lengths = rng.integers(1, 11, size=int(rng.integers(1, 4)) if is_causal else 1)
-      if used + prefix + lengths.sum() > length - 4:
-        break
-      segment += 1
-      segments[row, used:used + prefix] = segment
-      positions[row, used:used + prefix] = np.arange(prefix)
-      used += prefix
-      for branch, n in enumerate(lengths, start=1 if is_causal else 0):
-        segments[row, used:used + n] = segment
-        branches[row, used:used + n] = branch
-        positions[row, used:used + n] = prefix + np.arange(n)
-        used += n
-  return segments, branches, positions
 
 
 def random_case(seed: int, *, rows: int, length: int, heads: int, kv_heads: int, is_causal: bool):

@@ -5,6 +5,8 @@ file checked against the Hub's LFS oid, a tampered one refused, the cache used o
 import hashlib
 import json
 import pathlib
+import subprocess
+import sys
 import urllib.parse
 
 import pytest
@@ -164,10 +166,72 @@ def test_offline_a_changed_cached_file_is_refused_and_an_absent_model_named(
   blob.write_bytes(bytes(data))
   with pytest.raises(InputError, match="model.safetensors: sha256 mismatch"):
     default_model.resolve_model_path(f"{REPO}@{COMMIT}")
-  with pytest.raises(InputError, match=f"{REPO}@main: not in the local Hub cache as checked"):
+  with pytest.raises(InputError, match=f"{REPO}@main: this revision is not in the local Hub "
+                     f"cache, and offline .*`hf download {REPO} --revision main`"):
     default_model.resolve_model_path(REPO)  # fetched by commit only: no branch was recorded
-  with pytest.raises(InputError, match="other-org/absent@main: not in the local Hub cache as checked"):
+  with pytest.raises(InputError, match="other-org/absent@main: not in the local Hub cache"):
     default_model.resolve_model_path("other-org/absent")
+
+
+# Resolves each Hub id given as an argument, one line each: the folder, or the refused id's line.
+RESOLVE_EACH = """
+import sys
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import hub
+for spec in sys.argv[1:]:
+  try:
+    print(hub.resolve(spec))
+  except InputError as error:
+    print("refused:", error)
+"""
+
+
+def _hub_process_env(home: pathlib.Path) -> dict[str, str]:
+  """A child Python's environment with no Hub setting but HF_HOME: huggingface_hub reads where
+  its cache is when imported, so only a process of its own starts from HF_HOME."""
+  env = fx.subprocess_env()
+  for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+               "HF_ENDPOINT", "HF_TOKEN"):
+    env.pop(name, None)
+  return {**env, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1"}
+
+
+def test_offline_a_hub_id_resolves_from_the_cache_hf_download_filled(tmp_path, model_files):
+  """The cluster's way: `hf download` on a connected machine fills the default cache (HF_HOME);
+  offline, with no cache folder named anywhere, the id resolves there, its weights held to the
+  sha256 the cache stored them under; an id or revision not in the cache is one line naming the
+  command that fills it."""
+  env = _hub_process_env(tmp_path / "hf_home")
+  with local_servers.serving(fake_hub(model_files)) as server:
+    filled = subprocess.run([sys.executable, "-m", "huggingface_hub.cli.hf", "download", REPO,
+                             "--revision", "main"], env={**env, "HF_ENDPOINT": server.url},
+                            capture_output=True, text=True, timeout=120)
+  assert filled.returncode == 0, filled.stderr[-2000:]
+  offline = {**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}  # none listens
+  done = subprocess.run([sys.executable, "-c", RESOLVE_EACH, REPO, f"{REPO}@{COMMIT}",
+                         "other-org/absent@v1", f"{REPO}@v2"], env=offline, cwd=fx.REPO_ROOT,
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]
+  lines = done.stdout.splitlines()
+  snapshot = tmp_path / "hf_home" / "hub" / "models--tiny-org--tiny-rm" / "snapshots" / COMMIT
+  assert lines[:2] == [str(snapshot), str(snapshot)]
+  assert hub.origin(lines[0]) == {"id": REPO, "commit": COMMIT}
+  assert lines[2] == ("refused: other-org/absent@v1: not in the local Hub cache, and offline "
+                      "(HF_HUB_OFFLINE); on a connected machine `hf download other-org/absent "
+                      "--revision v1` fills the cache (or run this command there once without "
+                      "HF_HUB_OFFLINE)")
+  assert lines[3].startswith(f"refused: {REPO}@v2: this revision is not in the local Hub cache")
+  assert f"`hf download {REPO} --revision v2`" in lines[3] and len(lines) == 4
+
+  # A weights file whose bytes are no longer the ones the cache named it by is refused.
+  blob = (snapshot / "model.safetensors").resolve()
+  data = bytearray(blob.read_bytes())
+  data[-1] ^= 0xFF
+  blob.write_bytes(bytes(data))
+  done = subprocess.run([sys.executable, "-c", RESOLVE_EACH, REPO], env=offline,
+                        cwd=fx.REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert done.stdout.startswith(f"refused: {REPO}@{COMMIT}: model.safetensors: sha256 mismatch")
+  assert f"expected {_sha(model_files['model.safetensors'])}" in done.stdout
 
 
 def test_what_is_a_hub_id(tmp_path):

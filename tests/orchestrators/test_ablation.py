@@ -214,3 +214,28 @@ def test_family_test_records_the_method_it_computed_with():
   test = ablation.family_test({"llama": x, "gemma2": y})
   assert test["method"] == "exact"
   assert test["p_value"] == float(stats.mannwhitneyu(x, y, method="exact").pvalue)
+
+
+def test_a_run_whose_training_diverges_is_recorded_as_failed_not_audited(tmp_path):
+  """At a learning rate of 1e12 unclipped, in full fine-tuning, the run's loss goes NaN: the trainer stops and exports
+  nothing, and the grid lists the run as failed, with the trainer's line, in grid.json and in its
+  table, and probes nothing of it."""
+  from tests.helpers.scoring_fixtures import make_llama  # pylint: disable=import-outside-toplevel
+  make_llama(tmp_path / "llama", head="lm", seed=0)
+  config = _config(**{"output_dir": str(tmp_path / "grid"), "data_dir": str(BUNDLED),
+                      "seeds": (0,), "sources.hh_rlhf.quantities": (8,),
+                      "train.learning_rate": 1e12, "train.max_grad_norm": 0.0,
+                      "train.max_length": 512, "train.lora_rank": 0})
+  with config.unlocked():
+    config.bases = {"llama": config_module().base(str(tmp_path / "llama"), "llama")}
+  result = orchestrator.run(config)
+  assert result["rows"] == []
+  [failed] = result["failed"]
+  assert (failed["run"], failed["quantity"], failed["seed"]) == ("hh_rlhf/llama/8/seed0", 8, 0)
+  assert failed["error"].startswith("step 2: the training diverged (loss nan")
+  run = tmp_path / "grid" / "runs" / "hh_rlhf" / "llama" / "8" / "seed0"
+  assert not (run / "train" / "model").exists() and not (run / "probe").exists()
+  assert json.loads((tmp_path / "grid" / orchestrator.GRID_FILE).read_text())["failed"] == [failed]
+  report = (tmp_path / "grid" / orchestrator.REPORT_FILE).read_text()
+  assert "1 run(s) FAILED and were not audited" in report
+  assert "| hh_rlhf | llama | llama | 8 | 0 | step 2: the training diverged" in report

@@ -22,16 +22,11 @@ from socialrm_jax.orchestrators.plan import (compiler, cost, hardware, projectio
                                                    shapes)
 from socialrm_jax.scoring import engine
 from tests.helpers import reward_head_fixtures as rh
+from tests.helpers.plan_fixtures import TINY_LLAMA
 from tests.helpers import scoring_fixtures as fx
 
 pytest.importorskip("libtpu", reason="the TPU compiler comes with libtpu (the test extra)")
 
-# A Llama reward model: D 256, 4 query heads and 2 key/value heads of 128, MLP 512, 2 layers.
-TINY_LLAMA = {
-    "architectures": ["LlamaForSequenceClassification"], "num_labels": 1, "hidden_size": 256,
-    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1024, "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0, "tie_word_embeddings": False}
 # Rows of 128 and 256 tokens (two buckets), 1024 token slots a batch.
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, dtype="bfloat16",
                                 mesh="data:2,model:2", compilation_cache="", chunk_size=4)

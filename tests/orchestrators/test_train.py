@@ -10,12 +10,24 @@ command for the resume after kill -9).
   base in transformers with each adapter's W x + (alpha / r) x A B added by a forward hook)
   within 1e-5.
 - A pad token that ends every templated conversation (pad == eos) is refused with one line.
+- One writer per run folder: a second training into a live one's folder is refused naming it; a
+  killed run's lock is taken over by the rerun.
+- A run whose loss goes NaN (learning rate 1e12, no clipping) stops at that step with one line
+  naming it and the last checkpoint, exits 3, exports no model/; its metrics are strict JSON. An
+  update that overflows the weights with a finite loss (learning rate 1e39) is caught on the
+  device before its checkpoint.
+- A larger --max_steps extends a finished run from its last checkpoint, the learning-rate
+  schedule recomputed for the new length; a changed learning rate or a shorter run is refused.
 """
 
+import dataclasses
 import json
+import math
 import pathlib
 import random
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +42,7 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
+from socialrm_jax.training import divergence
 from tests.helpers.model_fixtures import pad_rows
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
 
@@ -150,6 +163,8 @@ def test_resume_after_kill_ends_on_the_uninterrupted_weights(base, tmp_path):
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not (killed / train.MODEL_DIR).exists()  # killed before the end
+  # The killed run's lock file names it still; the rerun takes it over.
+  assert (killed / train.LOCK_FILE).read_text() == f"host {socket.gethostname()} pid {proc.pid}\n"
   again = subprocess.run(command(folder, data, killed), env=env, capture_output=True, text=True)
   assert again.returncode == 0, again.stderr[-2000:]
   resumed = [line for line in again.stdout.splitlines() if line.startswith("resuming from step")]
@@ -216,3 +231,105 @@ def test_a_checkpoint_exports_as_a_model(base, trained, tmp_path):
   assert not np.array_equal(first["score.weight"], final["score.weight"])
   with pytest.raises(InputError, match="no checkpoint at step 5 .* there are: 0, 2, 8, 16, 24"):
     train.export_checkpoint(run, 5, tmp_path / "none")
+
+
+def _strict_json_rows(path: pathlib.Path) -> list[dict]:
+  """Each line of a JSON-lines file, parsed refusing NaN and Infinity (not JSON)."""
+  def refuse(constant):
+    raise ValueError(f"not JSON: {constant}")
+  return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow  # a subprocess
+def test_a_second_training_into_a_live_runs_folder_is_refused_and_a_diverged_run_exits_3(
+    base, tmp_path):
+  """The first run (the command) takes the folder; a second, started while it lives, is refused
+  at once naming it. The first, at a learning rate of 1e12 unclipped, diverges at step 2: one line
+  naming the step and checkpoint 1, exit code 3, no model/, and metrics that are strict JSON."""
+  folder, data = base
+  out = tmp_path / "run"
+  first = subprocess.Popen(
+      command(folder, data, out) + ["--max_steps=8", "--learning_rate=1e12", "--max_grad_norm=0",
+                                    "--checkpoint_every=1", "--log_every=1"],
+      env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  lock = out / train.LOCK_FILE
+  holder = f"host {socket.gethostname()} pid {first.pid}"
+  deadline = time.monotonic() + 120
+  while not (lock.exists() and lock.read_text().strip() == holder):
+    assert first.poll() is None and time.monotonic() < deadline
+    time.sleep(0.02)
+  with pytest.raises(InputError) as refused:  # seeds differ: only the lock can refuse it this soon
+    train.run(settings(folder, data, out, seed=7))
+  assert str(refused.value) == (f"{out}: another training run ({holder}) is writing into this "
+                                "folder; wait for it or use another --output_dir")
+  stdout, stderr = first.communicate(timeout=300)
+  assert first.returncode == 3, stderr[-3000:]
+  lines = [line for line in stderr.splitlines() if line.strip()]
+  assert lines[-1] == (
+      "socialrm-train: error: step 2: the training diverged (loss nan, grad_norm nan); stopped "
+      "before saving or exporting it, nothing exported. The last checkpoint, every step before "
+      f"it finite: {out / 'checkpoints' / '1'}. A lower --learning_rate or --max_grad_norm "
+      "clipping may keep it finite"), stderr[-3000:]
+  assert "Traceback" not in stderr and "Model:" not in stdout
+  assert not (out / train.MODEL_DIR).exists()
+  assert sorted(int(p.name) for p in (out / "checkpoints").iterdir()) == [1]
+  rows = _strict_json_rows(out / train.METRICS_FILE)
+  assert [r["step"] for r in rows] == [1, 2]
+  assert all(math.isfinite(v) for k, v in rows[0].items() if isinstance(v, float))
+  assert rows[1]["loss"] is None and rows[1]["grad_norm"] is None
+  assert {"loss", "grad_norm"} <= set(rows[1]["non_finite"])
+  assert all(rows[1][k] is None for k in rows[1]["non_finite"])
+
+
+def test_a_larger_max_steps_extends_a_finished_run_and_other_changes_are_refused(
+    base, trained, tmp_path, capsys):
+  """The module's 24-step run (linear decay to 0 at 24) extended to 32 steps: it resumes from
+  checkpoint 24, says so, and the learning rate follows the linear schedule recomputed for 32
+  steps from step 24 on (transformers' Trainer's behaviour); it ends at step 32, exported."""
+  folder, data = base
+  run_dir = tmp_path / "run"
+  shutil.copytree(trained, run_dir)
+  longer = settings(folder, data, run_dir, eval_every=8, checkpoint_steps=(0, 2), max_steps=32)
+  with pytest.raises(InputError, match=r"other settings \(--learning_rate\); use a new"):
+    train.run(dataclasses.replace(longer, learning_rate=2e-3))
+  with pytest.raises(InputError, match=r"give 16 steps, but .* holds a run of 24 steps "
+                     r"\(checkpoint at step 24\): a run is extended, never shortened"):
+    train.run(dataclasses.replace(longer, max_steps=16))
+  capsys.readouterr()
+  train.run(longer)
+  said = capsys.readouterr().out
+  peak = longer.learning_rate
+  assert ("extending the run from 24 to 32 steps: resuming from step 24; the learning rate follows "
+          "the linear schedule recomputed for 32 steps, from step 24 on (learning rate "
+          f"{peak * (1 - 24 / 32):.4g} there)") in said
+  rows = [json.loads(line) for line in (run_dir / train.METRICS_FILE).read_text().splitlines()]
+  logged = {r["step"]: r for r in rows if "loss" in r}
+  assert sorted(logged) == [4, 8, 12, 16, 20, 24, 28, 32]
+  assert logged[24]["learning_rate"] == pytest.approx(peak * (1 - 23 / 24), rel=1e-6)
+  assert logged[28]["learning_rate"] == pytest.approx(peak * (1 - 27 / 32), rel=1e-6)
+  assert logged[32]["learning_rate"] == pytest.approx(peak * (1 - 31 / 32), rel=1e-6)
+  manifest = json.loads((run_dir / train.MANIFEST_FILE).read_text())
+  assert manifest["total_steps"] == 32 and manifest["settings"]["max_steps"] == 32
+  assert 32 in [int(p.name) for p in (run_dir / "checkpoints").iterdir()]
+  assert [r["step"] for r in rows if "eval_accuracy" in r] == [8, 16, 24, 32]
+  extended = load_file(str(run_dir / train.MODEL_DIR / "model.safetensors"))
+  before = load_file(str(trained / train.MODEL_DIR / "model.safetensors"))
+  assert not np.array_equal(extended["score.weight"], before["score.weight"])
+
+
+def test_an_update_that_overflows_the_weights_is_caught_before_its_checkpoint(base, tmp_path):
+  """A learning rate beyond float32 (1e39 is inf there): the first step's loss and gradient
+  norm, computed before its update, are finite, but the update makes the weights NaN; the check
+  on the device before the step's checkpoint stops the run, nothing saved or exported."""
+  folder, data = base
+  out = tmp_path / "run"
+  with pytest.raises(divergence.TrainingDivergedError) as stopped:
+    train.run(settings(folder, data, out, max_steps=1, learning_rate=1e39, max_grad_norm=0.0,
+                       eval_fraction=0.0))
+  assert str(stopped.value).startswith(
+      "step 1: the trained parameters or the optimizer state are not finite (an update "
+      "overflowed); stopped before saving or exporting them, nothing exported. No checkpoint "
+      "was saved before it.")
+  assert not (out / "checkpoints" / "1").exists() and not (out / train.MODEL_DIR).exists()
+  rows = _strict_json_rows(out / train.METRICS_FILE)
+  assert [r["step"] for r in rows] == [1] and math.isfinite(rows[0]["loss"])

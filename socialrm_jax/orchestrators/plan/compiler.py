@@ -1,14 +1,18 @@
-"""The engine's own scoring step, compiled for a TPU topology with abstract parameters.
+"""The engine's own scoring step, compiled for a TPU slice or GPUs with abstract parameters.
 
 Everything a run would build is built the engine's way, only abstract: the mesh over the devices
 one data-parallel group spans (`mesh.group_devices`), the attention kernel `resolve_attention`
 picks for them, the model from `reward_model.abstract_module` with each parameter a
 `jax.ShapeDtypeStruct` carrying the sharding `weights.load_params` would give it
 (`weights.abstract_params`), the step (`step.ScoringStep`) and the batch shapes
-(`engine.make_batcher`). Each shape is then compiled (`jit(...).lower(...).compile()`, as a run
-compiles it) and read: the custom calls in the program (splash is `tpu_custom_call`, a Mosaic
-kernel), the HBM a chip needs (`memory_analysis`: arguments + temporaries + outputs), XLA's FLOP
-count, and the analytic cost and roofline estimate of `cost.py`.
+(`engine.make_batcher`). Each shape is then traced and compiled (`ScoringStep.trace`, then
+`.lower().compile()`, as a run compiles it) and read (`programs.read`): the attention kernel in
+the program (cuDNN's `__cudnn$fmha...` custom call on a GPU, splash's `tpu_custom_call` Mosaic
+kernel on a TPU, or XLA's own), the collectives, host transfers, the memory a device needs
+(`memory_analysis`: arguments + temporaries + outputs), XLA's FLOP count where it gives one, and
+the analytic cost and roofline estimate of `cost.py`. What a step must not do (compile without
+the attention kernel it asked for, move data to the host, compile more programs than it has
+shapes, carry weights in another dtype than it computes in) is a failure the plan lists.
 """
 
 from __future__ import annotations
@@ -25,12 +29,11 @@ import jax.numpy as jnp
 
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
-from socialrm_jax.orchestrators.plan import cost, hardware
+from socialrm_jax.orchestrators.plan import cost, hardware, programs
 from socialrm_jax.scoring import engine, packing, proxies
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
 
-_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 # How XLA's TPU compiler says a program does not fit: "... the total memory required for HLO
 # temporaries (129.90G) exceeds available HBM (15.75G)", or "Used 21.5G of 15.75G hbm".
 _TEMPORARIES = re.compile(r"required for HLO temporaries \(([0-9.]+)([KMGT])\)")
@@ -88,20 +91,6 @@ def shapes(setup: Setup) -> list[tuple[int, int, int]]:
   return [setup.batcher.shape(bucket) for bucket in setup.batcher.buckets]
 
 
-def _memory_bytes(compiled) -> int:
-  stats = compiled.memory_analysis()
-  return int(stats.argument_size_in_bytes + stats.temp_size_in_bytes
-             + stats.output_size_in_bytes - stats.alias_size_in_bytes)
-
-
-def _xla_flops(compiled) -> float | None:
-  analysis = compiled.cost_analysis()
-  if isinstance(analysis, (list, tuple)):
-    analysis = analysis[0] if analysis else {}
-  flops = (analysis or {}).get("flops")
-  return None if flops is None else float(flops)
-
-
 def _bytes_from_error(message: str, parameter_bytes: int) -> int | None:
   """The HBM a program needs per chip, from the compiler's out-of-memory message (its figure for
   "HLO temporaries" holds the arguments too: 129.90 GiB for a 139.0 GB parameter shard), and at
@@ -115,49 +104,210 @@ def _bytes_from_error(message: str, parameter_bytes: int) -> int | None:
   return None
 
 
-def parameter_bytes_per_chip(step: step_lib.ScoringStep) -> int:
-  """Bytes of the parameters one chip holds (the largest shard of each), from their abstract
-  shapes and shardings."""
+def bytes_per_device(tree) -> int:
+  """Bytes one device holds of a tree of (abstract) arrays: the largest shard of each, from
+  their shapes and shardings."""
   total = 0
-  for leaf in jax.tree.leaves(step.state):
+  for leaf in jax.tree.leaves(tree):
     shard = leaf.sharding.shard_shape(leaf.shape)
     total += math.prod(shard) * jnp.dtype(leaf.dtype).itemsize
   return int(total)
 
 
+def parameter_bytes_per_chip(step: step_lib.ScoringStep) -> int:
+  """Bytes of the parameters one chip holds (the largest shard of each)."""
+  return bytes_per_device(step.state)
+
+
+def path_name(path) -> str:
+  """A tree path as the parameter's name: "layers/attn/q_proj/kernel"."""
+  return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def off_dtype_parameters(tree, dtype, limit: int = 3) -> list[str]:
+  """Floating-point parameters of `tree` ({path: array} or nested) not in the compute `dtype`:
+  weights a step would copy to its dtype on every call. The first `limit` paths, and a count."""
+  found = [path_name(path) for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+           if jnp.issubdtype(leaf.dtype, jnp.floating)
+           and jnp.dtype(leaf.dtype) != jnp.dtype(dtype)]
+  return found[:limit] + ([f"... {len(found)} in all"] if len(found) > limit else [])
+
+
+def program_failures(read: dict, attention: str, host_calls: list[str]) -> list[str]:
+  """What a step must not hold: it asked for cuDNN attention and compiled without it (splash is
+  left out: on rows no splash block divides, the model runs XLA's attention by design), or it
+  moves data to the host while it runs. `read`: the compiled program's (empty: not compiled)."""
+  failures = []
+  if read and attention == "cudnn" and read["attention_kernel"] != "cudnn":
+    failures.append(f"asked for cudnn attention, but the compiled program holds "
+                    f"{read['attention_kernel']} attention")
+  transfers = host_calls + read.get("host_transfers", [])
+  if transfers:
+    failures.append(f"host transfer inside the step: {', '.join(transfers)}")
+  return failures
+
+
+def _is_out_of_memory(message: str) -> bool:
+  return "hbm" in message.lower() or "memory" in message.lower()
+
+
+def _reason(message: str) -> str:
+  """The line of a compiler error that says why: the last `...Error: ...` line of a traceback
+  it carries (a custom partitioner's), else its first line."""
+  lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+  errors = [line for line in lines if re.match(r"^\w*(Error|Exception): ", line)]
+  return (errors[-1] if errors else lines[0] if lines else "no message")[:300]
+
+
+def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention: str,
+                   compile_program=None) -> tuple[jax.stages.Compiled | None, dict[str, Any]]:
+  """A traced step compiled (by `compile_program(traced)` where given, else `traced.lower()
+  .compile()` under the mesh) and read (`programs.read`), with its failures; a step holding a
+  callback into Python is not compiled (it cannot be for a device this host lacks), and is one."""
+  host_calls = programs.host_calls(traced)
+  if host_calls:
+    return None, {"compiled": False, "custom_calls": [], "attention_kernel": None,
+                  "collectives": {}, "host_transfers": host_calls, "memory": None, "flops": None,
+                  "failures": program_failures({}, attention, host_calls)}
+  try:
+    if compile_program is None:
+      with jax.set_mesh(mesh):
+        compiled = traced.lower().compile()
+    else:
+      compiled = compile_program(traced)
+  except jax.errors.JaxRuntimeError as error:
+    if _is_out_of_memory(str(error)):
+      raise  # a TPU compiler's refusal: `compile_shape` reads the bytes it asked for
+    return None, {"compiled": False, "custom_calls": [], "attention_kernel": None,
+                  "collectives": {}, "host_transfers": [], "memory": None, "flops": None,
+                  "failures": [f"XLA cannot compile the step: {_reason(str(error))}"]}
+  read = programs.read(compiled, mesh)
+  read.update(compiled=True, failures=program_failures(read, attention, []))
+  return compiled, read
+
+
+def trace_step(trace, *args, attention: str):
+  """`trace(*args)`; where JAX's cuDNN attention refuses the step while it is traced, one line
+  saying why a compile-only plan cannot go on (JAX's checks read this host's default device, a
+  CPU, where a GPU would answer for itself: head dims above 128 are refused, though Hopper GPUs
+  take up to 256)."""
+  try:
+    return trace(*args)
+  except NotImplementedError as error:
+    if attention != "cudnn":
+      raise
+    raise InputError(f"--attention=cudnn: JAX's cuDNN attention refused the step on this host "
+                     f"({str(error).strip().splitlines()[0]}); its checks read the compute "
+                     "capability of this host's default device, not the target's, so a plan "
+                     "cannot compile it: plan with --attention=xla") from None
+
+
 def compile_shape(setup: Setup, shape: tuple[int, int, int]) -> dict:
   """One batch shape compiled and read (see the module doc); a program the compiler refuses
   for lack of HBM is `compiled: false` with the bytes it asked for, when the compiler says."""
-  chip = setup.topology.chip
+  chip, capacity = setup.topology.chip, setup.topology.usable_bytes
   analytic = cost.analytic_flops(setup.counts, shape, setup.attention, setup.step.is_causal)
   entry: dict[str, Any] = {"shape": list(shape)}
   start = time.perf_counter()
+  traced = trace_step(setup.step.trace, shape, attention=setup.attention)
   try:
-    compiled = setup.step.compile(shape)
+    compiled, read = compile_traced(traced, setup.mesh, setup.attention,
+                                    lambda t: setup.step.compile(shape, t))
   except Exception as error:  # pylint: disable=broad-except  # XLA's refusal is the answer
     message = str(error)
-    if "hbm" not in message.lower() and "memory" not in message.lower():
+    if not _is_out_of_memory(message):
       raise
     needed = _bytes_from_error(message, parameter_bytes_per_chip(setup.step))
     entry.update(compiled=False, compile_seconds=round(time.perf_counter() - start, 2),
                  error=message.strip().splitlines()[0][:300], custom_calls=[],
-                 hbm_bytes_per_chip=needed, hbm_capacity_bytes=chip.hbm_bytes, fits=False,
+                 attention_kernel=None, collectives={}, host_transfers=[], memory=None,
+                 hbm_bytes_per_chip=needed, hbm_capacity_bytes=capacity, fits=False,
                  flops=None, analytic_flops=analytic, bytes_moved_per_chip=None,
+                 estimated_seconds=None, failures=[])
+    return entry
+  entry.update(read, compile_seconds=round(time.perf_counter() - start, 2),
+               hbm_capacity_bytes=capacity, analytic_flops=analytic)
+  if compiled is None:  # not compilable for the target: a failure, no figures
+    entry.update(hbm_bytes_per_chip=None, fits=False, bytes_moved_per_chip=None,
                  estimated_seconds=None)
     return entry
-  memory = compiled.memory_analysis()
-  hbm = _memory_bytes(compiled)
-  moved = cost.bytes_moved(int(memory.argument_size_in_bytes), setup.counts, shape,
+  used = read["memory"]["total"]
+  moved = cost.bytes_moved(read["memory"]["arguments"], setup.counts, shape,
                            setup.mesh.shape["data"], jnp.dtype(setup.dtype).itemsize)
   entry.update(
-      compiled=True, compile_seconds=round(time.perf_counter() - start, 2),
-      custom_calls=sorted(set(_CUSTOM_CALL.findall(compiled.as_text()))),
-      hbm_bytes_per_chip=hbm, hbm_capacity_bytes=chip.hbm_bytes, fits=hbm <= chip.hbm_bytes,
-      flops=_xla_flops(compiled), analytic_flops=analytic, bytes_moved_per_chip=moved,
+      hbm_bytes_per_chip=used, fits=used <= capacity, bytes_moved_per_chip=moved,
       estimated_seconds=cost.roofline_seconds(analytic / setup.mesh.devices.size, moved,
                                               chip.bf16_flops_per_second,
                                               chip.hbm_bytes_per_second))
   return entry
+
+
+def compile_all(setup: Setup) -> tuple[list[dict], dict[str, Any]]:
+  """Every batch shape of `setup` compiled (`compile_shape`), and the step's own checks: the
+  backend compilations made (one a shape, or the plan says which more), and parameters not in
+  the compute dtype (weights copied to it in every step)."""
+  with programs.CompileCounter() as counter:
+    batches = [compile_shape(setup, shape) for shape in shapes(setup)]
+  checks = {"shapes": len(batches), "compilations": counter.count,
+            "step_compilations": setup.step.compilations,
+            "off_dtype_parameters": off_dtype_parameters(setup.step.state, setup.dtype)}
+  failures = []
+  if max(counter.count, setup.step.compilations) > len(batches):
+    failures.append(f"{counter.count} programs compiled for {len(batches)} batch shapes: the "
+                    "step compiles more than once a shape")
+  if checks["off_dtype_parameters"]:
+    failures.append(f"parameters not in {jnp.dtype(setup.dtype).name}, copied to it in every "
+                    f"step: {', '.join(checks['off_dtype_parameters'])}")
+  checks["failures"] = failures
+  return batches, checks
+
+
+def largest_fitting_tokens_per_batch(topology: hardware.Topology, hf_config: dict, source: str,
+                                     options: engine.ScoringOptions,
+                                     fits: bool, tensors: weights.TensorSource | None = None
+                                     ) -> dict[str, Any]:
+  """The largest `--tokens_per_batch` of the form `options.tokens_per_batch` x 2^k whose every
+  batch shape fits, each candidate compiled: up to the largest batch the engine makes
+  (`ScoringOptions.batch_tokens`: `--chunk_size` rows of `--max_length`), down to one row of
+  the longest bucket per data-parallel device. {"tokens_per_batch" (None when none fits),
+  "hbm_bytes_per_chip" of its largest shape, "limit": it is the engine's largest, which fits}.
+  `fits`: whether `options.tokens_per_batch` itself fits."""
+  platform = topology.devices[0].platform
+
+  def worst_if_fitting(tokens: int) -> int | None:
+    setup = build(topology, hf_config, source,
+                  dataclasses.replace(options, tokens_per_batch=tokens), tensors)
+    worst = 0
+    for shape in reversed(shapes(setup)):  # longest rows first: the likeliest not to fit
+      entry = compile_shape(setup, shape)
+      if not entry["fits"]:
+        return None
+      worst = max(worst, entry["hbm_bytes_per_chip"])
+    return worst
+
+  base = options.tokens_per_batch
+  if fits:
+    largest = dataclasses.replace(options, tokens_per_batch=2**62).batch_tokens(platform)
+    best = {"tokens_per_batch": base, "hbm_bytes_per_chip": None, "limit": base >= largest}
+    tokens = base
+    while tokens < largest:
+      tokens *= 2
+      worst = worst_if_fitting(tokens)
+      if worst is None:
+        break
+      best = {"tokens_per_batch": tokens, "hbm_bytes_per_chip": worst, "limit": tokens >= largest}
+    return best
+  # The smallest batch: one row of the longest bucket for each device of the data axis.
+  data = int(mesh_lib.parse_mesh_spec(options.mesh, len(mesh_lib.group_devices(
+      options.mesh, topology.devices, process_index=0)))["data"])
+  smallest = options.max_length * data
+  tokens = base // 2
+  while tokens >= smallest:
+    worst = worst_if_fitting(tokens)
+    if worst is not None:
+      return {"tokens_per_batch": tokens, "hbm_bytes_per_chip": worst, "limit": False}
+    tokens //= 2
+  return {"tokens_per_batch": None, "hbm_bytes_per_chip": None, "limit": False}
 
 
 def model_axis_choices(topology: hardware.Topology) -> list[int]:

@@ -1,0 +1,201 @@
+"""`socialrm-train`'s step compiled for a target with abstract parameters, as `compiler` does the
+scorer's: the same `training.train_step.TrainStep` (its "accumulate" program once for each block
+shape a run packs, its "update" program once), the same optimizer (`training.optimizer`), the
+trained and frozen parameters as `trainable.split_trainable` and `init_lora` make them (float32
+trained copies, LoRA's A and B), every one a `jax.ShapeDtypeStruct` with the sharding the loader
+gives it, and the block shapes of `orchestrators.train.pair_packing` on the target's platform.
+
+A block shape's memory is its accumulate program's (parameters, gradients, the block, the
+activations its backward pass keeps) plus the optimizer state, which stays on the device while
+it runs; the update program's is its own plus the frozen parameters. The larger is the step's.
+Each program gets its arguments sharded as the run's would come (the optimizer state and the zero
+gradients as their own programs make them, the summed gradients as the accumulate program
+returns them); gradients that come back sharded otherwise than they went in would compile a
+second accumulate program in every step, and are a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from socialrm_jax.base.errors import InputError
+from socialrm_jax.models import reward_model, weights
+from socialrm_jax.orchestrators import train
+from socialrm_jax.orchestrators.plan import compiler, programs
+from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.training import optimizer, pair_batches, trainable
+from socialrm_jax.training import train_step as train_step_lib
+
+MODES = ("full", "lora")
+# The settings of socialrm-train a plan takes as its own flags; the rest (max_length, dtype, mesh,
+# attention) are the plan's scoring flags of the same names.
+PLANNED_TRAINING = ("row_length", "lora_rank", "lora_alpha", "lora_targets")
+# A plan's LoRA rank unless --lora_rank says (socialrm-train's own default, 0, trains in full).
+PLAN_LORA_RANK = 16
+
+
+def abstract_train_model(setup: compiler.Setup, hf_config: dict,
+                         source: str) -> trainable.TrainModel:
+  """The base `trainable.load_base` would give for `hf_config`, abstract, on the plan's mesh: a
+  one-output score head (a causal LM gets a new one, as the loader gives it, unsplit)."""
+  config, family = setup.config, setup.family
+  if getattr(config, "reward_head", None) is not None or (
+      config.head == "score" and config.num_labels != 1) or config.head not in ("score", "lm"):
+    raise InputError("--train: socialrm-train trains decoders with a one-output score head (or a "
+                     f"causal LM, which gets one); {config.architecture} has another head")
+  if not family.IS_CAUSAL:
+    raise InputError(f"--train: {config.architecture} is not a decoder; only decoders train")
+  new_head = config.head == "lm"
+  if new_head:
+    config = dataclasses.replace(
+        config, head="score", num_labels=1,
+        architecture=trainable.sequence_classifier(config.architecture, family))
+  module = reward_model.abstract_module(family, config, setup.dtype, setup.attention)
+  weights.abstract_params(module, family.weight_sources(config), setup.mesh)
+  params = {p: v.get_value() for p, v in weights.param_paths(module).items()}
+  if new_head:  # placed as load_base places the head it draws
+    shape = params[trainable.SCORE_KERNEL].shape
+    params[trainable.SCORE_KERNEL] = jax.ShapeDtypeStruct(
+        shape, params[trainable.SCORE_KERNEL].dtype,
+        sharding=weights.param_sharding(tuple(shape), None, setup.mesh))
+  graphdef, _, rest = nnx.split(module, nnx.Param, ...)
+  return trainable.TrainModel(family, config, graphdef, params, rest, module, source, hf_config,
+                              setup.attention)
+
+
+def _as(leaf, dtype, sharding=None) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding or leaf.sharding)
+
+
+def _with_paths(a, b):
+  """(path, leaf of a, leaf of b) of two trees of one structure."""
+  return [(path, x, y) for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a),
+                                              jax.tree.leaves(b))]
+
+
+def trained_and_frozen(model: trainable.TrainModel, settings: train.Settings, mesh):
+  """(trained, frozen) as `orchestrators.train` makes them, abstract: the trained parameters in
+  float32 (`trainable.split_trainable`), LoRA's A and B where it trains (`init_lora`'s shapes,
+  on every device as the run's host-made arrays are)."""
+  lora = settings.lora_rank > 0
+  trained = {p: _as(v, jnp.float32) for p, v in model.params.items()
+             if trainable.is_trained(p, lora)}
+  frozen = {p: v for p, v in model.params.items() if not trainable.is_trained(p, lora)}
+  if lora:
+    targets = trainable.lora_targets(model, settings.lora_targets)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    shapes = jax.eval_shape(lambda: trainable.init_lora(model, targets, settings.lora_rank, 0))
+    trained.update({p: _as(v, v.dtype, replicated) for p, v in shapes.items()})
+  return trained, frozen
+
+
+def block_shapes(settings: train.Settings, platform: str, data_size: int) -> list[tuple[int, int]]:
+  """(rows, row length) of the largest block of each row length a run packs
+  (`train.pair_packing`): pairs go to rows of `row_length`, or of a longer bucket."""
+  packing_args = train.pair_packing(settings, platform, data_size)
+  rows = packing_args["rows_per_block"]
+  return [(rows, length) for length in packing_args["buckets"]
+          if length >= packing_args["row_length"]]
+
+
+def abstract_block(rows: int, length: int, mesh) -> dict[str, jax.ShapeDtypeStruct]:
+  """A block's arrays (`pair_batches.PairBlock`) as the step receives them: rows over `data`."""
+  sharding = mesh_lib.batch_sharding(mesh)
+  return {name: jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=sharding)
+          for name, array in pair_batches.empty_block(rows, length).arrays().items()}
+
+
+def settings_for(options, training: train.Settings, mode: str) -> train.Settings:
+  """socialrm-train's settings of a plan: its max_length, dtype, mesh and attention, and the
+  training flags (`mode` "full" trains every parameter, "lora" adapters of --lora_rank)."""
+  if mode == "lora" and training.lora_rank < 1:
+    raise InputError(f"--train=lora needs --lora_rank of 1 or more, got {training.lora_rank}")
+  settings = dataclasses.replace(training, max_length=options.max_length, dtype=options.dtype,
+                                 mesh=options.mesh, attention=options.attention,
+                                 lora_rank=training.lora_rank if mode == "lora" else 0)
+  train.check(dataclasses.replace(settings, model="plan", data=("plan",), output_dir="plan"))
+  return settings
+
+
+def command_flags(settings: train.Settings) -> str:
+  """The socialrm-train flags that make the planned step."""
+  flags = [f"--dtype={settings.dtype}", f"--max_length={settings.max_length}",
+           f"--row_length={settings.row_length}", f"--attention={settings.attention}"]
+  if settings.mesh:
+    flags.append(f"--mesh={settings.mesh}")
+  if settings.lora_rank:
+    flags += [f"--lora_rank={settings.lora_rank}", f"--lora_alpha={settings.lora_alpha:g}",
+              f"--lora_targets={','.join(settings.lora_targets)}"]
+  return " ".join(flags)
+
+
+def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
+                     settings: train.Settings) -> dict[str, Any]:
+  """socialrm-train's step with `settings` compiled for the plan's target: per block shape its
+  memory, kernel, collectives and failures (see the module doc), and the update program's."""
+  mesh, capacity = setup.mesh, setup.topology.usable_bytes
+  lora = settings.lora_rank > 0
+  tx, _ = optimizer.make_optimizer(
+      learning_rate=settings.learning_rate, total_steps=1000, warmup_steps=settings.warmup_steps,
+      schedule=settings.lr_schedule, weight_decay=settings.weight_decay,
+      max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,
+      adam_beta2=settings.adam_beta2, adam_epsilon=settings.adam_epsilon,
+      accumulation_steps=settings.gradient_accumulation_steps)
+  step = train_step_lib.TrainStep(
+      model, tx, mesh, dtype=setup.dtype,
+      lora_scale=settings.lora_alpha / settings.lora_rank if lora else 1.0,
+      center_rewards_coefficient=settings.center_rewards_coefficient)
+  trained, frozen = trained_and_frozen(model, settings, mesh)
+  opt_state, zeros = step.abstract_opt_state(trained), step.abstract_grads(trained)
+  resident = {"trained": compiler.bytes_per_device(trained),
+              "frozen": compiler.bytes_per_device(frozen),
+              "optimizer_state": compiler.bytes_per_device(opt_state)}
+  blocks, update, summed = [], None, None
+  shapes = block_shapes(settings, mesh.devices.flat[0].platform, mesh.shape["data"])
+  with programs.CompileCounter() as counter:
+    for rows, length in shapes:
+      start = time.perf_counter()
+      traced = compiler.trace_step(step.trace_accumulate, zeros, trained, frozen,
+                                   abstract_block(rows, length, mesh), attention=setup.attention)
+      compiled, entry = compiler.compile_traced(traced, mesh, setup.attention)
+      if compiled is not None:
+        summed = train_step_lib.abstract_outputs(compiled)[0]
+        moved = [compiler.path_name(path) for path, z, g in _with_paths(zeros, summed)
+                 if not z.sharding.is_equivalent_to(g.sharding, len(z.shape))]
+        if moved:  # the next block of a step gets them so: a second program of this shape
+          entry["failures"].append(
+              f"the summed gradients come back sharded otherwise than they went in "
+              f"({', '.join(moved[:3])}{' ...' if len(moved) > 3 else ''}): every block after "
+              "a step's first compiles a second program")
+      used = None if entry["memory"] is None else (entry["memory"]["total"]
+                                                   + resident["optimizer_state"])
+      entry.update(shape=[rows, length], tokens=rows * length, device_bytes=used,
+                   capacity_bytes=capacity, fits=used is not None and used <= capacity,
+                   compile_seconds=round(time.perf_counter() - start, 2))
+      blocks.append(entry)
+    if summed is not None:
+      # The update computes no attention: none is asked of it.
+      _, update = compiler.compile_traced(step.trace_update(trained, opt_state, summed), mesh,
+                                          "xla")
+      if update["memory"] is not None:
+        update["device_bytes"] = update["memory"]["total"] + resident["frozen"]
+  failures = []
+  if counter.count > len(shapes) + 1:  # accumulate a block shape, and the update once
+    failures.append(f"{counter.count} programs compiled for {len(shapes)} block shapes and the "
+                    "update")
+  off_dtype = compiler.off_dtype_parameters(frozen, setup.dtype)
+  if off_dtype:
+    failures.append(f"frozen parameters not in {jnp.dtype(setup.dtype).name}, copied to it in "
+                    f"every step: {', '.join(off_dtype)}")
+  peak = max([b["device_bytes"] or 0 for b in blocks]
+             + [(update or {}).get("device_bytes") or 0])
+  return {"mode": "lora" if lora else "full", "flags": command_flags(settings),
+          "resident_bytes": resident, "blocks": blocks, "update": update,
+          "fits": all(b["fits"] for b in blocks) and peak <= capacity,
+          "compilations": counter.count, "failures": failures}
