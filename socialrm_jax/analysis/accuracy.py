@@ -49,17 +49,23 @@ def item_columns(scored: Scored, index: np.ndarray) -> dict[str, np.ndarray]:
   gold_ties = per_item(records.GOLD, (outcome == 0.5).astype(np.float64))
   # min over an item's pairs, from counts: 0 if any is lost, else 1/2 if any is tied, else 1.
   has_gold = (gold_pairs > 0).astype(np.float64)
+  matched_pairs = per_item(records.GOLD, ones, matched)
+  directional_pairs = per_item(records.DIRECTIONAL, ones)
+  control_pairs = per_item(records.CONTROL, ones)
   return {
       "gold_wins": per_item(records.GOLD, outcome),
       "gold_pairs": gold_pairs,
       "gold_items": has_gold,
       "group_won": has_gold * (gold_losses == 0) * np.where(gold_ties > 0, 0.5, 1.0),
       "matched_wins": per_item(records.GOLD, outcome, matched),
-      "matched_pairs": per_item(records.GOLD, ones, matched),
+      "matched_pairs": matched_pairs,
+      "matched_items": (matched_pairs > 0).astype(np.float64),
       "stereotype_wins": per_item(records.DIRECTIONAL, 1.0 - outcome),
-      "directional_pairs": per_item(records.DIRECTIONAL, ones),
+      "directional_pairs": directional_pairs,
+      "directional_items": (directional_pairs > 0).astype(np.float64),
       "control_wins": per_item(records.CONTROL, outcome),
-      "control_pairs": per_item(records.CONTROL, ones),
+      "control_pairs": control_pairs,
+      "control_items": (control_pairs > 0).astype(np.float64),
   }
 
 
@@ -68,12 +74,13 @@ def gold_accuracy(total: Callable[[str], np.ndarray]) -> dict[str, Any]:
   resampled sums of a per-item column over some strata. # [1 + B]"""
   node: dict[str, Any] = {}
   estimates.put(node, "accuracy", estimates.ratio(total("gold_wins"), total("gold_pairs")),
-                NO_GOLD, ci_name="ci95")
+                NO_GOLD, total("gold_items")[0], ci_name="ci95")
   node["n_gold_pairs"] = int(total("gold_pairs")[0])
   node["n_gold_items"] = int(total("gold_items")[0])
   if node["n_gold_pairs"]:
     estimates.put(node, LENGTH_MATCHED,
-                  estimates.ratio(total("matched_wins"), total("matched_pairs")), NO_MATCHED)
+                  estimates.ratio(total("matched_wins"), total("matched_pairs")), NO_MATCHED,
+                  total("matched_items")[0])
     node["n_length_matched_pairs"] = int(total("matched_pairs")[0])
   return node
 
@@ -85,7 +92,7 @@ def summarise(sums: StratifiedSums, where=None) -> dict[str, Any]:
   if sums.total("control_pairs", where)[0] > 0:
     estimates.put(node, "control_accuracy", estimates.ratio(
         sums.total("control_wins", where), sums.total("control_pairs", where)),
-        "no control pairs here")
+        "no control pairs here", sums.total("control_items", where)[0])
   if sums.total("directional_pairs", where)[0] > 0:
     node["n_directional_pairs"] = int(sums.total("directional_pairs", where)[0])
   return node
@@ -112,5 +119,8 @@ def domain_summary(per_dataset: dict[str, StratifiedSums]) -> dict[str, Any]:
         sums.total(column, in_domain) for sums in per_dataset.values()))
     node["datasets"] = [d for d, sums in per_dataset.items()
                         if any(s.domain == domain for s in sums.strata)]
+    # Each dataset's items with gold pairs here (the report scales the mde to the full data).
+    node["items_by_dataset"] = {d: int(per_dataset[d].total("gold_items", in_domain)[0])
+                                for d in node["datasets"]}
     domains[domain] = node
   return domains

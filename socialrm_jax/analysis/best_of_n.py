@@ -165,7 +165,7 @@ def summary(sums: StratifiedSums) -> dict[str, Any]:
     return {}
   node: dict[str, Any] = {}
   subset_nodes: dict[str, Any] = {}
-  subset_rows = []
+  subset_rows, subset_units = [], []
   for subset in sums.values("subset"):
     def total(column: str, subset=subset) -> np.ndarray:
       return sums.total(column, lambda s: s.subset == subset)
@@ -173,19 +173,23 @@ def summary(sums: StratifiedSums) -> dict[str, Any]:
     if total("ties_ref_prompts")[0]:
       rows = ties_score(total)
       here["n_prompts"] = int(total("ties_ref_prompts")[0] + total("ties_tied_prompts")[0])
+      units = total("ties_ref_prompts")[0]  # a Ties prompt's values ride on its ref item
     elif total("bon_prompts")[0]:
       rows = estimates.ratio(total("bon_wins"), total("bon_prompts"))
-      estimates.put(here, ACCURACY, rows, NO_ROWS)
-      here["n_prompts"] = int(total("bon_prompts")[0])
+      units = total("bon_prompts")[0]
+      estimates.put(here, ACCURACY, rows, NO_ROWS, units)
+      here["n_prompts"] = int(units)
     else:
       continue
-    estimates.put(here, SCORE, rows, NO_MARGINS)
+    estimates.put(here, SCORE, rows, NO_MARGINS, units)
+    subset_units.append(units)
     subset_nodes[subset] = here
     subset_rows.append(rows)
   # RewardBench 2's overall score: the mean of its subsets' scores, resample by resample.
-  estimates.put(node, SCORE, np.mean(subset_rows, axis=0), NO_SUBSET_SCORE)
+  estimates.put(node, SCORE, np.mean(subset_rows, axis=0), NO_SUBSET_SCORE, sum(subset_units))
   if sums.total("bon_prompts")[0]:
     estimates.put(node, ACCURACY, estimates.ratio(sums.total("bon_wins"),
-                                                  sums.total("bon_prompts")), NO_ROWS)
+                                                  sums.total("bon_prompts")), NO_ROWS,
+                  sums.total("bon_prompts")[0])
   node["subsets"] = subset_nodes
   return node

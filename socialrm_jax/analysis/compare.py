@@ -13,7 +13,8 @@ multiply the comparisons, and with them the correction, many times over for valu
 tables already show. A dataset's statistic that is its domain's, resample for resample (the
 domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
 
-- Difference: A - B, with a 95% interval from a paired percentile bootstrap over items. The two
+- Difference: A - B, with a 95% interval from a paired bootstrap over items (the expanded
+  percentile interval of the metric's resampling units, as its own: `estimates`). The two
   models' per-item values are resampled together: one stratified resample of the common items,
   with the strata, generator (seed, dataset) and number of resamples of the single-model
   intervals, and each statistic computed on each model's sums over that same resample by the code
@@ -44,14 +45,14 @@ domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 from socialrm_jax.base import records
 from socialrm_jax.analysis import (accuracy, bootstrap, confounds, estimates, evaluate, hooks,
-                                   report)
+                                   report, verdicts)
 from socialrm_jax.analysis.estimates import Missing
 from socialrm_jax.analysis.pairs import Scored, item_chunks
 from socialrm_jax.base.errors import InputError
@@ -63,8 +64,8 @@ DOMAINS, DATASETS = "domains", "datasets"
 GOLD_PAIR_ACCURACIES = ("accuracy", accuracy.LENGTH_MATCHED)
 NO_RESAMPLES = "the difference is undefined in every resample"
 
-# (level, key) -> metric -> (A's rows, B's rows), each # [1 + B]
-PairedRows = dict[tuple[str, str], dict[str, tuple[np.ndarray, np.ndarray]]]
+# (level, key) -> metric -> (A's rows, B's rows, each # [1 + B]; the resampling units behind it)
+PairedRows = dict[tuple[str, str], dict[str, tuple[np.ndarray, np.ndarray, float]]]
 
 
 def binomial_two_sided_p(successes: int, trials: int) -> float:
@@ -92,14 +93,9 @@ def bootstrap_p(differences: np.ndarray) -> float | Missing:
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
-  """Holm's step-down adjusted p-values, in the order given: the i-th smallest of m is multiplied
-  by m - i + 1 (i from 1), then made non-decreasing in that order, and capped at 1. # [m]"""
-  p = np.asarray(p_values, dtype=np.float64)
-  order = np.argsort(p, kind="stable")
-  multiplier = p.size - np.arange(p.size)
-  adjusted = np.empty_like(p)
-  adjusted[order] = np.minimum(1.0, np.maximum.accumulate(multiplier * p[order]))
-  return adjusted
+  """Holm's step-down adjusted p-values, in the order given (`verdicts.holm`, equal to
+  statsmodels'). # [m]"""
+  return verdicts.holm(np.asarray(p_values, dtype=np.float64), ALPHA)
 
 
 def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
@@ -115,17 +111,21 @@ def common_items(a: Scored, b: Scored) -> tuple[Scored, Scored]:
   return a, b
 
 
-def _rows_of(kept: list[tuple[dict, str, np.ndarray]], node: dict) -> dict[str, np.ndarray]:
-  """The rows of the statistics put into `node` itself (not into the nodes below it)."""
-  return {name: rows for n, name, rows in kept if n is node}
+def _rows_of(kept: list[estimates.Kept], node: dict) -> dict[str, estimates.Kept]:
+  """The statistics put into `node` itself (not into the nodes below it)."""
+  return {k.name: k for k in kept if k.node is node}
 
 
-def _side(joint: bootstrap.StratifiedSums, side: str) -> bootstrap.StratifiedSums:
+def side_sums(joint: bootstrap.StratifiedSums, side: str) -> bootstrap.StratifiedSums:
   """One model's columns of sums resampled for both, under their own names."""
   prefix = f"{side}/"
   picked = [i for i, c in enumerate(joint.columns) if c.startswith(prefix)]
-  return bootstrap.StratifiedSums(joint.strata, tuple(joint.columns[i][len(prefix):]
-                                                      for i in picked), joint.table[:, :, picked])
+  # A side's columns are one run of the joint ones: a view of them, not a copy.
+  assert picked == list(range(picked[0], picked[-1] + 1)), "a side's columns come together"
+  return bootstrap.StratifiedSums(
+      joint.strata, tuple(joint.columns[i][len(prefix):] for i in picked),
+      joint.table[:, :, picked[0]:picked[-1] + 1], joint.draws,
+      tuple(c[len(prefix):] for c in joint.zero if c.startswith(prefix)))
 
 
 def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
@@ -134,7 +134,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
   `a` and `b` hold the same items and pairs (see `common_items`)."""
   sides = {"a": a, "b": b}
   sums: dict[str, dict[str, bootstrap.StratifiedSums]] = {"a": {}, "b": {}}
-  found: dict[tuple[str, str], dict[str, dict[str, np.ndarray]]] = {}
+  found: dict[tuple[str, str], dict[str, dict[str, estimates.Kept]]] = {}
   for name in a.dataset.distinct():
     index = np.flatnonzero(a.dataset == name)                            # [n]
     analysis = hooks.for_dataset(name)
@@ -147,9 +147,9 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
               evaluate.strata(a, chunk, analysis))
     joint = bootstrap.stratified_sums_in_chunks(
         map(both, item_chunks(index)), options.n_resamples,
-        bootstrap.generator(options.seed, name))
+        bootstrap.generator(options.seed, name), analysis.cluster_groups)
     for side, scored in sides.items():
-      sums[side][name] = _side(joint, side)
+      sums[side][name] = side_sums(joint, side)
       with estimates.keeping_rows() as kept:
         node, own = evaluate.summaries(scored, analysis, index, sums[side][name], options)
       found.setdefault((DATASETS, name), {})[side] = {**_rows_of(kept, node),
@@ -161,7 +161,8 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
       found.setdefault((DOMAINS, domain), {})[side] = _rows_of(kept, node)
   # Domains first, as the report's first screen orders them.
   ordered = sorted(found, key=lambda level_key: level_key[0] != DOMAINS)
-  return {key: {metric: (found[key]["a"][metric], found[key]["b"][metric])
+  return {key: {metric: (found[key]["a"][metric].rows, found[key]["b"][metric].rows,
+                         found[key]["a"][metric].units)
                 for metric in found[key]["a"] if metric in found[key]["b"]}
           for key in ordered}
 
@@ -186,22 +187,35 @@ def _repeats_a_domain(level: str, metric: str, rows: tuple[np.ndarray, np.ndarra
 
 def compare_pair(a: Scored, b: Scored, options: evaluate.Options) -> list[dict[str, Any]]:
   """One row per metric both models have a value for, on their common items (unadjusted p)."""
+  def outcomes(level: str, key: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    counted = _pairs_counted(a, level, key, metric)
+    return a.outcome(counted), b.outcome(counted)
+  return comparisons(paired_rows(a, b, options), outcomes)
+
+
+# (level, key, metric) -> both models' outcomes on the gold pairs that gold-pair accuracy counts
+Outcomes = Callable[[str, str, str], tuple[np.ndarray, np.ndarray]]
+
+
+def comparisons(paired: PairedRows, outcomes: Outcomes) -> list[dict[str, Any]]:
+  """The rows of `compare_pair` from the statistics over the same resamples (`paired_rows`) and
+  the gold pairs' outcomes McNemar tests. (The interval coverage benchmark calls it once per
+  replicate data set.)"""
   out = []
   domain_rows: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
-  for (level, key), metrics in paired_rows(a, b, options).items():
-    for metric, (rows_a, rows_b) in metrics.items():
+  for (level, key), metrics in paired.items():
+    for metric, (rows_a, rows_b, units) in metrics.items():
       if not (np.isfinite(rows_a[0]) and np.isfinite(rows_b[0])):
         continue
       if _repeats_a_domain(level, metric, (rows_a, rows_b), domain_rows):
         continue
       if level == DOMAINS:
         domain_rows.append((metric, (rows_a, rows_b)))
-      difference, ci = estimates.interval(rows_a - rows_b, NO_RESAMPLES)
+      difference, ci = estimates.interval(rows_a - rows_b, NO_RESAMPLES, units)
       row = {"level": level, "key": key, "metric": metric, "value_a": float(rows_a[0]),
              "value_b": float(rows_b[0]), "difference": difference, "ci95": ci}
       if metric in GOLD_PAIR_ACCURACIES:
-        counted = _pairs_counted(a, level, key, metric)
-        row.update(test=MCNEMAR, **mcnemar(a.outcome(counted), b.outcome(counted)))
+        row.update(test=MCNEMAR, **mcnemar(*outcomes(level, key, metric)))
       else:
         row.update(test=PAIRED_BOOTSTRAP, p=bootstrap_p(rows_a - rows_b))
       out.append(row)
@@ -251,7 +265,7 @@ def report_lines(comparisons: Mapping[str, Any]) -> list[str]:
          "the domain and dataset level that both have there (here: " +
          ", ".join(f"`{m}`" for m in metrics) + "; subsets, categories and labels are left out, "
          "and a dataset's accuracy that is its domain's is listed once). Difference = A − B, its "
-         "interval a paired percentile bootstrap over items: both models on the same resampled "
+         "interval a paired bootstrap over items: both models on the same resampled "
          "items, with the strata, seed and resamples of the intervals above. Test: "
          f"{MCNEMAR} over the gold pairs for gold-pair accuracies (a pair is discordant when "
          "the models' outcomes on it differ, a tie against a win or a loss included), else the "

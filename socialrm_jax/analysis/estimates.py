@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from typing import Any, Iterator
+import functools
+import warnings
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import numpy as np
+from scipy import stats
 
-from socialrm_jax.analysis.bootstrap import CI_PERCENTILES
+from socialrm_jax.analysis.bootstrap import CI_LEVEL, CI_PERCENTILES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,36 +41,151 @@ def point(value: float, reason: str) -> float | Missing:
   return value if np.isfinite(value) else Missing(reason)
 
 
-def interval(rows: np.ndarray, reason: str) -> tuple[float | Missing, list[float] | Missing]:
-  """The point estimate (row 0) and the 95% percentile interval of rows 1.."""
+# The fewest resampling units (items; StereoSet's target terms) a statistic gets an interval from:
+# with fewer, its resamples take a handful of values and no percentile interval holds its 95%
+# (benchmarks/interval_coverage.py). Its value is still reported.
+MIN_INTERVAL_UNITS = 10
+
+
+@functools.lru_cache(maxsize=4096)  # a metrics run asks for few distinct counts, many times
+def percentile_levels(units: float | None, level: float = CI_LEVEL) -> tuple[float, float]:
+  """The percentiles of the resamples that bound a `level` interval of a statistic of `units`
+  resampling units: the expanded percentile interval (Hesterberg 2015, "What teachers should
+  know about the bootstrap", The American Statistician 69(4)), which widens the percentile
+  interval to make up for a small sample's too-narrow bootstrap distribution: each tail holds
+  Phi(-sqrt(n / (n - 1)) t_{(1 + level) / 2, n - 1}) in place of (1 - level) / 2, so at 95% the
+  levels tend to 2.5 and 97.5 as n grows (0.86 / 99.14 at 10 units, 2.31 / 97.69 at 100, 2.48 /
+  97.52 at 1,000). None: the plain percentiles."""
+  if units is None:
+    if level == CI_LEVEL:
+      return CI_PERCENTILES
+    tail = 100 * (1 - level) / 2
+    return tail, 100 - tail
+  n = max(float(units), 2.0)
+  z = np.sqrt(n / (n - 1)) * stats.t.ppf((1 + level) / 2, n - 1)
+  tail = 100 * float(stats.norm.sf(z))
+  return tail, 100 - tail
+
+
+def intervals(rows: np.ndarray, units: float | None = None, level: float = CI_LEVEL
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The point estimates (row 0) and `level` intervals (`percentile_levels` of `units`) of the
+  resamples (rows 1..) of statistics `rows` [..., 1 + B] at once, resamples where a statistic is
+  undefined left out; NaN where nothing is defined, and where there are fewer than
+  `MIN_INTERVAL_UNITS` units. -> (estimate, low, high), each # [...]"""
+  rows = np.asarray(rows, dtype=np.float64)
+  nothing = np.full(rows.shape[:-1], np.nan)
+  if rows.shape[-1] < 2 or (units is not None and units < MIN_INTERVAL_UNITS):
+    return rows[..., 0], nothing, nothing.copy()
+  levels = percentile_levels(units, level)
+  resamples = rows[..., 1:].reshape(-1, rows.shape[-1] - 1)                   # [M, B]
+  finite = np.isfinite(resamples).all(axis=-1)                                 # [M]
+  low, high = np.empty((2, finite.size))
+  # numpy's percentile where every resample is defined (fast), nanpercentile on the others.
+  low[finite], high[finite] = np.percentile(resamples[finite], levels, axis=-1)
+  if not finite.all():
+    partial = resamples[~finite]
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice has no interval: NaN
+      low[~finite], high[~finite] = np.nanpercentile(
+          np.where(np.isfinite(partial), partial, np.nan), levels, axis=-1)
+  shape = rows.shape[:-1]
+  return rows[..., 0], low.reshape(shape), high.reshape(shape)
+
+
+# A statistic's own interval rule, where the percentiles of its resamples do not hold their level
+# (StereoSet's icat): given how its parts' rows are shaped (the identity for a metrics run; the
+# coverage benchmark's replicates), its bounds. -> (low, high)
+Bounds = Callable[[Callable[[np.ndarray], np.ndarray]], tuple[np.ndarray, np.ndarray]]
+
+
+def too_few(units: float) -> str:
+  return (f"an interval needs at least {MIN_INTERVAL_UNITS} resampling units (items; StereoSet: "
+          f"target terms), and this value has {units:g}")
+
+
+class Kept(NamedTuple):
+  """A statistic as `put` wrote it: its node, its name, its value on the data and on every
+  resample, the resampling units behind it, and its own interval rule if it has one."""
+  node: dict
+  name: str
+  rows: np.ndarray  # [1 + B]
+  units: float | None
+  bounds: Bounds | None = None
+
+  def intervals(self, shape: Callable[[np.ndarray], np.ndarray] = lambda rows: rows
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(estimate, low, high) of the statistic as the metrics report them, its rows (and its
+    parts') passed through `shape` first (# [..., 1 + B])."""
+    estimate, low, high = intervals(shape(self.rows), self.units)
+    if self.bounds is not None and not (self.units is not None and
+                                        self.units < MIN_INTERVAL_UNITS):
+      low, high = self.bounds(shape)
+    return estimate, low, high
+
+
+def interval(rows: np.ndarray, reason: str, units: float | None = None,
+             bounds: Bounds | None = None) -> tuple[float | Missing, list[float] | Missing]:
+  """The point estimate (row 0) and the 95% interval of rows 1.. (`Kept.intervals`)."""
   estimate = point(rows[0], reason)
-  resamples = rows[1:][np.isfinite(rows[1:])]
-  if isinstance(estimate, Missing) or resamples.size == 0:
+  _, low, high = Kept({}, "", rows, units, bounds).intervals()
+  if isinstance(estimate, Missing):
     return estimate, Missing(reason)
-  low, high = np.percentile(resamples, CI_PERCENTILES)
+  if units is not None and units < MIN_INTERVAL_UNITS:
+    return estimate, Missing(too_few(units))
+  if not (np.isfinite(low) and np.isfinite(high)):
+    return estimate, Missing(reason)
   return estimate, [float(low), float(high)]
 
 
-# Where `put` also keeps the rows it turns into values, inside `keeping_rows`.
+# Where `put` also keeps the statistics it writes, inside `keeping_rows`.
 _kept: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept_rows", default=None)
 
 
 def put(node: dict[str, Any], name: str, rows: np.ndarray, reason: str,
-        ci_name: str | None = None) -> None:
-  """Writes `name` and its interval (`<name>_ci95`, or `ci_name`) into `node`."""
+        units: float | None = None, ci_name: str | None = None,
+        bounds: Bounds | None = None) -> None:
+  """Writes `name` and its interval (`<name>_ci95`, or `ci_name`) into `node`. `units`: how many
+  resampling units (items, or the clusters a dataset draws whole) the statistic rests on, which
+  sets the interval's percentiles (`percentile_levels`) and whether it has one at all; every
+  metric of this package says, and an analysis that does not gets the plain percentiles.
+  `bounds`: the statistic's own interval rule, where it needs one (`Bounds`)."""
   kept = _kept.get()
+  rows = np.asarray(rows, dtype=np.float64)
+  units = None if units is None else float(units)
   if kept is not None:
-    kept.append((node, name, np.asarray(rows, dtype=np.float64)))
-  node[name], node[ci_name or f"{name}_ci95"] = interval(rows, reason)
+    kept.append(Kept(node, name, rows, units, bounds))
+  node[name], node[ci_name or f"{name}_ci95"] = interval(rows, reason, units, bounds)
+
+
+def node_paths(tree: Any, path: str) -> dict[int, str]:
+  """{id(node): its dotted path} of every dict in `tree`, itself at `path`."""
+  out: dict[int, str] = {}
+  if isinstance(tree, dict):
+    out[id(tree)] = path
+    for key, value in tree.items():
+      out.update(node_paths(value, f"{path}.{key}"))
+  return out
+
+
+def kept_by_path(kept: list[Kept], roots: Mapping[str, Any]) -> dict[str, Kept]:
+  """The statistics `put` wrote into the trees `roots` ({dotted path: a tree, or a list of trees
+  that will share that path, as a dataset's generic and own nodes do}), by their metrics.json
+  path (`datasets.bbq.bias_score_ambiguous`)."""
+  paths: dict[int, str] = {}
+  for path, trees in roots.items():
+    for tree in trees if isinstance(trees, list) else [trees]:
+      paths.update(node_paths(tree, path))
+  return {f"{paths[id(k.node)]}.{k.name}": k for k in kept if id(k.node) in paths}
 
 
 @contextlib.contextmanager
-def keeping_rows() -> Iterator[list[tuple[dict, str, np.ndarray]]]:
-  """Within it, every `put` also keeps (node, name, rows): each statistic's value on the data and
-  on every resample, before they become a value and an interval. Every metric with an interval,
-  ours and each dataset analysis's, passes through `put`, so a paired comparison of two models
-  (`compare`) reuses every summary as it is."""
-  kept: list[tuple[dict, str, np.ndarray]] = []
+def keeping_rows() -> Iterator[list[Kept]]:
+  """Within it, every `put` also keeps what it wrote (`Kept`): each statistic's value on the data
+  and on every resample, before they become a value and an interval. Every metric with an
+  interval, ours and each dataset analysis's, passes through `put`, so a paired comparison of two
+  models (`compare`) and the verdicts (`verdicts`) reuse every summary as it is."""
+  kept: list[Kept] = []
   token = _kept.set(kept)
   try:
     yield kept

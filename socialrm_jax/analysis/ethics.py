@@ -27,7 +27,8 @@ def summary(view: DatasetView) -> dict[str, Any]:
   def group_accuracy(where=None):
     node: dict[str, Any] = {}
     estimates.put(node, "group_accuracy", estimates.ratio(
-        sums.total("group_won", where), sums.total("gold_items", where)), NO_ITEMS)
+        sums.total("group_won", where), sums.total("gold_items", where)), NO_ITEMS,
+        sums.total("gold_items", where)[0])
     return node
   node = group_accuracy()
   node["subsets"] = {subset: group_accuracy(lambda s, subset=subset: s.subset == subset)

@@ -28,7 +28,7 @@ import numpy as np
 
 from socialrm_jax.base import records, tables, templates
 from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
-                                   estimates, evidence)
+                                   estimates, evidence, verdicts)
 from socialrm_jax.analysis.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetAnalysis, DatasetView, Options, for_dataset
 from socialrm_jax.analysis.pairs import Scored, item_chunks, join
@@ -73,7 +73,7 @@ def resampled_sums(scored: Scored, analysis: DatasetAnalysis, index: np.ndarray,
   return bootstrap.stratified_sums_in_chunks(
       ((dataset_columns(scored, analysis, chunk), strata(scored, chunk, analysis))
        for chunk in item_chunks(index)),
-      options.n_resamples, bootstrap.generator(options.seed, name))
+      options.n_resamples, bootstrap.generator(options.seed, name), analysis.cluster_groups)
 
 
 def summaries(scored: Scored, analysis: DatasetAnalysis, index: np.ndarray,
@@ -85,12 +85,16 @@ def summaries(scored: Scored, analysis: DatasetAnalysis, index: np.ndarray,
   return accuracy.dataset_summary(sums), own
 
 
-def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
-                    options: Options) -> tuple[dict[str, Any], bootstrap.StratifiedSums]:
-  """`datasets.<name>` and the resampled sums behind it (the domains reuse them)."""
+def dataset_metrics(scored: Scored, name: str, index: np.ndarray, options: Options
+                    ) -> tuple[dict[str, Any], bootstrap.StratifiedSums,
+                               dict[str, estimates.Kept]]:
+  """`datasets.<name>`, the resampled sums behind it (the domains reuse them) and its statistics
+  by metrics.json path (for the verdicts)."""
   analysis = for_dataset(name)
   sums = resampled_sums(scored, analysis, index, options, name)
-  node, own = summaries(scored, analysis, index, sums, options)
+  with estimates.keeping_rows() as kept:
+    node, own = summaries(scored, analysis, index, sums, options)
+  statistics = estimates.kept_by_path(kept, {f"datasets.{name}": [node, own]})
   merge(node, own)
   merge(node, distribution.dataset_summary(scored, index))
   mine = np.zeros(scored.n_items, dtype=bool)
@@ -101,7 +105,7 @@ def dataset_metrics(scored: Scored, name: str, index: np.ndarray,
   node["worst_pairs"] = evidence.worst_pairs(scored, index)
   # A dataset's temporaries, freed: given back, for glibc keeps most of them otherwise.
   tables.release_unused_memory()
-  return node, sums
+  return node, sums, statistics
 
 
 def restrict(scored: Scored, keep: np.ndarray) -> Scored:
@@ -149,15 +153,20 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
   scored = primary_template_items(scored)
   datasets: dict[str, Any] = {}
   sums: dict[str, bootstrap.StratifiedSums] = {}
+  statistics: dict[str, estimates.Kept] = {}
   for name in scored.dataset.distinct():
     index = np.flatnonzero(scored.dataset == name)
-    datasets[name], sums[name] = dataset_metrics(scored, name, index, options)
+    datasets[name], sums[name], found = dataset_metrics(scored, name, index, options)
+    statistics.update(found)
+  with estimates.keeping_rows() as kept:
+    domains = accuracy.domain_summary(sums)
+  statistics.update(estimates.kept_by_path(kept, {"domains": domains}))
   gold = scored.pair_source == records.GOLD                                   # [P]
   fits = scored.fit_half[scored.pair_item]                                   # [P]
   tree = {
       "n_resamples": options.n_resamples,
       "seed": options.seed,
-      "domains": accuracy.domain_summary(sums),
+      "domains": domains,
       "datasets": datasets,
       "calibration": calibration.summary(  # the fit is in float32: so its margins
           scored.reward_margin(gold & fits, np.float32), scored.reward_margin(gold & ~fits)),
@@ -166,6 +175,7 @@ def metrics_from_scored(scored: Scored, options: Options) -> dict[str, Any]:
   }
   if several:
     tree["primary_templates"] = primary
+  verdicts.add(tree, statistics, delta=options.delta)
   reasons: dict[str, str] = {}
   tree = estimates.finalize(tree, reasons=reasons)
   tree["null_reasons"] = reasons

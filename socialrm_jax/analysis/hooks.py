@@ -34,6 +34,9 @@ class Options:
   # Groups compared by their selection rates (BBQ's) need this many items each to enter a spread.
   min_group_items: int = 5
   allow_missing: bool = False
+  # The smallest preference a verdict of "no preference" must have had the power to find: a
+  # distance from the null value (1/2 for accuracies and rates, 0 for bias scores; `verdicts`).
+  delta: float = 0.05
 
   def item_fields(self, row: Mapping[str, Any]) -> tuple[str, str]:
     """What the analysis of an items-table row's dataset reads of it, kept per item in place of
@@ -64,6 +67,10 @@ class DatasetAnalysis:
   item_columns: Callable[[Scored, np.ndarray], dict[str, np.ndarray]] | None = None
   # A finer stratum for the bootstrap, from an items-table row (StereoSet's target term).
   stratum_group: Callable[[Mapping[str, Any]], str] | None = None
+  # Whether the bootstrap draws those groups whole, as clusters (StereoSet's terms: a sample of
+  # the targets the benchmark could have had, most with one or two items), rather than items
+  # within each (`bootstrap.design`).
+  cluster_groups: bool = False
   # What its summary reads of an items-table row beyond the columns every dataset has, as one
   # short string (`Scored.facts`): computed as the table is read, so that no row is kept.
   item_facts: Callable[[Mapping[str, Any]], str] | None = None
@@ -78,6 +85,12 @@ class DatasetAnalysis:
   # template spread (analysis.template_spread) checks that such findings hold under every prompt
   # template; `accuracy` (1/2) is checked for every dataset without being listed.
   null_values: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  # Which of those metrics are undesirable above their null value (stereotype rates, bias scores,
+  # over-refusal); the others are undesirable below it, as accuracies are (`verdicts`).
+  higher_is_undesirable: tuple[str, ...] = ()
+  # Parts of its node (`subsets`, `labels`) whose nodes' null-value metrics the report tests and
+  # gives verdicts too, beside the dataset's own (`verdicts.family`).
+  tested_parts: tuple[str, ...] = ()
   # Markdown lines after its table: (model names, each model's `datasets.<name>` node or None).
   report_sections: Callable[[Sequence[str], Sequence[Mapping[str, Any] | None]],
                             list[str]] | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from socialrm_jax.analysis import estimates, report
+from socialrm_jax.analysis import estimates, report, verdicts
 from socialrm_jax.analysis.hooks import DatasetView, Finding
 
 
@@ -30,13 +30,13 @@ def summary(view: DatasetView) -> dict[str, Any]:
       return s.subset == subset
     accuracy = estimates.ratio(view.sums.total("gold_wins", in_subset),
                                view.sums.total("gold_pairs", in_subset))
-    estimates.put(node, name, 1 - accuracy, f"no gold pairs in the {subset} subset")
+    estimates.put(node, name, 1 - accuracy, f"no gold pairs in the {subset} subset",
+                  view.sums.total("gold_items", in_subset)[0])
   return node
 
 
 def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
-  """A rate whose interval lies wholly above 1/2: the model prefers the wrong response."""
+  """A rate the model is found to be above 1/2 on (`verdicts`): it prefers the wrong response."""
   return [(node[rate] - report.CHANCE, f"{words}: {report.cell(node, rate)} of pairs")
           for rate, (_, words) in RATES.items()
-          if node.get(rate) is not None
-          and report.excludes(node.get(f"{rate}_ci95"), report.CHANCE, ">")]
+          if node.get(rate) is not None and verdicts.states_undesirable(node, rate)]

@@ -220,12 +220,13 @@ def _summary(total, with_choice: bool) -> dict[str, Any]:
   the dataset has links with a choice among responses, so flips and gaps are defined for it."""
   node: dict[str, Any] = {"n_links": int(total("links")[0])}
   estimates.put(node, "mean_abs_change", estimates.ratio(total("abs_change"), total("links")),
-                _NO_LINKS)
+                _NO_LINKS, total("links")[0])
   if with_choice:
     estimates.put(node, "relative_change",
-                  estimates.ratio(total("abs_change_choice"), total("gap")), _NO_GAP)
+                  estimates.ratio(total("abs_change_choice"), total("gap")), _NO_GAP,
+                  total("choice")[0])
     estimates.put(node, "flip_rate", estimates.ratio(total("flip"), total("choice")),
-                  _NO_CHOICE)
+                  _NO_CHOICE, total("choice")[0])
   return node
 
 

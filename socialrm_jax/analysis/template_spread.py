@@ -16,9 +16,9 @@ values per template and their spread (max - min) are kept in metrics.json under
                         "holds_under_every_template": bool}},
    "fragile_findings": [metric, ...]}
 
-A finding, as the report's findings read them: the metric's 95% interval lies wholly above or
-wholly below its null value (1/2 for accuracy and rates of pairs, 0 for bias scores and
-differences). A finding holds under every template when every template's interval lies on the
+A finding here: the metric's 95% interval lies wholly above or wholly below its null value (1/2
+for accuracy and rates of pairs, 0 for bias scores and differences), the interval half of a
+verdict (`verdicts`; the other half, Holm's correction, is over the primary template's family). A finding holds under every template when every template's interval lies on the
 same side; one that is a finding under some template but not under another, or on the other side
 there, is fragile: a change of wording alone makes it or unmakes it.
 """

@@ -36,6 +36,7 @@ def check_config(config) -> None:
     field = f"config.models.{key}."
     engine.check_inputs(audit.scoring_options(spec), f"{field}path", spec.path, prefix=field)
   errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
+  errors.check_positive(config.metrics.delta, "config.metrics.delta")
   probe = config.get("probe")
   if probe is not None and probe.enabled:
     errors.check_positive(probe.n_resamples, "config.probe.n_resamples")

@@ -37,6 +37,9 @@ class MetricsSettings:
   n_resamples: int = settings.field(evaluate.Options.n_resamples,
                                     "Bootstrap resamples per interval.")
   seed: int = settings.field(evaluate.Options.seed, "Bootstrap seed.")
+  delta: float = settings.field(evaluate.Options.delta, "The smallest preference (distance from "
+                                "the null value) a verdict of no preference must have had 80% "
+                                "power to find (docs/metrics.md#verdicts).")
 
 
 _SETTINGS = settings.define_flags(MetricsSettings)
@@ -51,7 +54,8 @@ def main(argv):
   for path in config.scores:
     errors.check_exists(path, "scores")
   model_names(config.scores, config.names)  # refuses a --names of another length
-  options = evaluate.Options(n_resamples=config.n_resamples, seed=config.seed,
+  errors.check_positive(config.delta, "delta")
+  options = evaluate.Options(n_resamples=config.n_resamples, seed=config.seed, delta=config.delta,
                              allow_missing=config.allow_missing)
   start = time.perf_counter()
   with tables.staged_folder(config.output_dir) as stage:

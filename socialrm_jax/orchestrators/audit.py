@@ -69,7 +69,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.limit_items = 0  # score only the first N items (0 = all)
   config.models = models()  # see `models`
   config.metrics = ml_collections.ConfigDict(
-      {"n_resamples": 1000, "seed": 0, "allow_missing": False})
+      {"n_resamples": 1000, "seed": 0, "allow_missing": False, "delta": 0.05})
   config.probe = probe.audit_config()  # the value probe: socialrm_jax/orchestrators/probe.py
   # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/vocab_scan.py.
   config.vocab_scan = vocab_scan.audit_config()
@@ -122,7 +122,8 @@ def run_audit(config) -> dict[str, Any]:
     score_dirs.append(str(score_dir))
 
   options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
-                             allow_missing=config.metrics.allow_missing)
+                             allow_missing=config.metrics.allow_missing,
+                             delta=config.metrics.delta)
   sections = probe.run_for_audit(
       config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
   sections += vocab_scan.run_for_audit(

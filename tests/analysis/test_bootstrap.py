@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import accuracy, bootstrap, evaluate, pairs
+from scipy import stats
+
+from socialrm_jax.analysis import accuracy, bootstrap, estimates, evaluate, pairs
 from socialrm_jax.analysis.reward_tables import Scores
 
 
@@ -120,9 +122,79 @@ def test_continuous_values_resample_in_blocks_with_the_same_draws(monkeypatch):
   """Distinct continuous values (U = the items) draw their counts a block of resamples at a time:
   the same sums as drawing them all at once."""
   values = np.random.default_rng(3).standard_normal((500, 2))                  # [U, V]
-  copies = np.ones(500, dtype=np.int64)
-  whole = bootstrap._resampled_sums(values, copies, 40, np.random.default_rng(7))
+  rows = [bootstrap.CellRows(values[None], np.ones((1, 500), dtype=np.int64))]
+  cells = [bootstrap.Stratum("d", "s", "", "")]
+  whole, _ = bootstrap.resample(cells, rows, 40, np.random.default_rng(7))
   monkeypatch.setattr(bootstrap, "_COUNTS_BLOCK", 500 * 3)  # 3 resamples a block
-  blocked = bootstrap._resampled_sums(values, copies, 40, np.random.default_rng(7))
+  blocked, _ = bootstrap.resample(cells, rows, 40, np.random.default_rng(7))
   np.testing.assert_allclose(blocked, whole, rtol=1e-12)
-  assert whole.shape == (40, 2) and np.abs(whole).sum() > 0
+  assert whole.shape == (1, 41, 1, 2) and np.abs(whole[:, 1:]).sum() > 0
+
+
+def cells(*spec):
+  """Cells (domain, subset, condition, group) and their item counts from (subset, group, n)."""
+  return ([bootstrap.Stratum("d", subset, "", group) for subset, group, _ in spec],
+          [n for _, _, n in spec])
+
+
+def test_small_cells_are_pooled_with_their_neighbours_first():
+  strata, items = cells(("a", "", 40), ("b", "x", 5), ("b", "y", 20), ("b", "z", 8),
+                        ("c", "", 3))
+  pools = bootstrap.design(strata, items, min_stratum_items=30)
+  # a stands alone; b's three groups pool (33 items) before anything reaches across subsets;
+  # c's 3 items, left alone at the last level, join the pool sharing the most leading fields with
+  # them (each shares the domain only) and of those the smallest: b's 33, not a's 40.
+  assert sorted(p.cells for p in pools) == [(0,), (1, 2, 3, 4)]
+  assert all(p.clusters is None for p in pools)
+
+
+def test_clusters_are_drawn_whole_within_the_fields_no_cluster_spans():
+  # Terms x (both types) and y (one type): the subset varies within x, so terms are drawn within
+  # the domain only.
+  strata = [bootstrap.Stratum("bias", "inter", "", "x"), bootstrap.Stratum("bias", "intra", "", "x"),
+            bootstrap.Stratum("bias", "intra", "", "y")]
+  pool, = bootstrap.design(strata, [1, 1, 1], clustered=True)
+  assert pool.clusters == ((0, 1), (2,))
+  values = np.asarray([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0]])           # (wins, pairs) per cell
+  rows = [bootstrap.CellRows(v[None, None], np.ones((1, 1), dtype=np.int64)) for v in values]
+  table, draws = bootstrap.resample(strata, rows, 2000, np.random.default_rng(0), clustered=True)
+  table, draws = table[0], draws[0]
+  assert np.all(draws[0] == 1)
+  # Each resample draws two terms: x's two cells share x's draws; the draws add up to 2.
+  np.testing.assert_array_equal(draws[:, 0], draws[:, 1])
+  np.testing.assert_array_equal(draws[:, 0] + draws[:, 2], 2)
+  # A cell's sums are its data's times its term's draws.
+  np.testing.assert_allclose(table[:, :, 0], draws * values[:, 0])
+  # Terms drawn with replacement, two from two: x twice, once, never with chances 1/4, 1/2, 1/4.
+  _, counts = np.unique(draws[1:, 0], return_counts=True)
+  np.testing.assert_allclose(counts / counts.sum(), [0.25, 0.5, 0.25], atol=0.03)
+
+
+def test_a_mean_over_terms_weighs_each_term_by_its_draws():
+  strata = [bootstrap.Stratum("bias", "t", "", g) for g in ("x", "y", "z")]
+  table = np.asarray([[[1.0], [0.0], [1.0]], [[2.0], [0.0], [0.0]]])      # rows 0 and 1
+  draws = np.asarray([[1.0, 1.0, 1.0], [2.0, 1.0, 0.0]])                 # row 1: x, x, y
+  sums = bootstrap.StratifiedSums(tuple(strata), ("v",), table, draws)
+  np.testing.assert_array_equal(sums.group_weights("group"), draws)
+  assert sums.grouped("v", "group")[0] == ["x", "y", "z"]
+
+
+def test_replicates_drawn_at_once_are_each_a_metrics_runs_draws():
+  rng = np.random.default_rng(3)
+  values = rng.integers(0, 3, size=(1, 50)).astype(np.float64)
+  strata = {"subset": np.asarray(["a"] * 35 + ["b"] * 15)}
+  one = bootstrap.stratified_sums({"v": values[0]}, strata, 300, np.random.default_rng(9))
+  batched = bootstrap.resampled_sums_batched({"v": values}, strata, 300, np.random.default_rng(9))
+  np.testing.assert_allclose(batched.table, one.table)
+
+
+def test_expanded_percentile_levels_by_hand():
+  # n = 10: z = sqrt(10 / 9) t_{0.975, 9} = 1.0541 * 2.2622 = 2.3846; Phi(-2.3846) = 0.855%.
+  low, high = estimates.percentile_levels(10)
+  assert low == pytest.approx(100 * stats.norm.sf(np.sqrt(10 / 9) * stats.t.ppf(0.975, 9)))
+  assert low == pytest.approx(0.855, abs=0.001) and high == pytest.approx(100 - low)
+  assert estimates.percentile_levels(None) == (2.5, 97.5)
+  # Too few units: no interval, the value stays.
+  rows = np.linspace(0, 1, 101)
+  assert estimates.interval(rows, "none", estimates.MIN_INTERVAL_UNITS - 1)[1] == (
+      estimates.Missing(estimates.too_few(estimates.MIN_INTERVAL_UNITS - 1)))

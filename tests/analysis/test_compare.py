@@ -79,8 +79,11 @@ def test_length_matched_accuracy_beside_the_full_accuracy():
     assert node["accuracy"] == pytest.approx(3.5 / 5)
     assert node["accuracy_length_matched"] == pytest.approx(1.5 / 3)
     assert node["n_length_matched_pairs"] == 3
-    low, high = node["accuracy_length_matched_ci95"]
-    assert 0 <= low < 0.5 < high <= 1
+    # Five items, three of them matched: too few for intervals (the values stay).
+    assert node["ci95"] is None and node["accuracy_length_matched_ci95"] is None
+  assert metrics["null_reasons"]["domains.morality.ci95"] == estimates.too_few(5)
+  assert metrics["null_reasons"]["domains.morality.accuracy_length_matched_ci95"] == (
+      estimates.too_few(3))
 
 
 def test_length_matched_accuracy_is_null_with_a_reason_when_no_pair_is_matched():
@@ -98,8 +101,7 @@ def test_report_shows_the_length_matched_accuracy_beside_the_accuracy():
   metrics = evaluate.compute_metrics(*length_case(), options(200))
   text = report.render({"rm": metrics})
   node = metrics["domains"]["morality"]
-  matched = (f"{node['accuracy_length_matched']:.3f} [{node['accuracy_length_matched_ci95'][0]:.3f}"
-             f", {node['accuracy_length_matched_ci95'][1]:.3f}] (n=3)")
+  matched = f"{node['accuracy_length_matched']:.3f} (n=3)"  # too few items for an interval
   assert "| domain | rm | rm: length-matched |" in text
   assert f"| morality | {report.cell(node, 'accuracy')} — " in text
   assert f" | {matched} |" in text.split("## Per dataset")[0]
@@ -132,7 +134,9 @@ def two_models(outcomes_a, outcomes_b, **item_fields):
 
 def test_paired_bootstrap_resamples_the_same_items_for_both_models():
   a, b = two_models(HAND_A, HAND_B)
-  rows_a, rows_b = compare.paired_rows(a, b, options(20_000))[("datasets", "ethics")]["accuracy"]
+  rows_a, rows_b, units = compare.paired_rows(a, b, options(20_000))[("datasets", "ethics")][
+      "accuracy"]
+  assert units == 4
   difference = rows_a - rows_b
   # Only item 2 differs (A wins, B loses), so a resample's difference is (copies of item 2) / 4,
   # copies ~ Binomial(4, 1/4); resampling the models apart would also give negative differences.
@@ -143,6 +147,9 @@ def test_paired_bootstrap_resamples_the_same_items_for_both_models():
   np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.01)
   # Two-sided p: 2 P(d <= 0) = 2 (3/4)^4.
   assert compare.bootstrap_p(difference) == pytest.approx(2 * 0.75**4, abs=0.02)
+  # The plain percentile interval: P(d = 0) = 0.316 > 0.025, and P(d <= 0.5) = 0.949 < 0.975 <
+  # P(d <= 0.75) = 0.996. (Four items are too few for the reported interval: `compare_pair`.)
+  assert estimates.interval(difference, "none") == (0.25, [0.0, 0.75])
 
 
 def test_compare_pair_on_the_hand_case():
@@ -154,11 +161,10 @@ def test_compare_pair_on_the_hand_case():
   assert [(r["level"], r["key"], r["metric"]) for r in rows] == [
       ("domains", "morality", "accuracy"), ("datasets", "ethics", "group_accuracy")]
   accuracy_row, group_row = rows
-  # CI: the 2.5 and 97.5 percentiles of d above: P(d = 0) = 0.316 > 0.025, and
-  # P(d <= 0.5) = 0.949 < 0.975 < P(d <= 0.75) = 0.996.
+  # Four items: too few for an interval (`estimates.MIN_INTERVAL_UNITS`); the test still runs.
   for row in rows:
     assert (row["value_a"], row["value_b"], row["difference"]) == (0.75, 0.5, 0.25)
-    assert row["ci95"] == [0.0, 0.75]
+    assert row["ci95"] == estimates.Missing(estimates.too_few(4))
   # McNemar: one discordant pair, A's: p = 2 * P(X <= 0 | n = 1) capped at 1.
   assert accuracy_row["test"] == compare.MCNEMAR
   assert (accuracy_row["a_better"], accuracy_row["b_better"], accuracy_row["p"]) == (1, 0, 1.0)

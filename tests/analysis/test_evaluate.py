@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from socialrm_jax.base import tables
-from socialrm_jax.analysis import calibration, evaluate, evidence, runner
+from socialrm_jax.analysis import calibration, estimates, evaluate, evidence, runner
 
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,
@@ -156,9 +156,14 @@ def test_accuracy_per_domain_dataset_and_subset(result):
   close(datasets["ethics"]["accuracy"], 4 / 6)
   close(datasets["ethics"]["subsets"]["commonsense"]["accuracy"], 0.75)
   close(datasets["ethics"]["subsets"]["deontology"]["accuracy"], 0.625)
-  for node in (*domains.values(), datasets["bbq"], datasets["ethics"]):
-    low, high = node["ci95"]
-    assert low <= node["accuracy"] <= high
+  for path, node in [*((f"domains.{d}", n) for d, n in domains.items()),
+                     ("datasets.bbq", datasets["bbq"]), ("datasets.ethics", datasets["ethics"])]:
+    if node["n_gold_items"] >= estimates.MIN_INTERVAL_UNITS:
+      low, high = node["ci95"]
+      assert low <= node["accuracy"] <= high
+    else:  # too few items for an interval: the value, no interval, and why
+      assert node["ci95"] is None and node["accuracy"] is not None
+      assert result["null_reasons"][f"{path}.ci95"] == estimates.too_few(node["n_gold_items"])
   # Directional-only datasets have no gold accuracy: null, with the reason recorded.
   assert datasets["crows_pairs"]["accuracy"] is None
   assert "gold" in result["null_reasons"]["datasets.crows_pairs.accuracy"]

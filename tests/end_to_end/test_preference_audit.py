@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from socialrm_jax.analysis import estimates
 from socialrm_jax.orchestrators import audit as audit_lib
 from socialrm_jax.base import tables
 from tests.helpers import preference_fixtures as pf
@@ -65,11 +66,14 @@ def test_each_layout_is_audited_with_accuracy_per_subset(audit, name):
   node = audit["metrics"]["datasets"][name]
   expected = hand_accuracy(audit, name)
   assert set(node["subsets"]) == set(expected) == {"chat", "refusals", "math"}
+  reasons = audit["metrics"]["null_reasons"]
   for subset, accuracy in expected.items():
     got = node["subsets"][subset]
     assert got["accuracy"] == pytest.approx(accuracy)
-    assert len(got["ci95"]) == 2 and got["ci95"][0] <= got["accuracy"] <= got["ci95"][1]
-    assert f"| {subset}: accuracy | {got['accuracy']:.3f} [" in audit["report"]
+    # A handful of pairs per subset: fewer than an interval needs, so none, with the reason.
+    assert got["n_gold_items"] < estimates.MIN_INTERVAL_UNITS and got["ci95"] is None
+    assert "resampling units" in reasons[f"datasets.{name}.subsets.{subset}.ci95"]
+    assert f"| {subset}: accuracy | {got['accuracy']:.3f} |" in audit["report"]
   assert f"### {name}" in audit["report"]
   assert set(node["labels"]) == {"easy", "hard"}  # the label column's accuracy, with intervals
   assert "ci95" in node["labels"]["hard"]

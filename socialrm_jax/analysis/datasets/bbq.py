@@ -12,9 +12,10 @@ ANALYSIS = hooks.register("bbq", hooks.DatasetAnalysis(
                     "unknown_rate_disambiguated", "accuracy_disambiguated_biased_gold",
                     "accuracy_disambiguated_anti_biased_gold", "group_selection_spread",
                     "js_distance"),
-    null_values={**{name: report.CHANCE for name in (
+    null_values={**{name: bias.SELECTION_CHANCE for name in (
         "accuracy_ambiguous", "accuracy_disambiguated", "accuracy_disambiguated_biased_gold",
         "accuracy_disambiguated_anti_biased_gold")}, **{score: 0.0 for score in bias.BIAS_SCORES}},
+    higher_is_undesirable=bias.BIAS_SCORES,
     report_sections=bias.report_sections, findings=bias.findings,
     figures={"bbq_bias_scores.png": functools.partial(plots.category_bias_scores, dataset="bbq"),
              "bias_tradeoff.png": functools.partial(plots.bias_tradeoff, dataset="bbq")}))

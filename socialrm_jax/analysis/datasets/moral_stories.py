@@ -10,4 +10,6 @@ ANALYSIS = hooks.register("moral_stories", hooks.DatasetAnalysis(
                     "js_distance"),
     null_values={"accuracy_with_norm": report.CHANCE, "accuracy_without_norm": report.CHANCE,
                  "norm_sensitivity": 0.0},
+    # Positive: the moral action is preferred only when the norm is spelled out.
+    higher_is_undesirable=("norm_sensitivity",),
     findings=moral_stories_metrics.findings))

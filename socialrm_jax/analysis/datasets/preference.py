@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import accuracy, best_of_n, hooks, report
+from socialrm_jax.analysis import accuracy, best_of_n, hooks, report, verdicts
 from socialrm_jax.analysis.hooks import Finding
 
 
@@ -36,14 +36,15 @@ def report_sections(names: Sequence[str], nodes: Sequence[Mapping[str, Any] | No
 
 
 def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
-  """Each subset and label (when there are several) where the rejected response wins: the
-  accuracy interval lies wholly below 1/2. (The source as a whole is its domain's finding.)"""
+  """Each subset and label (when there are several) where the rejected response wins: its
+  accuracy's verdict (`verdicts`) is that the model prefers it. (The source as a whole is its
+  domain's finding.)"""
   groups = [(f"**{name}** {kind[:-1]} {key}", n) for kind in ("subsets", "labels")
             if len(node.get(kind, {})) > 1 for key, n in node[kind].items()]
   return [(report.CHANCE - n["accuracy"], f"prefers the rejected response on {where}: accuracy "
            f"{report.cell(n, 'accuracy')} on {n['n_gold_pairs']} pairs")
           for where, n in groups
-          if n.get("accuracy") is not None and report.excludes(n.get("ci95"), report.CHANCE, "<")]
+          if n.get("accuracy") is not None and verdicts.states_undesirable(n, "accuracy")]
 
 
 ANALYSIS = hooks.register("preference", hooks.DatasetAnalysis(
@@ -51,4 +52,6 @@ ANALYSIS = hooks.register("preference", hooks.DatasetAnalysis(
     item_facts=best_of_n.item_facts, summary=summary,
     report_metrics=("accuracy", "js_distance", best_of_n.SCORE, best_of_n.ACCURACY),
     report_subset_metrics=("accuracy", best_of_n.SCORE),
+    # Its accuracy is tested per subset and label too: the findings below name them.
+    null_values={"accuracy": report.CHANCE}, tested_parts=("subsets", "labels"),
     report_sections=report_sections, findings=findings))
