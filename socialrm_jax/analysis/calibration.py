@@ -62,7 +62,8 @@ def bradley_terry_loss(log_t: float, margin: np.ndarray) -> float:
 def fit_temperature(margin: np.ndarray) -> float:
   """The temperature minimising the Bradley-Terry loss of `margin` [P]; 1 when every margin is 0
   (the loss is then ln 2 at every T)."""
-  margin = np.asarray(margin, dtype=np.float64)
+  # Sorted, so that the loss's float sums, and the fit, do not depend on the pairs' order.
+  margin = np.sort(np.asarray(margin, dtype=np.float64))
   if not margin.any():
     return 1.0
   fit = optimize.minimize_scalar(bradley_terry_loss, bounds=(-LOG_T_BOUND, LOG_T_BOUND),
@@ -83,6 +84,7 @@ def summary(fit: np.ndarray, report: np.ndarray) -> dict[str, Any]:
     node.update(ece_before=Missing(reason), ece_after=Missing(reason), temperature=Missing(reason))
     return node
   temperature = fit_temperature(fit)
+  report = np.sort(report)  # the per-bin float sums in one order, whatever the pairs' order
   node["temperature"] = temperature
   node["ece_before"] = expected_calibration_error(report)
   node["ece_after"] = expected_calibration_error(report, temperature)
