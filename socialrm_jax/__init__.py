@@ -12,9 +12,10 @@ The house is one-way, and its folders show it: each layer is one folder of this 
 file, the package's face, is the only module outside them. A module imports (at module level,
 inside a function or under TYPE_CHECKING alike) only modules of its own layer or of the layers
 above it in this list, and no two modules import each other, directly or around a loop. A module
-also depends on its parent packages, whose `__init__` runs before it. tests/test_layering.py reads
-a module's layer from its folder and the order from this list; a module in no layer folder fails
-it. docs/architecture.md says why each layer sits where it does.
+also depends on its parent packages, whose `__init__` runs before it. import-linter's contracts
+in pyproject.toml state this list (`lint-imports`; tests/test_layering.py runs it and checks that
+the two agree); a module in no layer folder breaks them. docs/architecture.md says why each
+layer sits where it does.
 
 Layers, bottom first, one folder each:
   base           errors, records, settings, tables, templates, registry: the vocabulary, formats

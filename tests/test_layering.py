@@ -1,99 +1,36 @@
-"""The house is one-way: every import of the package (module level, inside functions, under
-TYPE_CHECKING, and the parent packages a module's import runs) goes to the importer's own layer or
-one below it, and no import cycle exists. A module's layer is its folder: the package docstring
-lists the layer folders, bottom first, and a module in no layer folder fails."""
+"""The house is one-way. import-linter's contracts in pyproject.toml (`[tool.importlinter]`) check
+every import of the package, module level, inside a function and under TYPE_CHECKING alike: each
+goes to the importer's own layer or one below it (the layers contract, exhaustive: a module in no
+layer folder breaks it), the package's face imports none of its modules, and no modules of one
+package import each other around a loop (acyclic_siblings, at every depth). `lint-imports` runs
+here on the package and on copies of it with a bad import planted; beside it, what import-linter
+does not check: the contract's layers are the ones the package docstring lists, and `ls
+socialrm_jax` shows nothing but them, the face and the bundled data."""
 
-import ast
+import os
 import pathlib
-import textwrap
+import shutil
+import subprocess
+import sys
+import tomllib
 
 import pytest
 
 import socialrm_jax
 
-PACKAGE = pathlib.Path(socialrm_jax.__file__).parent
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "socialrm_jax"
+# The console script `lint-imports`, run with this interpreter whatever its folder is on PATH.
+LINT_IMPORTS = [sys.executable, "-c",
+                "import sys; from importlinter.cli import lint_imports_command; "
+                "sys.exit(lint_imports_command())", "--no-cache"]
 
 
-def module_files(root: pathlib.Path) -> dict[str, pathlib.Path]:
-  """{dotted module name relative to the package ('' for its __init__): file}."""
-  out = {}
-  for path in sorted(root.rglob("*.py")):
-    parts = path.relative_to(root).with_suffix("").parts
-    out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-  return out
-
-
-def imports(root: pathlib.Path, package: str, parents: bool = False) -> dict[str, set[str]]:
-  """{module: the package's modules it imports}: every import statement anywhere in its file
-  (lazy and TYPE_CHECKING ones too), resolved to the deepest module named; with `parents`, also
-  its parent packages, whose `__init__` runs first (they count for the layers, not for cycles:
-  a package that re-exports its modules is no loop)."""
-  files = module_files(root)
-
-  def known(name: str) -> str | None:
-    while name not in files and name:
-      name = name.rpartition(".")[0]
-    return name if name in files else None
-
-  edges = {}
-  for module, path in files.items():
-    deps = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-      if isinstance(node, ast.Import):
-        targets = [a.name for a in node.names]
-      elif isinstance(node, ast.ImportFrom):
-        if node.level:
-          base = module.split(".") if module else []
-          base = base[:len(base) - node.level + (1 if path.name == "__init__.py" else 0)]
-          prefix = ".".join([package] + base + ([node.module] if node.module else []))
-        else:
-          prefix = node.module or ""
-        # `from pkg import module` depends on the module, `from module import name` on module.
-        targets = [f"{prefix}.{a.name}" for a in node.names]
-      else:
-        continue
-      for target in targets:
-        if target == package or target.startswith(package + "."):
-          found = known(target[len(package) + 1:])
-          if found is not None and found != module:
-            deps.add(found)
-    if parents:
-      parts = module.split(".") if module else []
-      deps.update(".".join(parts[:i]) for i in range(len(parts)))
-    deps.discard(module)
-    edges[module] = deps
-  return edges
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-  """The strongly connected components of more than one module (Tarjan)."""
-  index, low, stack, on_stack, found = {}, {}, [], set(), []
-
-  def visit(v):
-    index[v] = low[v] = len(index)
-    stack.append(v)
-    on_stack.add(v)
-    for w in sorted(edges.get(v, ())):
-      if w not in index:
-        visit(w)
-        low[v] = min(low[v], low[w])
-      elif w in on_stack:
-        low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-      component = []
-      while True:
-        w = stack.pop()
-        on_stack.discard(w)
-        component.append(w)
-        if w == v:
-          break
-      if len(component) > 1:
-        found.append(sorted(component))
-
-  for v in sorted(edges):
-    if v not in index:
-      visit(v)
-  return found
+def lint_imports(root: pathlib.Path) -> subprocess.CompletedProcess:
+  """`lint-imports` on the package under `root`, with `root`'s pyproject.toml."""
+  env = dict(os.environ, PYTHONPATH=str(root))
+  return subprocess.run(LINT_IMPORTS, cwd=root, env=env, capture_output=True, text=True,
+                        check=False, timeout=120)
 
 
 def written_layers(docstring: str) -> list[str]:
@@ -108,113 +45,60 @@ def written_layers(docstring: str) -> list[str]:
   return rows
 
 
-def layer_of(module: str, layers: list[str], packages: set[str]) -> int | None:
-  """The index of the layer folder `module` lives in (a folder's own `__init__` included); -1 for
-  the package's face, below every layer; None for a module in no layer folder."""
-  if module == "":
-    return -1
-  folder = module.split(".")[0]
-  in_folder = "." in module or module in packages
-  return layers.index(folder) if in_folder and folder in layers else None
-
-
-def violations(edges: dict[str, set[str]], layers: list[str], packages: set[str]) -> list[str]:
-  names = ["the package's face"] + layers
-  out = [f"{m}: in no layer folder; move it into one of {', '.join(layers)}"
-         for m in sorted(edges) if layer_of(m, layers, packages) is None]
-  for module in sorted(edges):
-    mine = layer_of(module, layers, packages)
-    for dep in sorted(edges[module]):
-      theirs = layer_of(dep, layers, packages)
-      if mine is not None and theirs is not None and theirs > mine:
-        out.append(f"{module or 'socialrm_jax'} ({names[mine + 1]}) imports {dep} "
-                   f"({names[theirs + 1]}), a layer above it")
-  return out
-
-
-def folders(root: pathlib.Path) -> set[str]:
-  """The package's sub-packages (folders with an `__init__.py`), by dotted name."""
-  return {".".join(p.parent.relative_to(root).parts) for p in root.rglob("__init__.py")} - {""}
-
-
 LAYERS = written_layers(socialrm_jax.__doc__)
-PACKAGES = folders(PACKAGE)
 
 
-def test_the_package_has_no_import_cycle():
-  assert cycles(imports(PACKAGE, "socialrm_jax")) == []
+def test_lint_imports_keeps_every_contract():
+  result = lint_imports(ROOT)
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert "3 kept, 0 broken" in result.stdout, result.stdout
 
 
-def test_every_import_goes_to_the_same_layer_or_below():
-  assert violations(imports(PACKAGE, "socialrm_jax", parents=True), LAYERS, PACKAGES) == []
-
-
-def test_the_written_order_reads_as_the_pipeline():
+def test_the_contracts_layers_are_the_written_ones_and_read_as_the_pipeline():
+  contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+  layers = next(c for c in contracts["contracts"] if c["type"] == "layers")
+  assert layers["layers"] == LAYERS[::-1] and layers["exhaustive"]
   assert LAYERS == ["base", "sources", "datasets", "models", "scoring", "analysis", "training",
                     "orchestrators", "main"]
 
 
 def test_every_folder_of_the_package_is_a_layer():
-  """`ls socialrm_jax` shows the layer folders, the package's face and its data, nothing else."""
+  """`ls socialrm_jax` shows the layer folders, the package's face and its data, nothing else
+  (import-linter sees Python modules only: a folder without one would pass it)."""
   top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__"))}
   assert top == {"__init__.py", "bundled", *LAYERS}, sorted(top)
 
 
-def _package(tmp_path, files: dict[str, str]) -> pathlib.Path:
-  root = tmp_path / "pkg"
-  for name, text in files.items():
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
-  return root
+# (file, text appended to it, a line lint-imports prints for the broken contract)
+PLANTED = {
+    "lazy_upward": ("base/records.py",
+                    "\ndef planted():\n  from socialrm_jax.orchestrators import audit\n",
+                    "socialrm_jax.base is not allowed to import socialrm_jax.orchestrators:"),
+    "type_checking_upward": ("models/weights.py",
+                             "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                             "  from socialrm_jax.analysis import report\n",
+                             "socialrm_jax.models is not allowed to import socialrm_jax.analysis:"),
+    "cycle_in_a_layer": ("base/errors.py",
+                         "\ndef planted():\n  from socialrm_jax.base import tables\n",
+                         "No cycles are allowed in socialrm_jax.base."),
+    "face_imports_a_module": ("__init__.py", "\nfrom socialrm_jax.base import errors\n",
+                              "socialrm_jax is not allowed to import socialrm_jax.base.errors:"),
+    "module_in_no_layer": ("stray.py", "", "- socialrm_jax.stray"),
+}
 
 
-def test_a_planted_lazy_or_type_checking_cycle_is_found(tmp_path):
-  root = _package(tmp_path, {
-      "__init__.py": "",
-      "low.py": """
-          from typing import TYPE_CHECKING
-          if TYPE_CHECKING:
-            from pkg.high import Thing
-          """,
-      "high.py": """
-          def f():
-            from pkg import low  # a lazy import is a dependency too
-          """,
-      "sub/__init__.py": "from pkg.sub import leaf\n",
-      "sub/leaf.py": "from .. import low\n",
-  })
-  edges = imports(root, "pkg")
-  assert edges["low"] == {"high"} and edges["high"] == {"low"}
-  assert edges["sub.leaf"] == {"low"}  # a relative import
-  assert imports(root, "pkg", parents=True)["sub.leaf"] == {"low", "sub", ""}
-  assert cycles(edges) == [["high", "low"]]
-
-
-def test_an_import_against_the_written_order_is_named(tmp_path):
-  root = _package(tmp_path, {
-      "__init__.py": "", "low/__init__.py": "", "low/a.py": "import pkg.high.b\n",
-      "high/__init__.py": "", "high/b.py": "", "stray.py": "", "elsewhere/__init__.py": "",
-      "elsewhere/c.py": ""})
-  layers = ["low", "high"]
-  assert violations(imports(root, "pkg", parents=True), layers, folders(root)) == [
-      "elsewhere: in no layer folder; move it into one of low, high",
-      "elsewhere.c: in no layer folder; move it into one of low, high",
-      "stray: in no layer folder; move it into one of low, high",
-      "low.a (low) imports high.b (high), a layer above it"]
-
-
-def test_a_module_is_in_the_layer_of_its_folder():
-  def layer(module):
-    found = layer_of(module, LAYERS, PACKAGES)
-    return found if found is None or found < 0 else LAYERS[found]
-
-  assert layer("datasets") == "datasets"  # a layer folder's own `__init__`
-  assert layer("analysis.datasets.bbq") == "analysis"  # a folder inside a layer is that layer
-  assert layer("sources.reading") == "sources"
-  assert layer("datasets.bbq") == "datasets"
-  assert layer("orchestrators.plan.report") == "orchestrators"
-  assert layer("") == -1 and layer("nowhere") is None
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_lint_imports_fails_on_a_planted_import(tmp_path, case):
+  shutil.copytree(PACKAGE, tmp_path / "socialrm_jax",
+                  ignore=shutil.ignore_patterns("__pycache__", "bundled"))
+  shutil.copy(ROOT / "pyproject.toml", tmp_path)
+  name, text, message = PLANTED[case]
+  with open(tmp_path / "socialrm_jax" / name, "a", encoding="utf-8") as f:
+    f.write(text)
+  result = lint_imports(tmp_path)
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert message in result.stdout, result.stdout
+  assert "0 broken" not in result.stdout
 
 
 if __name__ == "__main__":

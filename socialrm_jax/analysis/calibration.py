@@ -8,9 +8,9 @@ ECE = sum over bins of (share of pairs) * |accuracy - mean confidence|.
 The temperature T is fitted on the pairs of one half of the items and ECE is reported on the
 other half, before (T = 1) and after. The halves come from a hash of `item_id` (CRC-32, low bit),
 so they do not depend on row order or on the other items. T = exp(log_t) minimises the mean
-Bradley-Terry loss softplus(-margin / T) by full-batch Adam (optax), starting from T = 1, for a
-fixed number of steps: deterministic, so there is no seed to set. log_t is clipped to
-[-LOG_T_BOUND, LOG_T_BOUND], because when every fit pair is won the loss keeps falling as T -> 0.
+Bradley-Terry loss softplus(-margin / T) over log_t in [-LOG_T_BOUND, LOG_T_BOUND]
+(`scipy.optimize.minimize_scalar`, bounded: Brent's method, deterministic, so there is no seed to
+set). The bound is there because when every fit pair is won the loss keeps falling as T -> 0.
 """
 
 from __future__ import annotations
@@ -18,17 +18,15 @@ from __future__ import annotations
 import zlib
 from typing import Any, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
+from scipy import optimize
 
 from socialrm_jax.analysis.estimates import Missing
 
 N_BINS = 15
-FIT_STEPS = 300
-LEARNING_RATE = 0.05
 LOG_T_BOUND = 10.0
+# The fit stops when log_t is known to within this (T to a relative 1e-6).
+LOG_T_TOLERANCE = 1e-6
 
 
 def fit_half(item_ids: Sequence[str]) -> np.ndarray:
@@ -56,44 +54,24 @@ def expected_calibration_error(margin: np.ndarray, temperature: float = 1.0,
   return float(np.abs(gap).sum() / margin.size)
 
 
-def bradley_terry_loss(log_t: jax.Array, margin: jax.Array, weight: jax.Array) -> jax.Array:
-  """The mean of softplus(-margin / T) with T = exp(log_t), over margins [P] with weights [P]."""
-  return jnp.sum(weight * jax.nn.softplus(-margin / jnp.exp(log_t))) / jnp.sum(weight)
-
-
-def loss_gradient(log_t: jax.Array, margin: jax.Array, weight: jax.Array) -> jax.Array:
-  """d `bradley_terry_loss` / d log_t, written out: softplus' = sigmoid and d(-m / T)/d log T =
-  m / T. One fused pass over the margins, where autodiff keeps the forward pass's [P] arrays
-  for the backward one (tens of MB at a million pairs)."""
-  t = jnp.exp(log_t)
-  return jnp.sum(weight * jax.nn.sigmoid(-margin / t) * (margin / t)) / jnp.sum(weight)
-
-
-@jax.jit
-def _fit_log_temperature(margin: jax.Array, n: jax.Array) -> jax.Array:
-  """log T for the first `n` of margins [P] (the rest is padding, of weight 0)."""
-  optimizer = optax.adam(LEARNING_RATE)
-  weight = (jnp.arange(margin.size) < n).astype(margin.dtype)                      # [P]
-
-  def step(state, _):
-    log_t, opt_state = state
-    grad = loss_gradient(log_t, margin, weight)
-    updates, opt_state = optimizer.update(grad, opt_state)
-    log_t = jnp.clip(optax.apply_updates(log_t, updates), -LOG_T_BOUND, LOG_T_BOUND)
-    return (log_t, opt_state), None
-
-  log_t = jnp.zeros((), margin.dtype)
-  (log_t, _), _ = jax.lax.scan(step, (log_t, optimizer.init(log_t)), None, length=FIT_STEPS)
-  return log_t
+def bradley_terry_loss(log_t: float, margin: np.ndarray) -> float:
+  """The mean of softplus(-margin / T) with T = exp(log_t), over margins [P] (float64)."""
+  return float(np.mean(np.logaddexp(0.0, -margin / np.exp(log_t))))
 
 
 def fit_temperature(margin: np.ndarray) -> float:
-  """The temperature minimising the Bradley-Terry loss of `margin` [P]."""
-  # Padded to a power of two so that different pair counts reuse one compilation.
-  size = 1 << max(int(margin.size - 1).bit_length(), 4)
-  padded = np.zeros(size, np.float32)
-  padded[:margin.size] = margin
-  return float(np.exp(_fit_log_temperature(jnp.asarray(padded), np.int32(margin.size))))
+  """The temperature minimising the Bradley-Terry loss of `margin` [P]; 1 when every margin is 0
+  (the loss is then ln 2 at every T)."""
+  # Sorted, so that the loss's float sums, and the fit, do not depend on the pairs' order.
+  margin = np.sort(np.asarray(margin, dtype=np.float64))
+  if not margin.any():
+    return 1.0
+  fit = optimize.minimize_scalar(bradley_terry_loss, bounds=(-LOG_T_BOUND, LOG_T_BOUND),
+                                 args=(margin,), method="bounded",
+                                 options={"xatol": LOG_T_TOLERANCE})
+  if not fit.success:  # Brent's method on a bounded interval stops only on its iteration cap
+    raise RuntimeError(f"the temperature fit did not converge: {fit.message}")
+  return float(np.exp(fit.x))
 
 
 def summary(fit: np.ndarray, report: np.ndarray) -> dict[str, Any]:
@@ -106,6 +84,7 @@ def summary(fit: np.ndarray, report: np.ndarray) -> dict[str, Any]:
     node.update(ece_before=Missing(reason), ece_after=Missing(reason), temperature=Missing(reason))
     return node
   temperature = fit_temperature(fit)
+  report = np.sort(report)  # the per-bin float sums in one order, whatever the pairs' order
   node["temperature"] = temperature
   node["ece_before"] = expected_calibration_error(report)
   node["ece_after"] = expected_calibration_error(report, temperature)

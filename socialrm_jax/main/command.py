@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
+import glob
 import importlib.util
 import os
 import sys
@@ -74,6 +75,17 @@ def _installed(module: str) -> bool:
     return False
 
 
+# Device files through which the runtimes reach an accelerator: a TPU chip is /dev/accel<N> (TPU
+# v2 to v4) or a VFIO group /dev/vfio/<N> (v5e and later); an NVIDIA GPU is /dev/nvidia<N> or
+# /dev/nvidiactl (containers), or /dev/dxg under WSL2 (the files JAX's CUDA discovery looks for).
+ACCELERATOR_DEVICE_FILES = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*",
+                            "/dev/nvidiactl", "/dev/dxg")
+
+
+def _accelerator_device_present() -> bool:
+  return any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICE_FILES)
+
+
 def skip_absent_accelerators() -> None:
   """Keeps JAX from starting libtpu or its CUDA plugin on a machine without a TPU chip or GPU.
 
@@ -82,21 +94,17 @@ def skip_absent_accelerators() -> None:
   `Failed to find host bounds ...`; the CUDA plugin: a traceback of its library version checks)
   before JAX falls back to the CPU; a CUDA plugin that failed its start also makes no
   compile-only GPUs for `socialrm-plan`. So, unless the user chose the platforms (`JAX_PLATFORMS`,
-  or JAX's `jax_platforms` setting) or the backends are already up, a machine with no TPU chip
-  and no visible GPU gets `jax_platforms = "cpu"`, what JAX would have chosen anyway. TPU and GPU
-  machines keep JAX's own discovery.
+  or JAX's `jax_platforms` setting), a machine with none of the accelerators' device files
+  (`ACCELERATOR_DEVICE_FILES`) gets `jax_platforms = "cpu"`, what JAX would have chosen anyway
+  (and, were its backends already up, what they are). TPU and GPU machines keep JAX's own
+  discovery. Read from the device files: JAX's own probes are in no public module.
   """
   if os.environ.get("JAX_PLATFORMS") or not any(map(_installed, ACCELERATOR_RUNTIMES)):
     return
+  if _accelerator_device_present():
+    return
   import jax  # pylint: disable=import-outside-toplevel
-  try:
-    from jax._src import hardware_utils, xla_bridge  # pylint: disable=import-outside-toplevel
-    if jax.config.jax_platforms or xla_bridge.backends_are_initialized():
-      return
-    chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
-    if chips or hardware_utils.has_visible_nvidia_gpu():
-      return
-  except (ImportError, AttributeError):  # another JAX: leave its discovery as it is
+  if jax.config.jax_platforms:
     return
   jax.config.update("jax_platforms", "cpu")
 

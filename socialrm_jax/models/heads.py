@@ -245,7 +245,6 @@ REWARD_CLASSES = {
     "LlamaModelForScore": _beaver,
 }
 BEAVER_CLASSES = ("LlamaForScore", "LlamaModelForScore")
-STARLING = "Starling (LlamaForSequenceClassification with transformer.* and v_head)"
 
 
 def is_starling(architecture: str, shapes: Mapping[str, Any]) -> bool:

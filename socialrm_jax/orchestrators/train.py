@@ -359,7 +359,9 @@ def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) 
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
                               seed=settings.seed, attention=settings.attention)
   state = _train_state(settings, model, mesh, total_steps=1)  # the steps shape no state
-  (trained, _, _), _ = store.restore(step, (state.trained, state.opt_state, state.rng))
+  restored, _ = store.restore(step, {"params": state.trained, "opt_state": state.opt_state,
+                                     "rng": state.rng})
+  trained = restored["params"]
   store.close()
   pad_token_id = tables.read_json_object(
       pathlib.Path(settings.output_dir) / MANIFEST_FILE)["pad_token_id"]
@@ -458,7 +460,9 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   if latest is not None:
     earlier = tables.read_json_object(manifest_path) if manifest_path.exists() else {}
     extended_from = _resumed_length(out, earlier, settings, total_steps, latest)
-    (trained, opt_state, rng), position = store.restore(latest, (trained, opt_state, rng))
+    restored, position = store.restore(latest, {"params": trained, "opt_state": opt_state,
+                                                "rng": rng})
+    trained, opt_state, rng = restored["params"], restored["opt_state"], restored["rng"]
     start_step, num_tokens = int(position["step"]), int(position["num_tokens"])
     last_checkpoint = os.path.join(store.directory, str(latest))
     logging.info("resuming from step %d (checkpoint %s)", start_step, last_checkpoint)
@@ -490,8 +494,8 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
     if not bool(divergence.all_finite((trained, opt_state))):
       store.close()
       raise divergence.not_finite_state(step, last_checkpoint)
-    store.save(step, (trained, opt_state, rng), {"step": step, "num_tokens": num_tokens,
-                                                 "micro_batches": step * accumulation})
+    store.save(step, {"params": trained, "opt_state": opt_state, "rng": rng},
+               {"step": step, "num_tokens": num_tokens, "micro_batches": step * accumulation})
     last_checkpoint = os.path.join(store.directory, str(step))
 
   if start_step == 0 and 0 in extra_steps and latest is None:

@@ -393,18 +393,6 @@ def _write_tables(output_dir: str | pathlib.Path, fmt: str,
   return report
 
 
-def write_swap_set(swap_set: SwapSet, output_dir: str | pathlib.Path,
-                   fmt: str = "parquet") -> None:
-  """Writes a swap set held in memory into `output_dir` (`_write_tables`)."""
-  rows = {"items": swap_set.items, "pairs": swap_set.pairs, "swaps": swap_set.links}
-
-  def fill(writers: dict[str, tables.TableWriter]) -> dict[str, Any]:
-    for prefix, writer in writers.items():
-      writer.add(rows[prefix])
-    return swap_set.report
-  _write_tables(output_dir, fmt, fill)
-
-
 def derive_into(read: Callable[[], Iterable[dict[str, Any]]], output_dir: str | pathlib.Path,
                 fmt: str = "parquet", allow_empty: bool = True,
                 name: str = "the items") -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from flax import nnx, traverse_util
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
@@ -114,14 +114,7 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
 
 def nested(flat: Mapping[str, Any]) -> dict:
   """{'a/b/c': x} -> {'a': {'b': {'c': x}}}: what `nnx.merge` takes as a state."""
-  out: dict = {}
-  for path, value in flat.items():
-    *parents, leaf = path.split("/")
-    node = out
-    for key in parents:
-      node = node.setdefault(key, {})
-    node[leaf] = value
-  return out
+  return traverse_util.unflatten_dict(flat, sep="/")
 
 
 def _projection(module: nnx.Module, path: str):

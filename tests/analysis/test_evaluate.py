@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from socialrm_jax.base import tables
-from socialrm_jax.analysis import calibration, estimates, evaluate, evidence, runner
+from socialrm_jax.analysis import estimates, evaluate, evidence, runner
 
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,
@@ -383,14 +383,3 @@ def test_worst_pairs_cut_long_texts_and_prompts():
   assert evidence.prompt_text([{"role": "user", "content": "a"}, {"role": "assistant",
                                                                    "content": "b"}]) == (
       "user: a\nassistant: b")
-
-
-def test_the_written_out_loss_gradient_is_autodiff_s():
-  import jax  # pylint: disable=import-outside-toplevel
-  rng = np.random.default_rng(4)
-  margin = rng.normal(scale=3.0, size=1000).astype(np.float32)
-  weight = (rng.random(1000) < 0.9).astype(np.float32)
-  for log_t in (-2.0, 0.0, 0.7, 3.0):
-    auto = jax.grad(calibration.bradley_terry_loss)(np.float32(log_t), margin, weight)
-    assert float(calibration.loss_gradient(np.float32(log_t), margin, weight)) == pytest.approx(
-        float(auto), rel=1e-5, abs=1e-7)

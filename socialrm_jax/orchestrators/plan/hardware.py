@@ -12,6 +12,7 @@ plugin would run, which are what JAX's own cuDNN checks read while the step is t
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import re
 
@@ -194,15 +195,23 @@ GPU_EXTRA = ("pip install 'socialrm_jax[gpu-plan]' && pip install --no-deps "
              "nvidia-cudnn-cu12==9.28.0.42")
 
 
+# JAX's CUDA plugin packages, in the order JAX looks for them.
+CUDA_PLUGIN_PACKAGES = ("jax_cuda13_plugin", "jax_cuda12_plugin")
+
+
 def cuda_software() -> tuple[tuple[int, int], tuple[int, int, int]]:
   """(CUDA runtime (major, minor), cuDNN (major, minor, patch)) of JAX's CUDA plugin on this host:
   the versions a compile-only GPU is described with. They are what JAX's own cuDNN attention
-  checks read while a step is traced (`jax._src.lib.cuda_versions`, jax's module for them), so
-  the program XLA compiles and the checks JAX makes agree on one cuDNN."""
-  try:
-    from jax._src.lib import cuda_versions  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    cuda_versions = None
+  checks read while a step is traced: the `_versions` module of JAX's CUDA plugin package, which
+  JAX itself imports from the first of these packages installed, so the program XLA compiles and
+  the checks JAX makes agree on one cuDNN."""
+  cuda_versions = None
+  for package in CUDA_PLUGIN_PACKAGES:
+    try:
+      cuda_versions = importlib.import_module(f"{package}._versions")
+      break
+    except ImportError:
+      continue
   if cuda_versions is None:
     raise InputError(f"GPU targets need JAX's CUDA plugin, which is not installed: {GPU_EXTRA}")
   try:
