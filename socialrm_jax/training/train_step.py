@@ -82,10 +82,11 @@ class TrainStep:
     def evaluate(sums, trained, frozen, batch):
       return loss_lib.add_sums(sums, block_sums(trained, frozen, batch)[1])
 
-    self._zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
-    self._accumulate = jax.jit(accumulate, donate_argnums=(0, 1))
-    self._update = jax.jit(update, donate_argnums=(0, 1))
-    self._evaluate = jax.jit(evaluate, donate_argnums=(0,))
+    # The jitted programs (benchmarks/train_step_profile.py times them one by one).
+    self.zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
+    self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1))  # grads, sums += a block's
+    self.update = jax.jit(update, donate_argnums=(0, 1))  # the optimizer's step
+    self.add_block_sums = jax.jit(evaluate, donate_argnums=(0,))  # sums += a block's, no grads
 
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
     return {name: jax.device_put(value, self.sharding) for name, value in arrays.items()}
@@ -95,16 +96,16 @@ class TrainStep:
       return jax.jit(self.tx.init)(trained)
 
   def _sums_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
-    grads, sums = self._zeros(trained), loss_lib.no_sums()
+    grads, sums = self.zeros(trained), loss_lib.no_sums()
     for arrays in blocks:
-      grads, sums = self._accumulate(grads, sums, trained, frozen, self.put(arrays))
+      grads, sums = self.accumulate(grads, sums, trained, frozen, self.put(arrays))
     return grads, sums
 
   def step(self, trained, opt_state, frozen, blocks: Sequence[Mapping]):
     """One optimizer step over a step's blocks -> (trained, opt_state, TRL's metrics)."""
     with jax.set_mesh(self.mesh):
       grads, sums = self._sums_and_grads(trained, frozen, blocks)
-      return self._update(trained, opt_state, grads, sums)
+      return self.update(trained, opt_state, grads, sums)
 
   def loss_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
     """((loss, metrics), gradients of the loss by each trained parameter) over the blocks' pairs,
@@ -120,7 +121,7 @@ class TrainStep:
     sums = loss_lib.no_sums()
     with jax.set_mesh(self.mesh):
       for arrays in blocks:
-        sums = self._evaluate(sums, trained, frozen, self.put(arrays))
+        sums = self.add_block_sums(sums, trained, frozen, self.put(arrays))
     return loss_lib.means(sums)
 
 
