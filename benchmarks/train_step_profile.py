@@ -122,7 +122,37 @@ def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
   return out.reshape(batch, q_len, num_heads, head_dim)
 
 
-def _variant_contexts(name: str) -> list:
+def _merged_lora_params(trained, frozen, lora_scale, dtype):
+  """train_step.full_params before LoRA ran beside its targets: W + (alpha / r) A B merged."""
+  from socialrm_jax.training import train_step, trainable
+  base = {**frozen, **{p: v for p, v in trained.items() if not train_step._is_lora(p)}}
+  lora = {p: v for p, v in trained.items() if train_step._is_lora(p)}
+  return trainable.apply_lora({p: v.astype(dtype) for p, v in base.items()}, lora, lora_scale)
+
+
+@contextlib.contextmanager
+def _merged_lora(model):
+  """The model's graph without LoRA's adapters, and the step merging them into the kernels."""
+  from flax import nnx
+  from socialrm_jax.training import train_step, trainable
+  attached = [(projection, name) for path, projection in nnx.iter_graph(model.module)
+              if getattr(projection, "lora_a", None) is not None
+              for name in (trainable.LORA_A, trainable.LORA_B)]
+  saved = [(projection, name, getattr(projection, name)) for projection, name in attached]
+  for projection, name in attached:
+    setattr(projection, name, None)
+  graphdef, rest = model.graphdef, model.rest
+  model.graphdef, _, model.rest = nnx.split(model.module, nnx.Param, ...)
+  try:
+    with _replaced(train_step, "full_params", _merged_lora_params):
+      yield
+  finally:
+    for projection, name, value in saved:
+      setattr(projection, name, value)
+    model.graphdef, model.rest = graphdef, rest
+
+
+def _variant_contexts(name: str, model) -> list:
   """Context managers under which the step is traced as variant `name` ('a+b': both)."""
   import jax
   from socialrm_jax.models import attention, decoder, layers
@@ -135,6 +165,9 @@ def _variant_contexts(name: str) -> list:
                                                jax.checkpoint_policies.everything_saveable)],
       # Attention's products over B, T, K, G, H (before: the backward's transposes).
       "grouped_attention": [lambda: _replaced(attention, "xla_attention", _grouped_attention)],
+      # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
+      # gradients formed in the backward pass).
+      "merged_lora": [lambda: _merged_lora(model)],
   }
   variants["before"] = [context for name_ in ("einsum_projections", "keep_all_residuals",
                                               "grouped_attention") for context in variants[name_]]
@@ -207,7 +240,7 @@ class Programs:
     self.steps = [[self.step.put(block.arrays()) for block in blocks] for blocks in steps]
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-      for context in _variant_contexts(name):
+      for context in _variant_contexts(name, model):
         stack.enter_context(context())
       self.opt_state = self.step.init(self.trained)
       for name_ in ("forward", "value and gradient", "update"):  # traced and compiled here

@@ -115,6 +115,10 @@ class Projection(nnx.Module):
     self.kernel = nnx.Param(_normal_init(rngs.params(), kernel_shape, param_dtype))
     self.bias = None if bias_shape is None else nnx.Param(jnp.zeros(bias_shape, param_dtype))
     self.dtype = dtype
+    # LoRA's adapters, A [in, r] and (alpha / r) B [r, out] over the flattened axes, where training
+    # attaches them (training.trainable.init_lora); None: a plain projection.
+    self.lora_a: nnx.Param | None = nnx.data(None)
+    self.lora_b: nnx.Param | None = nnx.data(None)
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     kernel = self.kernel[...].astype(self.dtype)
@@ -122,6 +126,11 @@ class Projection(nnx.Module):
     leading = x.shape[:x.ndim - self.input_axes]
     rows = x.astype(self.dtype).reshape(-1, math.prod(inputs))  # [rows, in]
     y = attention.einsum("RI,IO->RO", rows, kernel.reshape(math.prod(inputs), math.prod(outputs)))
+    if self.lora_a is not None:
+      # x W + (x A) B, as PEFT's LoraLayer computes it: the backward pass forms the gradients of
+      # the small A and B and of x, never the frozen kernel's (a product as large as W's).
+      low_rank = attention.einsum("RI,IK->RK", rows, self.lora_a[...].astype(self.dtype))
+      y = y + attention.einsum("RK,KO->RO", low_rank, self.lora_b[...].astype(self.dtype))
     y = y.reshape(*leading, *outputs)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)

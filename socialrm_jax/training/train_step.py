@@ -37,11 +37,19 @@ def pair_rewards(model: trainable.TrainModel, params: Mapping[str, jax.Array], b
 
 
 def full_params(trained, frozen, lora_scale: float, dtype):
-  """The model's parameters in the compute dtype: trained ones cast, LoRA merged in."""
-  base = {**frozen, **{p: v for p, v in trained.items() if p in frozen or not _is_lora(p)}}
-  lora = {p: v for p, v in trained.items() if _is_lora(p)}
-  params = trainable.apply_lora({p: v.astype(dtype) for p, v in base.items()}, lora, lora_scale)
+  """The model's parameters in the compute dtype, LoRA's adapters beside their targets (B times
+  alpha / r: `layers.Projection` adds (x A) B)."""
+  params = {p: v.astype(dtype) for p, v in {**frozen, **trained}.items() if not _is_lora(p)}
+  for path, value in trained.items():
+    if _is_lora(path):  # '<projection>/kernel/lora_b' -> the projection's 'lora_b'
+      kernel, name = path.rsplit("/", 1)
+      scaled = value * lora_scale if name == trainable.LORA_B else value
+      params[f"{kernel.rsplit('/', 1)[0]}/{name}"] = scaled.astype(dtype)
   return params
+
+
+def _base_params(trained, frozen) -> dict:
+  return {**frozen, **{p: v for p, v in trained.items() if not _is_lora(p)}}
 
 
 def _is_lora(path: str) -> bool:
@@ -128,4 +136,6 @@ class TrainStep:
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def merged_params(trained, frozen, lora_scale: float, dtype):
   """The parameters a trained model ends on, LoRA merged (for the export and scoring)."""
-  return full_params(trained, frozen, lora_scale, dtype)
+  lora = {p: v for p, v in trained.items() if _is_lora(p)}
+  return trainable.apply_lora({p: v.astype(dtype) for p, v in _base_params(trained, frozen).items()},
+                              lora, lora_scale)

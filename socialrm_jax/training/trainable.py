@@ -12,10 +12,11 @@ further as it is.
 LoRA (Hu et al. 2021, as PEFT's `LoraLayer`): a target projection's kernel W [L, in..., out...]
 gets A [L, in, r] and B [L, r, out] with W' = W + (alpha / r) A B; A is drawn as PEFT draws
 `lora_A` (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B starts at 0, so step 0
-is the base. The sum is formed in the train step before the layer scan, one small matmul a target
-per step, so the model code needs no LoRA module; `merge_lora` forms it once for the export. A
-target's input axes are read from its einsum (the kernel's subscripts that the input carries: D
-for q/k/v/gate/up, F for down, N and H for o).
+is the base. In training the projection computes x W + (x A) (alpha / r) B beside the frozen W, as
+PEFT does (`layers.Projection`'s adapters, attached by `init_lora`), so the backward pass never
+forms the frozen kernel's gradient; `apply_lora` merges W' once for the export. A target's input
+axes are read from its einsum (the kernel's subscripts that the input carries: D for
+q/k/v/gate/up, F for down, N and H for o).
 """
 
 from __future__ import annotations
@@ -168,7 +169,9 @@ def lora_axes(model: TrainModel, path: str) -> tuple[int, int]:
 
 def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
               seed: int) -> dict[str, jax.Array]:
-  """{'<target>/lora_a': [L, in, r], '<target>/lora_b': [L, r, out]} in float32."""
+  """Attaches LoRA adapters to `model`'s target projections (its graph then computes
+  x W + (x A) (alpha / r) B, `layers.Projection`) and returns their initial values:
+  {'<target>/lora_a': [L, in, r], '<target>/lora_b': [L, r, out]} in float32."""
   out = {}
   for number, path in enumerate(targets):
     shape = model.params[path].shape  # [L, in..., out...]
@@ -180,6 +183,11 @@ def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
     out[f"{path}/{LORA_A}"] = jax.random.uniform(key, (shape[0], fan_in, rank), jnp.float32,
                                                  -bound, bound)
     out[f"{path}/{LORA_B}"] = jnp.zeros((shape[0], rank, fan_out), jnp.float32)
+    projection = _projection(model.module, path)
+    for name in (LORA_A, LORA_B):
+      value = out[f"{path}/{name}"]
+      setattr(projection, name, nnx.Param(jax.ShapeDtypeStruct(value.shape, value.dtype)))
+  model.graphdef, _, model.rest = nnx.split(model.module, nnx.Param, ...)
   return out
 
 
