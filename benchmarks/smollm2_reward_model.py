@@ -243,7 +243,7 @@ def agreement(work: pathlib.Path) -> dict:
     encoded = templater.encode_many(0, [item])[0]
     for candidate, sequence in enumerate(encoded.sequences):
       with torch.no_grad():
-        theirs = float(model(input_ids=torch.tensor([sequence])).logits[0, 0])
+        theirs = float(model(input_ids=torch.from_numpy(np.asarray([sequence]))).logits[0, 0])
       differences.append(abs(ours[(item["item_id"], candidate)] - theirs))
   return {"sequences": len(differences), "max_abs_difference": float(max(differences)),
           "mean_abs_difference": float(np.mean(differences))}
