@@ -137,18 +137,29 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
 
   Query head n uses key/value head n // G, as HF's `repeat_kv` does. The softmax runs in float32.
   `bias` [B, N, T, S] is added to the scaled logits (DeBERTa's relative-position scores).
+
+  The products run heads-major, each key/value head's G query heads and T queries as one axis of
+  G x T rows ([B, K, G x T, H] against [B, K, S, H]), so that every product, the backward pass's
+  included, contracts a single axis: XLA:CPU transposes an operand of a dot that contracts several
+  (the probabilities over G and T for the values' gradient, as in `layers.Projection`), and those
+  transposes were a tenth of the training step (benchmarks/train_step_profile.py).
   """
   batch, q_len, num_heads, head_dim = q.shape
   num_kv_heads = k.shape[2]
   groups = num_heads // num_kv_heads
-  q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim)  # [B, T, K, G, H]
-  logits = einsum("BTKGH,BSKH->BKGTS", q, k, jnp.float32) * scale  # float32 from here
+  rows = groups * q_len
+  q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
+  q = q.reshape(batch, num_kv_heads, rows, head_dim)  # [B, K, G x T, H]
+  k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, H]
+  logits = einsum("BKQH,BKSH->BKQS", q, k, jnp.float32) * scale  # float32 from here
+  logits = logits.reshape(batch, num_kv_heads, groups, q_len, -1)  # [B, K, G, T, S]
   if bias is not None:
     logits = logits + bias.reshape(batch, num_kv_heads, groups, *bias.shape[2:])
   logits = soft_cap(logits, logit_cap)
   logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), MASKED_LOGIT)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)  # [B, K, G, T, S]
-  out = einsum("BKGTS,BSKH->BTKGH", probs, v)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  out = einsum("BKQS,BKSH->BKQH", probs.reshape(batch, num_kv_heads, rows, -1), v)
+  out = out.reshape(batch, num_kv_heads, groups, q_len, head_dim).transpose(0, 3, 1, 2, 4)
   return out.reshape(batch, q_len, num_heads, head_dim)
 
 

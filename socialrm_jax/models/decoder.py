@@ -19,6 +19,7 @@ RoPE frequencies) is scanned with its parameters.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -36,6 +37,9 @@ from socialrm_jax.models.weights import (WeightSource, linear_to_einsum, reshape
                                          stacked_sources)
 
 IS_CAUSAL = True
+
+# What the scanned layers keep for a backward pass (`jax.checkpoint` policy; see Model.__call__).
+LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
 
 # The window of a full-attention layer when other layers slide: farther than any two positions.
 FULL_WINDOW = np.iinfo(np.int32).max
@@ -492,6 +496,12 @@ class Model(nnx.Module):
 
     scanned = (stacked, windows, inv_freqs)  # per layer: parameters, window, RoPE frequencies
 
+    # What a backward pass keeps of each scanned layer: its projections' outputs (dots without
+    # batch axes); the norms, RoPE, attention and activations are recomputed from them. Keeping
+    # everything cost more than recomputing it on a CPU: each saved intermediate is a stacked
+    # [L, ...] buffer zeroed, written and read back per call (benchmarks/train_step_profile.py).
+    # A forward alone (scoring) is the same program either way.
+    @functools.partial(jax.checkpoint, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
     def layer(x, scanned):
       state, window, inv_freq = scanned
       return nnx.merge(graphdef, state)(x, positions, layout, window, inv_freq), None

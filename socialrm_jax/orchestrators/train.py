@@ -67,7 +67,7 @@ from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.writer_lock import WriterLock
-from socialrm_jax.models import reward_model
+from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, item_tokens, packing
 from socialrm_jax.scoring import mesh as mesh_lib
@@ -412,7 +412,8 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   if settings.batch_size % data_size:
     raise InputError(f"--batch_size={settings.batch_size} must be a multiple of the mesh's data "
                      f"axis ({data_size})")
-  model_digests = run_manifest.start_file_digests(settings.model)
+  base_path = default_model.resolve_model_path(settings.model)  # a GGUF alias or Hub id: its file
+  model_digests = run_manifest.start_file_digests(base_path)
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
                               seed=settings.seed, attention=settings.attention)
   hf_export.hf_shapes(settings.model, model.sources, model.config)  # exportable, before training
@@ -476,7 +477,7 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
     else:
       print(f"resuming from step {start_step} of {total_steps}", flush=True)
 
-  manifest = {"settings": settings.to_json(), "base": {"path": os.path.abspath(settings.model)},
+  manifest = {"settings": settings.to_json(), "base": {"path": os.path.abspath(base_path)},
               "data": {"sha256": data_sha256(train_pairs), "train_pairs": len(train_pairs),
                        "eval_sha256": data_sha256(eval_pairs), "eval_pairs": len(eval_pairs)},
               "total_steps": total_steps, "micro_batches_per_epoch": per_epoch,

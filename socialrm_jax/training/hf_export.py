@@ -6,9 +6,12 @@ Each parameter goes back to the HF tensors it was read from by inverting the fam
 `weight_sources`: a source's transform (a transpose and reshape, a slice of a fused tensor) only
 moves entries, so applying it to the HF tensor's entry numbers (`np.arange`) says where each of
 our entries came from, and the entries are written back there. The HF shapes are the base's
-(safetensors headers), `score.weight` is [num_labels, D]. config.json is the base's with the
-sequence-classifier architecture, one label and `pad_token_id`; the tokenizer files and the chat
-template are copied. The folder is written beside its place and renamed when complete.
+(its safetensors headers, or a GGUF file's tensors in HF layout), `score.weight` is
+[num_labels, D]. config.json is the base's (a GGUF file's: the `LlamaConfig` its metadata gives)
+with the sequence-classifier architecture, one label and `pad_token_id`; the tokenizer files and
+the chat template are copied (a GGUF file's: written from its metadata, as the scorer reads it).
+The weights are float32: a quantized base's dequantized values, plus what training changed. The
+folder is written beside its place and renamed when complete.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import numpy as np
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.models import checkpoint, tokenizer as tokenizer_lib, weights
+from socialrm_jax.models import checkpoint, default_model, gguf_import, weights
+from socialrm_jax.models import tokenizer as tokenizer_lib
 
 WEIGHTS_FILE = "model.safetensors"
 # Files of a model folder that hold its tokenizer and chat template.
@@ -33,12 +37,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    *tokenizer_lib.SLOW_TOKENIZER_FILES)
 
 
+def _gguf_base(base_path: str) -> pathlib.Path | None:
+  """The GGUF file a (resolved) base path names or holds; None for a HF folder."""
+  if os.path.isfile(os.path.join(base_path, "config.json")):
+    return None
+  return gguf_import.gguf_file_in(base_path)
+
+
 def hf_shapes(base_path: str, sources: Mapping[str, weights.WeightSource], config) -> dict:
   """HF tensor name -> shape: the base's own tensors, and `score.weight` [L, D]."""
-  if checkpoint.is_native(base_path) or not os.path.isdir(base_path):
-    raise InputError("--model: exporting to a HF folder needs a HF base (its safetensors "
-                     "headers give the tensors' shapes), not a native checkpoint", base_path)
-  tensors = weights.SafetensorsSource(base_path)
+  base_path = default_model.resolve_model_path(base_path)
+  if checkpoint.is_native(base_path) or not os.path.exists(base_path):
+    raise InputError("--model: exporting to a HF folder needs a HF or GGUF base (its tensors' "
+                     "HF shapes), not a native checkpoint", base_path)
+  gguf_file = _gguf_base(base_path)
+  tensors = (gguf_import.read_gguf(gguf_file).tensors if gguf_file is not None
+             else weights.SafetensorsSource(base_path))
   shapes = {name: tensors.shape(name) for name in tensors.keys()}
   shapes["score.weight"] = (config.num_labels, config.hidden_size)
   needed = {n for s in sources.values() for n in s.hf_names}
@@ -90,7 +104,11 @@ def write(output: str | os.PathLike, params: Mapping[str, np.ndarray],
   try:
     save_file(tensors, str(stage / WEIGHTS_FILE), metadata={"format": "pt"})
     tables.atomic_write_json(stage / "config.json", hf_config(base_config, config, pad_token_id))
-    for name in TOKENIZER_FILES:
+    base_path = default_model.resolve_model_path(base_path)
+    gguf_file = _gguf_base(base_path)
+    if gguf_file is not None:  # the tokenizer and chat template of its metadata
+      tokenizer_lib.load_tokenizer(gguf_file).save_pretrained(stage)
+    for name in TOKENIZER_FILES if gguf_file is None else ():
       if os.path.isfile(os.path.join(base_path, name)):
         shutil.copyfile(os.path.join(base_path, name), stage / name)
     if output.exists():

@@ -37,11 +37,19 @@ def pair_rewards(model: trainable.TrainModel, params: Mapping[str, jax.Array], b
 
 
 def full_params(trained, frozen, lora_scale: float, dtype):
-  """The model's parameters in the compute dtype: trained ones cast, LoRA merged in."""
-  base = {**frozen, **{p: v for p, v in trained.items() if p in frozen or not _is_lora(p)}}
-  lora = {p: v for p, v in trained.items() if _is_lora(p)}
-  params = trainable.apply_lora({p: v.astype(dtype) for p, v in base.items()}, lora, lora_scale)
+  """The model's parameters in the compute dtype, LoRA's adapters beside their targets (B times
+  alpha / r: `layers.Projection` adds (x A) B)."""
+  params = {p: v.astype(dtype) for p, v in {**frozen, **trained}.items() if not _is_lora(p)}
+  for path, value in trained.items():
+    if _is_lora(path):  # '<projection>/kernel/lora_b' -> the projection's 'lora_b'
+      kernel, name = path.rsplit("/", 1)
+      scaled = value * lora_scale if name == trainable.LORA_B else value
+      params[f"{kernel.rsplit('/', 1)[0]}/{name}"] = scaled.astype(dtype)
   return params
+
+
+def _base_params(trained, frozen) -> dict:
+  return {**frozen, **{p: v for p, v in trained.items() if not _is_lora(p)}}
 
 
 def _is_lora(path: str) -> bool:
@@ -82,10 +90,11 @@ class TrainStep:
     def evaluate(sums, trained, frozen, batch):
       return loss_lib.add_sums(sums, block_sums(trained, frozen, batch)[1])
 
-    self._zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
-    self._accumulate = jax.jit(accumulate, donate_argnums=(0, 1))
-    self._update = jax.jit(update, donate_argnums=(0, 1))
-    self._evaluate = jax.jit(evaluate, donate_argnums=(0,))
+    # The jitted programs (benchmarks/train_step_profile.py times them one by one).
+    self.zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
+    self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1))  # grads, sums += a block's
+    self.update = jax.jit(update, donate_argnums=(0, 1))  # the optimizer's step
+    self.add_block_sums = jax.jit(evaluate, donate_argnums=(0,))  # sums += a block's, no grads
 
   def _abstract_outputs(self, program, *args):
     """What jitted `program` returns for `args`, abstract (`abstract_outputs`)."""
@@ -127,16 +136,16 @@ class TrainStep:
       return jax.jit(self.tx.init)(trained)
 
   def _sums_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
-    grads, sums = self._zeros(trained), loss_lib.no_sums()
+    grads, sums = self.zeros(trained), loss_lib.no_sums()
     for arrays in blocks:
-      grads, sums = self._accumulate(grads, sums, trained, frozen, self.put(arrays))
+      grads, sums = self.accumulate(grads, sums, trained, frozen, self.put(arrays))
     return grads, sums
 
   def step(self, trained, opt_state, frozen, blocks: Sequence[Mapping]):
     """One optimizer step over a step's blocks -> (trained, opt_state, TRL's metrics)."""
     with jax.set_mesh(self.mesh):
       grads, sums = self._sums_and_grads(trained, frozen, blocks)
-      return self._update(trained, opt_state, grads, sums)
+      return self.update(trained, opt_state, grads, sums)
 
   def loss_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
     """((loss, metrics), gradients of the loss by each trained parameter) over the blocks' pairs,
@@ -152,7 +161,7 @@ class TrainStep:
     sums = loss_lib.no_sums()
     with jax.set_mesh(self.mesh):
       for arrays in blocks:
-        sums = self._evaluate(sums, trained, frozen, self.put(arrays))
+        sums = self.add_block_sums(sums, trained, frozen, self.put(arrays))
     return loss_lib.means(sums)
 
 
@@ -166,4 +175,6 @@ def abstract_outputs(compiled: jax.stages.Compiled):
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def merged_params(trained, frozen, lora_scale: float, dtype):
   """The parameters a trained model ends on, LoRA merged (for the export and scoring)."""
-  return full_params(trained, frozen, lora_scale, dtype)
+  lora = {p: v for p, v in trained.items() if _is_lora(p)}
+  return trainable.apply_lora({p: v.astype(dtype) for p, v in _base_params(trained, frozen).items()},
+                              lora, lora_scale)

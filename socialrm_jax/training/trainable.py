@@ -1,18 +1,22 @@
 """The model being trained: a decoder base with a score head, its parameters as a flat dict, and
 which of them train (all of them, or LoRA adapters and the head).
 
-`load_base` reads the base with the scoring stack's own loader (`models.reward_model`): a causal-LM
-checkpoint gets its trunk and a new score head (`score/kernel` [D, 1], drawn from a normal of the
-config's `initializer_range`, as transformers initializes a new `score` Linear), a reward model
-with a one-output `score` head is trained further as it is.
+`load_base` reads the base with the scoring stack's own loader (`models.reward_model`): a HF
+folder, a GGUF file or a folder holding one (its quantized tensors dequantized, then cast to the
+training dtype, as the scorer loads them), a native checkpoint, the default model's alias
+(`smollm2`) or a Hub id. A causal-LM checkpoint gets its trunk and a new score head
+(`score/kernel` [D, 1], drawn from a normal of the config's `initializer_range`, as transformers
+initializes a new `score` Linear), a reward model with a one-output `score` head is trained
+further as it is.
 
 LoRA (Hu et al. 2021, as PEFT's `LoraLayer`): a target projection's kernel W [L, in..., out...]
 gets A [L, in, r] and B [L, r, out] with W' = W + (alpha / r) A B; A is drawn as PEFT draws
 `lora_A` (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B starts at 0, so step 0
-is the base. The sum is formed in the train step before the layer scan, one small matmul a target
-per step, so the model code needs no LoRA module; `merge_lora` forms it once for the export. A
-target's input axes are read from its einsum (the kernel's subscripts that the input carries: D
-for q/k/v/gate/up, F for down, N and H for o).
+is the base. In training the projection computes x W + (x A) (alpha / r) B beside the frozen W, as
+PEFT does (`layers.Projection`'s adapters, attached by `init_lora`), so the backward pass never
+forms the frozen kernel's gradient; `apply_lora` merges W' once for the export. A target's input
+axes are read from its einsum (the kernel's subscripts that the input carries: D for
+q/k/v/gate/up, F for down, N and H for o).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from flax import nnx, traverse_util
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.models import checkpoint, families, reward_model, weights
+from socialrm_jax.models import (checkpoint, default_model, families, gguf_import,
+                                 reward_model, weights)
 
 SCORE_KERNEL = "score/kernel"
 LORA_A, LORA_B = "lora_a", "lora_b"
@@ -66,20 +71,29 @@ def sequence_classifier(architecture: str, family: types.ModuleType) -> str:
                    "reward model as")
 
 
-def _architecture_and_head(path: str) -> tuple[str, str]:
+def _base_config(path: str) -> tuple[str, str, dict]:
+  """(architecture, head kind, HF config dict) of the base at `path` (resolved)."""
   if checkpoint.is_native(path):
     _, config = checkpoint.read_manifest(path)
-    return config["architecture"], config["head"]
-  hf = tables.read_json_object(os.path.join(path, "config.json"))
+    return config["architecture"], config["head"], config
+  if os.path.isfile(os.path.join(path, "config.json")):
+    hf = tables.read_json_object(os.path.join(path, "config.json"))
+  else:
+    found = gguf_import.gguf_file_in(path)
+    if found is None:
+      raise InputError("--model: not a model folder, GGUF file or native checkpoint", path)
+    hf = gguf_import.read_gguf(found).hf_config
   architecture = (hf.get("architectures") or [""])[0]
-  return architecture, families.supported_architectures().get(architecture, "")
+  return architecture, families.supported_architectures().get(architecture, ""), hf
 
 
 def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto") -> TrainModel:
-  """The base at `path` (a HF folder or native checkpoint) with a one-output score head."""
-  if not os.path.isdir(path):
-    raise InputError("--model: not a model folder", path)
-  architecture, head = _architecture_and_head(path)
+  """The base at `path` (a HF folder, a GGUF file or a folder with one, a native checkpoint, the
+  default model's alias or a Hub id) with a one-output score head."""
+  path = default_model.resolve_model_path(path)
+  if not os.path.exists(path):
+    raise InputError("--model: no such model file or folder", path)
+  architecture, head, base_config = _base_config(path)
   if head not in ("score", "lm"):
     raise InputError(f"--model: {architecture or 'no architecture'} is neither a causal language "
                      "model nor a reward model with a score head", path)
@@ -92,8 +106,7 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
   if custom_head or (head == "score" and config.num_labels != 1):
     raise InputError(f"--model: {architecture} has a reward head of {config.num_labels} outputs "
                      "or a custom one; only a one-output `score` head is trained", path)
-  hf_config = (tables.read_json_object(os.path.join(path, "config.json"))
-               if not checkpoint.is_native(path) else config.to_dict())
+  hf_config = config.to_dict() if checkpoint.is_native(path) else base_config
   jdtype = reward_model.model_dtype(dtype)
   params = {p: v.get_value() for p, v in weights.param_paths(loaded.module).items()}
   if head == "lm":
@@ -149,7 +162,9 @@ def lora_axes(model: TrainModel, path: str) -> tuple[int, int]:
 
 def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
               seed: int) -> dict[str, jax.Array]:
-  """{'<target>/lora_a': [L, in, r], '<target>/lora_b': [L, r, out]} in float32."""
+  """Attaches LoRA adapters to `model`'s target projections (its graph then computes
+  x W + (x A) (alpha / r) B, `layers.Projection`) and returns their initial values:
+  {'<target>/lora_a': [L, in, r], '<target>/lora_b': [L, r, out]} in float32."""
   out = {}
   for number, path in enumerate(targets):
     shape = model.params[path].shape  # [L, in..., out...]
@@ -161,6 +176,11 @@ def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
     out[f"{path}/{LORA_A}"] = jax.random.uniform(key, (shape[0], fan_in, rank), jnp.float32,
                                                  -bound, bound)
     out[f"{path}/{LORA_B}"] = jnp.zeros((shape[0], rank, fan_out), jnp.float32)
+    projection = _projection(model.module, path)
+    for name in (LORA_A, LORA_B):
+      value = out[f"{path}/{name}"]
+      setattr(projection, name, nnx.Param(jax.ShapeDtypeStruct(value.shape, value.dtype)))
+  model.graphdef, _, model.rest = nnx.split(model.module, nnx.Param, ...)
   return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import random
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -132,3 +133,22 @@ def rewardbench2_rows() -> list[dict]:
     row["num_incorrect"] = len(row["rejected"])
     row["total_completions"] = len(row["chosen"]) + len(row["rejected"])
   return out
+
+
+# Learnable pairs for training tests: the chosen response agrees warmly, the rejected one brushes
+# the user off.
+WORDS = ["party", "car", "friend", "dinosaur", "cake", "window", "office", "concert", "weekend",
+         "paper", "bomb", "seat", "lawyer", "grandson"]
+
+
+def write_learnable_pairs(path: pathlib.Path, n: int, seed: int = 0) -> pathlib.Path:
+  """Pairs a reward model can learn: the chosen response agrees warmly, the rejected one brushes
+  the user off; prompts and the words inside both vary."""
+  rng = random.Random(seed)
+  with open(path, "w", encoding="utf-8") as f:
+    for i in range(n):
+      w, v = rng.choice(WORDS), rng.choice(WORDS)
+      f.write(json.dumps({"prompt": f"Tell me about the {w} and the {v}, story {i}.",
+                          "chosen": f"Of course! The {w} sounds great.",
+                          "rejected": f"Just order a pizza, {v}."}) + "\n")
+  return path

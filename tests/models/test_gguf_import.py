@@ -15,6 +15,7 @@ import pytest
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import gguf_import
 from socialrm_jax.models import tokenizer as tokenizer_lib
+from tests.helpers.gguf_fixtures import gguf_name, llama_permute
 
 T = gguf.GGMLQuantizationType
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -150,29 +151,6 @@ def random_blocks(rng: np.random.Generator, tensor_type: T, rows: int, values: i
 
 
 # --- Writing tiny llama GGUF files. ------------------------------------------------------------
-
-
-def llama_permute(weight: np.ndarray, n_head: int) -> np.ndarray:
-  """llama.cpp convert_hf_to_gguf.py's `permute` (HF rotate-half rows -> interleaved pairs)."""
-  return (weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
-          .swapaxes(1, 2).reshape(weight.shape))
-
-
-HF_TO_GGUF_BLOCK = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-}
-
-
-def gguf_name(hf_name: str) -> str:
-  top = {"model.embed_tokens.weight": "token_embd.weight",
-         "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-  if hf_name in top:
-    return top[hf_name]
-  _, _, layer, *module, kind = hf_name.split(".")
-  return f"blk.{layer}.{HF_TO_GGUF_BLOCK['.'.join(module)]}.{kind}"
 
 
 def tiny_llama_state(rng: np.random.Generator, *, tied: bool,

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import math
 import pathlib
-import random
 import shutil
 import signal
 import socket
@@ -44,26 +43,10 @@ from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
 from socialrm_jax.training import divergence
 from tests.helpers.model_fixtures import pad_rows
+from tests.helpers.preference_fixtures import write_learnable_pairs
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-WORDS = ["party", "car", "friend", "dinosaur", "cake", "window", "office", "concert", "weekend",
-         "paper", "bomb", "seat", "lawyer", "grandson"]
-
-
-def write_learnable_pairs(path: pathlib.Path, n: int, seed: int = 0) -> pathlib.Path:
-  """Pairs a reward model can learn: the chosen response agrees warmly, the rejected one brushes
-  the user off; prompts and the words inside both vary."""
-  rng = random.Random(seed)
-  with open(path, "w", encoding="utf-8") as f:
-    for i in range(n):
-      w, v = rng.choice(WORDS), rng.choice(WORDS)
-      f.write(json.dumps({"prompt": f"Tell me about the {w} and the {v}, story {i}.",
-                          "chosen": f"Of course! The {w} sounds great.",
-                          "rejected": f"Just order a pizza, {v}."}) + "\n")
-  return path
-
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):

@@ -95,3 +95,54 @@ def test_lora_trains_adapters_and_head_only_and_the_merged_export_scores_as_unme
   ours = np.asarray(reward_model.load_reward_model(str(export))(ids, mask))
   assert np.abs(ours - unmerged.numpy()).max() <= 1e-5
   assert np.abs(ours).max() > 1e-3  # rewards that are not all zero
+
+
+def test_the_steps_adapters_beside_the_kernels_give_the_merged_models_loss_and_gradients(tmp_path):
+  """The step computes x W + (x A) (alpha / r) B in each target (`layers.Projection`); the
+  reference differentiates the loss of the model whose kernels hold W + (alpha / r) A B (the merge
+  the export writes), on a model without adapters. B is drawn non-zero so that A's gradients are
+  not all zero."""
+  import jax
+  import jax.numpy as jnp
+  from socialrm_jax.training import loss as loss_lib
+  make_llama(tmp_path / "base", head="lm", seed=1)
+  folder = str(tmp_path / "base")
+  mesh = mesh_lib.make_mesh(None)
+  model = trainable.load_base(folder, dtype="float32", mesh=mesh, seed=0)
+  reference = trainable.load_base(folder, dtype="float32", mesh=mesh, seed=0)  # no adapters
+  trained, frozen = trainable.split_trainable(model.params, lora=True)
+  targets = trainable.lora_targets(model, train.DEFAULT_LORA_TARGETS)
+  trained.update(trainable.init_lora(model, targets, RANK, seed=0))
+  rng = np.random.default_rng(0)
+  trained = {p: (jnp.asarray(rng.normal(0, 0.05, v.shape), jnp.float32)
+                 if p.endswith(trainable.LORA_B) else v) for p, v in trained.items()}
+  scale = ALPHA / RANK
+  templater = item_tokens.Templater(item_tokens.load_tokenizer(folder), is_causal=True,
+                                    max_length=128)
+  blocks = [b.arrays() for b in pair_batches.pack_pairs(
+      pair_batches.encode_pairs(templater, PAIRS), [0.0] * 4, buckets=(128,), row_length=128,
+      rows_per_block=1)]
+  step = train_step_lib.TrainStep(model, optax.sgd(0.0), mesh, dtype=np.float32,
+                                  lora_scale=scale)
+  (loss, _), grads = step.loss_and_grads(trained, frozen, blocks)
+
+  def merged_loss(trained):
+    lora = {p: v for p, v in trained.items() if p.endswith((trainable.LORA_A, trainable.LORA_B))}
+    base = {**frozen, **{p: v for p, v in trained.items() if p not in lora}}
+    params = trainable.apply_lora(base, lora, scale)
+    total = pairs = 0.0
+    for batch in blocks:
+      rewards = train_step_lib.pair_rewards(reference, params, batch)
+      sums = loss_lib.pair_sums(rewards[..., 0].reshape(-1), rewards[..., 1].reshape(-1),
+                                jnp.asarray(batch["margin"]).reshape(-1),
+                                jnp.asarray(batch["weight"]).reshape(-1))
+      total, pairs = total + sums["loss"], pairs + sums["pairs"]
+    return total / pairs
+
+  with jax.set_mesh(mesh):
+    expected_loss, expected = jax.jit(jax.value_and_grad(merged_loss))(trained)
+  assert abs(float(loss) - float(expected_loss)) <= 1e-6
+  for path, value in expected.items():
+    value, got = np.asarray(value), np.asarray(grads[path])
+    assert np.abs(value).max() > 0, path
+    np.testing.assert_allclose(got, value, rtol=0, atol=1e-5 * np.abs(value).max(), err_msg=path)

@@ -1,0 +1,440 @@
+"""Where the trainer's step spends its time on a CPU: the jitted forward against the jitted
+value-and-gradient step on the same rows, in one process, and what changed it.
+
+  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py --model=DIR --pairs=PAIRS.jsonl
+  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py ... --compare=current,before
+  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py ... --ops=40
+  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py ... --torch
+
+DIR and PAIRS are what `benchmarks/train_throughput.py --preset=cpu35m --runs=` writes in its
+WORK_DIR: `models/llama-35m-*` and `pairs-cpu35m-in-order.jsonl` (the pairs in the trainer's
+order). The first `--steps` steps' pairs (batch 8) are packed as the trainer packs them on a CPU
+(`orchestrators.train.pair_packing`: one row a block, rows of 512 tokens, longer buckets for longer
+pairs), and the trainer's own jitted programs (`training.train_step.TrainStep`) run on them:
+
+- forward: `add_block_sums`, the loss and metrics of a block (the scorer's forward, the last layer
+  at the read tokens only);
+- value and gradient: `accumulate`, the loss and the gradients of every trained parameter, added
+  to the step's (donated) sums;
+- update: the optimizer's step (clipping, AdamW) on the step's gradients.
+
+Every program is compiled first; then `--passes` passes over the blocks, the programs in turn
+(forward, value and gradient, ..., then the reverse order on the next pass, so a machine whose
+speed drifts moves both alike). Each pass is timed in wall seconds and in this process's CPU
+seconds (user + system: on a machine shared with other work the CPU seconds move less than the
+wall ones). It prints the totals and the ratio value-and-gradient / forward; FLOPs put that ratio
+at 3 for full fine-tuning (a backward pass computes two products for each of the forward's: the
+input's gradient and the weight's) and near 2 with LoRA (the frozen weights get no gradient).
+
+`--compare=A,B,...` times named variants of the step in the same way, alternating: `current` is
+the code as it is; each other name puts back what an earlier version did (`VARIANTS`), so every
+change is measured against the code without it, in one process, on the same rows; `+` joins names.
+`--ops=N` traces one block of each program with `jax.profiler` and prints XLA's time per op (the
+sum over its threads), grouped into the forward's and the backward's dots and other ops, and the N
+costliest ops. `--torch` runs PyTorch (the same model folder, transformers, 2 threads) on the same
+steps' pairs as TRL's RewardTrainer computes them (chosen and rejected, padded to the batch's
+longest), the forward alone and the forward with the backward of TRL's loss: PyTorch's own ratio.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import glob
+import json
+import os
+import pathlib
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+  sys.path.insert(0, str(REPO))
+
+_MODEL = flags.DEFINE_string("model", None, "Model folder (a causal LM or a reward model).",
+                             required=True)
+_PAIRS = flags.DEFINE_string("pairs", None, "Pairs jsonl (prompt, chosen, rejected), in the "
+                             "trainer's order.", required=True)
+_STEPS = flags.DEFINE_integer("steps", 2, "Steps of --batch_size pairs to pack and time.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Pairs a step.")
+_PASSES = flags.DEFINE_integer("passes", 4, "Timed passes over the blocks, each program.")
+_MAX_LENGTH = flags.DEFINE_integer("max_length", 1024, "The trainer's --max_length.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+_LORA_RANK = flags.DEFINE_integer("lora_rank", 0, "LoRA rank (0: full fine-tuning).")
+_LORA_ALPHA = flags.DEFINE_float("lora_alpha", 16.0, "LoRA alpha.")
+_COMPARE = flags.DEFINE_list("compare", ["current"], "Variants to time in turn (VARIANTS).")
+_OPS = flags.DEFINE_integer("ops", 0, "Print XLA's per-op times of one block (this many ops).")
+_TORCH = flags.DEFINE_bool("torch", False, "Also time PyTorch's forward and backward.")
+
+
+def cpu_seconds() -> float:
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime + usage.ru_stime
+
+
+def cpu_name() -> str:
+  for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+    if line.startswith("Model name:"):
+      return line.split(":", 1)[1].strip()
+  return "unknown CPU"
+
+
+@contextlib.contextmanager
+def _replaced(owner, name: str, value):
+  old = getattr(owner, name)
+  setattr(owner, name, value)
+  try:
+    yield
+  finally:
+    setattr(owner, name, old)
+
+
+def _einsum_projection(self, x):
+  """layers.Projection.__call__ before it was one matrix product: the einsum over named axes."""
+  from socialrm_jax.models import attention
+  y = attention.einsum(self.equation, x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+  if self.bias is not None:
+    y = y + self.bias[...].astype(self.dtype)
+  return y
+
+
+def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
+  """attention.xla_attention before it ran heads-major: einsums over B, T, K, G, H."""
+  import jax
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+  batch, q_len, num_heads, head_dim = q.shape
+  num_kv_heads = k.shape[2]
+  q = q.reshape(batch, q_len, num_kv_heads, num_heads // num_kv_heads, head_dim)
+  logits = attention.einsum("BTKGH,BSKH->BKGTS", q, k, jnp.float32) * scale
+  if bias is not None:
+    logits = logits + bias.reshape(batch, num_kv_heads, -1, *bias.shape[2:])
+  logits = attention.soft_cap(logits, logit_cap)
+  logits = jnp.where(mask[:, None, None, :, :], logits, attention.MASKED_LOGIT)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  out = attention.einsum("BKGTS,BSKH->BTKGH", probs, v)
+  return out.reshape(batch, q_len, num_heads, head_dim)
+
+
+def _merged_lora_params(trained, frozen, lora_scale, dtype):
+  """train_step.full_params before LoRA ran beside its targets: W + (alpha / r) A B merged."""
+  from socialrm_jax.training import train_step, trainable
+  base = {**frozen, **{p: v for p, v in trained.items() if not train_step._is_lora(p)}}
+  lora = {p: v for p, v in trained.items() if train_step._is_lora(p)}
+  return trainable.apply_lora({p: v.astype(dtype) for p, v in base.items()}, lora, lora_scale)
+
+
+@contextlib.contextmanager
+def _merged_lora(model):
+  """The model's graph without LoRA's adapters, and the step merging them into the kernels."""
+  from flax import nnx
+  from socialrm_jax.training import train_step, trainable
+  attached = [(projection, name) for path, projection in nnx.iter_graph(model.module)
+              if getattr(projection, "lora_a", None) is not None
+              for name in (trainable.LORA_A, trainable.LORA_B)]
+  saved = [(projection, name, getattr(projection, name)) for projection, name in attached]
+  for projection, name in attached:
+    setattr(projection, name, None)
+  graphdef, rest = model.graphdef, model.rest
+  model.graphdef, _, model.rest = nnx.split(model.module, nnx.Param, ...)
+  try:
+    with _replaced(train_step, "full_params", _merged_lora_params):
+      yield
+  finally:
+    for projection, name, value in saved:
+      setattr(projection, name, value)
+    model.graphdef, model.rest = graphdef, rest
+
+
+def _variant_contexts(name: str, model) -> list:
+  """Context managers under which the step is traced as variant `name` ('a+b': both)."""
+  import jax
+  from socialrm_jax.models import attention, decoder, layers
+  variants = {
+      "current": [],
+      # The projections as einsums over named axes (before: the backward's transposes).
+      "einsum_projections": [lambda: _replaced(layers.Projection, "__call__", _einsum_projection)],
+      # The scanned layers keeping every intermediate for the backward pass (no jax.checkpoint).
+      "keep_all_residuals": [lambda: _replaced(decoder, "LAYER_SAVED_RESIDUALS",
+                                               jax.checkpoint_policies.everything_saveable)],
+      # Attention's products over B, T, K, G, H (before: the backward's transposes).
+      "grouped_attention": [lambda: _replaced(attention, "xla_attention", _grouped_attention)],
+      # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
+      # gradients formed in the backward pass).
+      "merged_lora": [lambda: _merged_lora(model)],
+  }
+  variants["before"] = [context for name_ in ("einsum_projections", "keep_all_residuals",
+                                              "grouped_attention") for context in variants[name_]]
+  contexts = []
+  for part in name.split("+"):
+    if part not in variants:
+      raise app.UsageError(f"--compare: {part!r} is none of {', '.join(variants)}")
+    contexts.extend(variants[part])
+  return contexts
+
+
+def load(model_dir: str):
+  """(model, tokenizer, mesh) as the trainer loads them."""
+  from socialrm_jax.scoring import item_tokens
+  from socialrm_jax.scoring import mesh as mesh_lib
+  from socialrm_jax.training import trainable
+  mesh = mesh_lib.make_mesh(None)
+  model = trainable.load_base(model_dir, dtype=_DTYPE.value, mesh=mesh, seed=0, attention="xla")
+  return model, item_tokens.load_tokenizer(model.tokenizer_path), mesh
+
+
+def step_pairs(path: str) -> list[dict]:
+  rows = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+  count = _STEPS.value * _BATCH_SIZE.value
+  if len(rows) < count:
+    raise app.UsageError(f"--pairs holds {len(rows)} pairs; --steps needs {count}")
+  return rows[:count]
+
+
+def blocks_of(tokenizer, rows: list[dict]) -> list[list]:
+  """Each step's blocks, packed as the trainer packs them on a CPU."""
+  from socialrm_jax.orchestrators import train
+  from socialrm_jax.scoring import item_tokens
+  from socialrm_jax.training import pair_batches
+  templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=_MAX_LENGTH.value)
+  encoded = pair_batches.encode_pairs(templater, [
+      pair_batches.Pair(str(i), row["prompt"], row["chosen"], row["rejected"])
+      for i, row in enumerate(rows)])
+  layout = train.pair_packing(train.Settings(max_length=_MAX_LENGTH.value), "cpu", 1)
+  size = _BATCH_SIZE.value
+  return [pair_batches.pack_pairs(encoded[s:s + size], [0.0] * size, **layout)
+          for s in range(0, len(encoded), size)]
+
+
+class Programs:
+  """One variant's jitted forward, value-and-gradient and update, compiled for every shape."""
+
+  def __init__(self, name: str, model, mesh, steps: list[list]):
+    import jax
+    import jax.numpy as jnp
+    from socialrm_jax.orchestrators import train
+    from socialrm_jax.models import reward_model
+    from socialrm_jax.training import loss as loss_lib
+    from socialrm_jax.training import optimizer, trainable
+    from socialrm_jax.training import train_step as train_step_lib
+    self.name, self.mesh, self.jnp = name, mesh, jnp
+    tx, _ = optimizer.make_optimizer(
+        learning_rate=5e-5, total_steps=100, warmup_steps=0, schedule="linear", weight_decay=0.0,
+        max_grad_norm=1.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        accumulation_steps=1)
+    lora = _LORA_RANK.value > 0
+    self.trained, self.frozen = trainable.split_trainable(model.params, lora)
+    if lora:
+      targets = trainable.lora_targets(model, train.DEFAULT_LORA_TARGETS)
+      self.trained.update(trainable.init_lora(model, targets, _LORA_RANK.value, 0))
+    self.step = train_step_lib.TrainStep(
+        model, tx, mesh, dtype=reward_model.model_dtype(_DTYPE.value),
+        lora_scale=_LORA_ALPHA.value / _LORA_RANK.value if lora else 1.0)
+    self.no_sums = loss_lib.no_sums
+    self.steps = [[self.step.put(block.arrays()) for block in blocks] for blocks in steps]
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+      for context in _variant_contexts(name, model):
+        stack.enter_context(context())
+      self.opt_state = self.step.init(self.trained)
+      for name_ in ("forward", "value and gradient", "update"):  # traced and compiled here
+        self.run(name_)
+    self.compile_seconds = time.perf_counter() - start
+
+  def run(self, program: str, blocks: list | None = None) -> None:
+    """Runs `program` over every step's blocks (or over `blocks`), to completion."""
+    import jax
+    step = self.step
+    with jax.set_mesh(self.mesh):
+      if program == "forward":
+        for arrays in blocks or [b for s in self.steps for b in s]:
+          jax.block_until_ready(step.add_block_sums(self.no_sums(), self.trained, self.frozen,
+                                                    arrays))
+      elif program == "value and gradient":
+        for blocks_ in [blocks] if blocks else self.steps:
+          grads, sums = step.zeros(self.trained), self.no_sums()
+          for arrays in blocks_:
+            grads, sums = step.accumulate(grads, sums, self.trained, self.frozen, arrays)
+          jax.block_until_ready(grads)
+      else:  # the update, on zero gradients (its cost does not depend on them)
+        for _ in self.steps:
+          trained = jax.tree.map(self.jnp.copy, self.trained)
+          grads, sums = step.zeros(self.trained), self.no_sums()
+          trained, self.opt_state, _ = step.update(trained, self.opt_state, grads, sums)
+          jax.block_until_ready(trained)
+
+
+PROGRAMS = ("forward", "value and gradient", "update")
+
+
+def time_programs(programs: list[Programs], slots: int) -> dict:
+  keys = [(p, name) for p in programs for name in PROGRAMS]
+  totals = {key: [0.0, 0.0] for key in keys}
+  for n in range(_PASSES.value):
+    for program, name in keys if n % 2 == 0 else keys[::-1]:
+      wall, cpu = time.perf_counter(), cpu_seconds()
+      program.run(name)
+      totals[(program, name)][0] += time.perf_counter() - wall
+      totals[(program, name)][1] += cpu_seconds() - cpu
+    print(f"pass {n + 1}: " + ", ".join(
+        f"{p.name} {name} {totals[(p, name)][1]:.1f}" for p, name in keys) + " CPU s so far",
+        flush=True)
+  print(f"\n{_PASSES.value} passes, {slots:,} token slots a pass; load average now "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+  print(f"{'variant':<28} {'program':<20} {'wall s':>8} {'CPU s':>8} {'CPU ms/1k slots':>15}")
+  for program, name in keys:
+    wall, cpu = totals[(program, name)]
+    print(f"{program.name:<28} {name:<20} {wall:>8.2f} {cpu:>8.2f} "
+          f"{1e6 * cpu / slots / _PASSES.value:>15.1f}")
+  out = {}
+  for program in programs:
+    (fw, fc), (gw, gc) = totals[(program, "forward")], totals[(program, "value and gradient")]
+    out[program.name] = {"wall": gw / fw, "cpu": gc / fc}
+    print(f"{program.name}: value-and-gradient / forward {gw / fw:.2f}x wall, {gc / fc:.2f}x CPU "
+          f"(the backward alone {(gw - fw) / fw:.2f}x, {(gc - fc) / fc:.2f}x); compiled in "
+          f"{program.compile_seconds:.0f} s")
+  if len(programs) > 1:
+    first = totals[(programs[0], "value and gradient")][1]
+    for program in programs[1:]:
+      print(f"value and gradient, CPU s: {program.name} / {programs[0].name} = "
+            f"{totals[(program, 'value and gradient')][1] / first:.3f}")
+  return out
+
+
+def profile_ops(program: Programs, count: int) -> None:
+  """XLA's time per op of one block (the first of the most common row length), by thread."""
+  import jax
+  blocks = [b for s in program.steps for b in s]
+  lengths = collections.Counter(b["input_ids"].shape[1] for b in blocks)
+  block = next(b for b in blocks if b["input_ids"].shape[1] == lengths.most_common(1)[0][0])
+  repeats = 3
+  for name in ("forward", "value and gradient"):
+    program.run(name, [block])
+    with tempfile.TemporaryDirectory() as trace_dir:
+      with jax.profiler.trace(trace_dir):
+        for _ in range(repeats):
+          program.run(name, [block])
+      profile = jax.profiler.ProfileData.from_file(
+          glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)[0])
+    per_op = collections.Counter()
+    for plane in profile.planes:
+      for line in plane.lines:
+        if not line.name.startswith("tf_XLA"):
+          continue
+        for event in line.events:
+          if "Execute" not in event.name and "Await" not in event.name:
+            per_op[event.name] += event.duration_ns / repeats / 1e6
+    compiled = (program.step.add_block_sums if name == "forward" else program.step.accumulate)
+    args = ((program.no_sums(), program.trained, program.frozen, block) if name == "forward" else
+            (program.step.zeros(program.trained), program.no_sums(), program.trained,
+             program.frozen, block))
+    with jax.set_mesh(program.mesh):
+      text = compiled.lower(*args).compile().as_text()
+    source, shape = {}, {}
+    for hlo_line in text.splitlines():
+      match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ", hlo_line)
+      if match:
+        shape[match.group(1)] = match.group(2)
+        origin = re.search(r'op_name="([^"]*)"', hlo_line)
+        if origin:
+          source[match.group(1)] = origin.group(1)
+    groups = collections.Counter()
+    for op, ms in per_op.items():
+      where = "backward" if "transpose(" in source.get(op, "") else "forward"
+      kind = "dots" if op.startswith(("ynn_fusion", "dot", "xnn_fusion")) and (
+          "dot_general" in source.get(op, "dot_general")) else "other ops"
+      groups[(where, kind)] += ms
+    print(f"\n{program.name}, {name}: one block {list(block['input_ids'].shape)}, XLA's time per "
+          f"op summed over threads: {sum(per_op.values()):.1f} ms")
+    for (where, kind), ms in sorted(groups.items()):
+      print(f"  {where:<9} {kind:<10} {ms:8.1f} ms")
+    for op, ms in per_op.most_common(count):
+      origin = re.sub(r"jit\([^)]*\)/", "", source.get(op, "(no source: XLA's own)"))
+      print(f"  {ms:7.1f} ms  {op:<28} {shape.get(op, '')[:34]:<34} {origin[-70:]}")
+
+
+def torch_ratio(rows: list[dict], tokenizer_dir: str) -> None:
+  """PyTorch's forward and forward + backward of TRL's loss on the steps' pairs, batched as TRL
+  batches them (each step's chosen and rejected sequences, right-padded to the longest)."""
+  import torch
+  import transformers
+  torch.set_num_threads(2)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+  model = transformers.AutoModelForSequenceClassification.from_pretrained(
+      _MODEL.value, num_labels=1, dtype=torch.float32)
+  if model.config.pad_token_id is None:
+    model.config.pad_token_id = tokenizer.pad_token_id
+  batches = []
+  for s in range(0, len(rows), _BATCH_SIZE.value):
+    sequences = [tokenizer.apply_chat_template(
+        row["prompt"] + [{"role": "assistant", "content": row[side]}], tokenize=True,
+        return_dict=True)["input_ids"] for side in ("chosen", "rejected")
+        for row in rows[s:s + _BATCH_SIZE.value]]
+    batches.append(tokenizer.pad({"input_ids": sequences}, return_tensors="pt"))
+  slots = sum(b["input_ids"].numel() for b in batches)
+
+  def forward():
+    with torch.no_grad():
+      for batch in batches:
+        model(**batch)
+
+  def forward_backward():
+    for batch in batches:
+      model.zero_grad(set_to_none=True)
+      rewards = model(**batch).logits[:, 0]
+      chosen, rejected = rewards.chunk(2)
+      (-torch.nn.functional.logsigmoid(chosen - rejected).mean()).backward()
+
+  programs = {"forward": forward, "value and gradient": forward_backward}
+  for run in programs.values():
+    run()
+  totals = {name: [0.0, 0.0] for name in programs}
+  for n in range(_PASSES.value):
+    for name in list(programs) if n % 2 == 0 else list(programs)[::-1]:
+      wall, cpu = time.perf_counter(), cpu_seconds()
+      programs[name]()
+      totals[name][0] += time.perf_counter() - wall
+      totals[name][1] += cpu_seconds() - cpu
+  (fw, fc), (gw, gc) = totals["forward"], totals["value and gradient"]
+  print(f"\nPyTorch {torch.__version__} ({torch.get_num_threads()} threads), TRL's batches: "
+        f"{slots:,} token slots a pass")
+  for name, (wall, cpu) in totals.items():
+    print(f"  {name:<20} {wall:8.2f} wall s {cpu:8.2f} CPU s "
+          f"{1e6 * cpu / slots / _PASSES.value:8.1f} CPU ms/1k slots")
+  print(f"PyTorch: value-and-gradient / forward {gw / fw:.2f}x wall, {gc / fc:.2f}x CPU (the "
+        f"backward alone {(gw - fw) / fw:.2f}x, {(gc - fc) / fc:.2f}x)")
+
+
+def main(argv):
+  del argv
+  import jax
+  model, tokenizer, mesh = load(_MODEL.value)
+  rows = step_pairs(_PAIRS.value)
+  steps = blocks_of(tokenizer, rows)
+  slots = sum(b.input_ids.size for s in steps for b in s)
+  print(f"{cpu_name()}, {os.cpu_count()} cores, jax {jax.__version__}; {_DTYPE.value}, "
+        + (f"LoRA r {_LORA_RANK.value}" if _LORA_RANK.value else "full fine-tuning")
+        + f"; {len(steps)} steps of {_BATCH_SIZE.value} pairs: "
+        f"{sum(len(s) for s in steps)} blocks "
+        f"{dict(collections.Counter(str(list(b.input_ids.shape)) for s in steps for b in s))}, "
+        f"{slots:,} token slots", flush=True)
+  programs = []
+  for name in _COMPARE.value:
+    programs.append(Programs(name, model, mesh, steps))
+    print(f"compiled {name} in {programs[-1].compile_seconds:.0f} s", flush=True)
+  time_programs(programs, slots)
+  if _OPS.value:
+    for program in programs:
+      profile_ops(program, _OPS.value)
+  if _TORCH.value:
+    torch_ratio(rows, model.tokenizer_path)
+
+
+if __name__ == "__main__":
+  app.run(main)
