@@ -1,10 +1,14 @@
 """The house is one-way: every import of the package (module level, inside functions, under
 TYPE_CHECKING, and the parent packages a module's import runs) goes to the importer's own layer or
 one below it, and no import cycle exists. A module's layer is its folder: the package docstring
-lists the layer folders, bottom first, and a module in no layer folder fails."""
+lists the layer folders, bottom first, and a module in no layer folder fails. One exception,
+checked apart: the package's face takes the Python API's names from the top layer in its PEP 562
+`__getattr__` (on first use), and nothing else."""
 
 import ast
 import pathlib
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -23,11 +27,20 @@ def module_files(root: pathlib.Path) -> dict[str, pathlib.Path]:
   return out
 
 
-def imports(root: pathlib.Path, package: str, parents: bool = False) -> dict[str, set[str]]:
+def lazy_face_nodes(tree: ast.Module) -> set[int]:
+  """The ids of the nodes inside a module's top-level `__getattr__` (PEP 562)."""
+  return {id(node) for top in tree.body
+          if isinstance(top, ast.FunctionDef) and top.name == "__getattr__"
+          for node in ast.walk(top)}
+
+
+def imports(root: pathlib.Path, package: str, parents: bool = False,
+            face_getattr: bool = False) -> dict[str, set[str]]:
   """{module: the package's modules it imports}: every import statement anywhere in its file
   (lazy and TYPE_CHECKING ones too), resolved to the deepest module named; with `parents`, also
   its parent packages, whose `__init__` runs first (they count for the layers, not for cycles:
-  a package that re-exports its modules is no loop)."""
+  a package that re-exports its modules is no loop). The face's `__getattr__` is left out (its
+  one import is checked apart), or, with `face_getattr`, is all that is read of the face."""
   files = module_files(root)
 
   def known(name: str) -> str | None:
@@ -38,7 +51,11 @@ def imports(root: pathlib.Path, package: str, parents: bool = False) -> dict[str
   edges = {}
   for module, path in files.items():
     deps = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    lazy = lazy_face_nodes(tree) if module == "" else set()
+    for node in ast.walk(tree):
+      if module == "" and (id(node) in lazy) != face_getattr:
+        continue
       if isinstance(node, ast.Import):
         targets = [a.name for a in node.names]
       elif isinstance(node, ast.ImportFrom):
@@ -151,7 +168,24 @@ def test_every_import_goes_to_the_same_layer_or_below():
 
 def test_the_written_order_reads_as_the_pipeline():
   assert LAYERS == ["base", "sources", "datasets", "models", "scoring", "analysis", "training",
-                    "orchestrators", "main"]
+                    "orchestrators", "main", "api"]
+
+
+def test_the_face_reaches_only_the_api_and_only_lazily():
+  """The face's `__getattr__` imports the top layer's `api` and nothing else; importing the
+  package loads none of its modules, and the API's names come from `api` on first use."""
+  assert imports(PACKAGE, "socialrm_jax", face_getattr=True)[""] == {"api"}
+  assert LAYERS[-1] == "api"
+  done = subprocess.run(
+      [sys.executable, "-c", "import sys, socialrm_jax; "
+       "print(sorted(m for m in sys.modules if m.startswith('socialrm_jax.')))"],
+      capture_output=True, text=True, check=True, cwd=PACKAGE.parent)
+  assert done.stdout.strip() == "[]"
+  from socialrm_jax import api
+  assert all(getattr(socialrm_jax, name) is getattr(api, name) for name in socialrm_jax.API_NAMES)
+  assert set(socialrm_jax.API_NAMES) <= set(dir(socialrm_jax))
+  with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+    socialrm_jax.nothing  # pylint: disable=pointless-statement
 
 
 def test_every_folder_of_the_package_is_a_layer():

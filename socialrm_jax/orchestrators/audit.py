@@ -19,11 +19,12 @@ from absl import logging
 import ml_collections
 
 from socialrm_jax.analysis import evaluate, runner, swap_effects
-from socialrm_jax.base import settings, tables
+from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
 from socialrm_jax.scoring import engine, item_source
 from socialrm_jax.sources import identity_swaps
+from socialrm_jax.sources.reading import ON_ERROR
 
 BUNDLED_DATA = pathlib.Path(__file__).resolve().parents[1] / "bundled"
 # What `config.data_dir` accepts to mean the suite that ships with the package.
@@ -96,6 +97,31 @@ def model_specs(config) -> list[ml_collections.ConfigDict]:
   if not specs or len(set(names)) != len(names):
     raise InputError(f"config.models needs one or more models with distinct names, got {names}")
   return specs
+
+
+def check_config(config) -> None:
+  """Refuses a config no audit can finish, naming the field, before anything is converted."""
+  errors.check_output_folder(config.output_dir, "config.output_dir")
+  if config.format not in tables.FORMATS:
+    raise errors.InputError(f"--config.format={config.format!r}: use one of "
+                            f"{', '.join(tables.FORMATS)}")
+  if config.on_error not in ON_ERROR:
+    raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
+                            f"{', '.join(ON_ERROR)}")
+  model_specs(config)
+  for key, spec in config.models.items():
+    field = f"config.models.{key}."
+    engine.check_inputs(scoring_options(spec), f"{field}path", spec.path, prefix=field)
+  errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
+  probe = config.get("probe")
+  if probe is not None and probe.enabled:
+    errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
+  scan = config.get("vocab_scan")
+  if scan is not None and scan.enabled:
+    errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
+    if scan.max_tokens is not None and scan.max_tokens < 0:
+      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (unset or 0: the whole "
+                              f"vocabulary), got {scan.max_tokens}")
 
 
 def run_audit(config) -> dict[str, Any]:
