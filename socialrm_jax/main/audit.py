@@ -11,10 +11,11 @@ import pathlib
 
 from ml_collections import config_flags
 
-from socialrm_jax.analysis import report
+from socialrm_jax.analysis import report, results_dataset
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import audit
 
+UPLOAD_FAILED_EXIT_CODE = 4  # --config.push_to_hub: the outputs are whole, the upload failed
 _CONFIG = config_flags.DEFINE_config_file("config", None, "An audit config (configs/*.py).",
                                           lock_config=True)
 
@@ -33,7 +34,8 @@ def main(argv):
 
 
 def run():
-  command.run_command("socialrm-audit", main, explain_flag_error=command.unknown_config_field)
+  command.run_command("socialrm-audit", main, explain_flag_error=command.unknown_config_field,
+                      exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
 
 
 if __name__ == "__main__":

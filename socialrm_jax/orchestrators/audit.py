@@ -4,8 +4,10 @@ Driven by an ml_collections config (see `configs/`). Layout under `config.output
 `converted/` (items, pairs, conversion report), `scores/<model name>/` (shards, manifest,
 run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off),
 `vocab_scan/<model name>/` (the vocabulary scan, off unless `config.vocab_scan.enabled`),
-`<model name>/metrics.json`, `report.md`, `report.html` and the plots. Rerunning resumes scoring
-where it stopped (docs/spec.md sec. 6: finished shards are kept).
+`<model name>/metrics.json`, `report.md`, `report.html` and the plots, `rewardbench2/` (RewardBench
+2's result files, where the items had its rows). Rerunning resumes scoring where it stopped
+(docs/spec.md sec. 6: finished shards are kept). `config.push_to_hub` then uploads the results as
+a Hub dataset (`analysis/results_dataset.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax.analysis import evaluate, runner, swap_effects
+from socialrm_jax.analysis import evaluate, results_dataset, runner, swap_effects
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
@@ -76,6 +78,10 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.vocab_scan = vocab_scan.audit_config()
   # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
   config.counterfactuals = True
+  # A Hub dataset ORG/NAME the results go to, with their card, in one commit once the audit is
+  # done (HF_TOKEN; analysis/results_dataset.py); "" uploads nothing.
+  config.push_to_hub = ""
+  config.hub_private_repo = False  # a dataset the push creates is private
   return config
 
 
@@ -113,6 +119,8 @@ def check_config(config) -> None:
     field = f"config.models.{key}."
     engine.check_inputs(scoring_options(spec), f"{field}path", spec.path, prefix=field)
   errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
+  if config.get("push_to_hub"):
+    results_dataset.check_repo_id(config.push_to_hub, "config.push_to_hub")
   probe = config.get("probe")
   if probe is not None and probe.enabled:
     errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
@@ -156,7 +164,12 @@ def run_audit(config) -> dict[str, Any]:
       out)
   if config.get("counterfactuals", True):
     sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
-  return runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
+  models = runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
+  if config.get("push_to_hub"):  # every output is written: a failed upload leaves them whole
+    url = results_dataset.push(config.push_to_hub, out, items_dir, dict(zip(names, score_dirs)),
+                               private=config.get("hub_private_repo", False))
+    logging.info("uploaded the results to %s", url)
+  return models
 
 
 def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: list[str],
