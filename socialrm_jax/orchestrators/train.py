@@ -20,6 +20,8 @@ and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --outp
   OUT/checkpoints/<step>/   orbax: trained parameters, optimizer state, RNG, data position
                             (every `checkpoint_every` steps, at `checkpoint_steps`, at the end)
   OUT/model/                the trained reward model as a HF folder (LoRA merged)
+  OUT/logs/                 with --report_to=tensorboard: the same rows as TensorBoard events
+                            (training/trackers.py; W&B too with --report_to=wandb)
   OUT/split.json            the held-out pair ids (seeded) and the train / eval counts
   OUT/train_manifest.json   settings, the base's and the data's sha256, steps, final metrics
   OUT/.train.lock           held by the run writing OUT (its host and pid)
