@@ -5,8 +5,11 @@ layer folder breaks it), the package's face imports none of its modules, and no 
 package import each other around a loop (acyclic_siblings, at every depth). `lint-imports` runs
 here on the package and on copies of it with a bad import planted; beside it, what import-linter
 does not check: the contract's layers are the ones the package docstring lists, and `ls
-socialrm_jax` shows nothing but them, the face and the bundled data."""
+socialrm_jax` shows nothing but them, the face and the bundled data; and the face's one exception
+(its PEP 562 `__getattr__` takes the Python API's names from the top layer on first use, and
+nothing else), which the face contract lets through and a test here checks."""
 
+import ast
 import os
 import pathlib
 import shutil
@@ -59,7 +62,40 @@ def test_the_contracts_layers_are_the_written_ones_and_read_as_the_pipeline():
   layers = next(c for c in contracts["contracts"] if c["type"] == "layers")
   assert layers["layers"] == LAYERS[::-1] and layers["exhaustive"]
   assert LAYERS == ["base", "sources", "datasets", "models", "scoring", "analysis", "training",
-                    "orchestrators", "main"]
+                    "orchestrators", "main", "api"]
+
+
+def face_getattr_imports() -> set[str]:
+  """The modules the face's top-level `__getattr__` imports; and the face's imports elsewhere."""
+  tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+  inside = {id(node) for top in tree.body
+            if isinstance(top, ast.FunctionDef) and top.name == "__getattr__"
+            for node in ast.walk(top)}
+  found: dict[bool, set[str]] = {True: set(), False: set()}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("socialrm_jax"):
+      found[id(node) in inside].update(f"{node.module}.{a.name}" for a in node.names)
+    elif isinstance(node, ast.Import):
+      found[id(node) in inside].update(a.name for a in node.names
+                                       if a.name.startswith("socialrm_jax"))
+  assert not found[False], f"the face imports {sorted(found[False])} outside __getattr__"
+  return found[True]
+
+
+def test_the_face_reaches_only_the_api_and_only_lazily():
+  """The face's `__getattr__` imports the top layer's `api` and nothing else; importing the
+  package loads none of its modules, and the API's names come from `api` on first use."""
+  assert face_getattr_imports() == {"socialrm_jax.api"} and LAYERS[-1] == "api"
+  done = subprocess.run(
+      [sys.executable, "-c", "import sys, socialrm_jax; "
+       "print(sorted(m for m in sys.modules if m.startswith('socialrm_jax.')))"],
+      capture_output=True, text=True, check=True, cwd=ROOT)
+  assert done.stdout.strip() == "[]"
+  from socialrm_jax import api  # pylint: disable=import-outside-toplevel
+  assert all(getattr(socialrm_jax, name) is getattr(api, name) for name in socialrm_jax.API_NAMES)
+  assert set(socialrm_jax.API_NAMES) <= set(dir(socialrm_jax))
+  with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+    socialrm_jax.nothing  # pylint: disable=pointless-statement
 
 
 def test_every_folder_of_the_package_is_a_layer():

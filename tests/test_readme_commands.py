@@ -7,11 +7,16 @@ Each program runs once with `--help`, and its help must list every flag the page
 given as a flag value under the repository (`configs/...`, `socialrm_jax/bundled`) must exist;
 `make X` needs a target X; a `pip install` line may name only extras that exist (the project's in
 pyproject.toml, JAX's in its installed metadata) and JAX versions pyproject allows.
+
+The ```python blocks of docs/python_api.md run too, in order in one namespace, with a tiny random
+Llama in place of the page's `MODEL`, and its audit's metrics.json must equal the one the page's
+command line writes for the same model and inputs.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import pathlib
 import re
 import shlex
@@ -260,3 +265,70 @@ def test_every_command_the_pages_show_runs_with_the_flags_they_show():
       problems.append(f"{' '.join(argv[1:])}: --help does not list "
                       f"{sorted(names - shown - ABSL_OWN_FLAGS)}")
   assert not problems, "\n".join(problems)
+
+
+def python_blocks(markdown: str) -> list[str]:
+  """The code of the ```python blocks, in order."""
+  return re.findall(r"^```python\n(.*?)^```", markdown, re.M | re.S)
+
+
+PYTHON_API_PAGE = REPO / "docs" / "python_api.md"
+# The page's model line, which the test points at a tiny random Llama.
+MODEL_LINE = re.compile(r'^MODEL = "smollm2".*$', re.M)
+
+
+def test_every_python_block_of_the_pages_compiles():
+  blocks = [(page, code) for page in pages() for code in python_blocks(
+      page.read_text(encoding="utf-8"))]
+  assert any(page == PYTHON_API_PAGE for page, _ in blocks)
+  for page, code in blocks:
+    compile(code, str(page), "exec")
+  assert python_blocks("```python\nx = 1\n```\n```bash\ny\n```\n") == ["x = 1\n"]
+
+
+@pytest.mark.slow  # two audits of a tiny model, one in a subprocess: about a minute on 2 cores
+def test_the_python_api_page_runs_and_agrees_with_the_command_line(tmp_path, monkeypatch):
+  from tests.helpers import scoring_fixtures as fx
+  model = tmp_path / "tiny-rm"
+  fx.make_llama(model, head="score")
+  page = PYTHON_API_PAGE.read_text(encoding="utf-8")
+  (cli,) = [c for c in bash_commands(page) if "socialrm_jax.main.audit" in c]
+  assert "hf_model=smollm2," in cli and "output_dir=runs/cli" in cli
+  cli_out = tmp_path / "cli"
+  argv = shlex.split(cli.replace("hf_model=smollm2,", f"hf_model={model},")
+                     .replace("output_dir=runs/cli", f"output_dir={cli_out}"))
+  # The command line runs beside the page's code (two cores), from the repository's root.
+  done = subprocess.Popen([sys.executable, *argv[1:]], cwd=REPO, env=fx.subprocess_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    code = "\n".join(python_blocks(page))
+    assert len(MODEL_LINE.findall(code)) == 1
+    monkeypatch.chdir(tmp_path)  # the page's relative output folder lands here
+    namespace: dict = {}
+    exec(compile(MODEL_LINE.sub(f"MODEL = {str(model)!r}", code), str(PYTHON_API_PAGE), "exec"),
+         namespace)
+    _, stderr = done.communicate(timeout=600)
+  finally:
+    done.kill()
+  assert done.returncode == 0, stderr[-3000:]
+  result, rewards = namespace["result"], namespace["rewards"]
+  paths = ("scores", "items")  # where each run put its files
+  ours = {k: v for k, v in result.metrics["my-rm"].items() if k not in paths}
+  theirs = json.loads((cli_out / "my-rm" / "metrics.json").read_text(encoding="utf-8"))
+  assert ours == {k: v for k, v in theirs.items() if k not in paths}
+  assert ours == {k: v for k, v in json.loads(
+      (tmp_path / "runs" / "notebook" / "my-rm" / "metrics.json").read_text()).items()
+                  if k not in paths}
+  assert set(result.verdicts["my-rm"]) == set(ours["domains"]) == {"safety", "general"}
+  frame = result.pair_scores
+  from socialrm_jax.base import tables
+  pair_ids = [r["pair_id"] for r in tables.read_rows(result.output_dir / "converted", "pairs")]
+  assert frame["pair_id"].tolist() == pair_ids and set(frame["dataset"]) == {"xstest", "hh_rlhf"}
+  assert frame["margin"].notna().all()
+  assert (frame["margin"] == frame["reward_chosen"] - frame["reward_rejected"]).all()
+  assert result.report_html.is_file() and result.report_md.is_file()
+  assert list(rewards.columns) == ["prompt", "chosen", "rejected", "reward_chosen",
+                                   "reward_rejected", "margin"] and len(rewards) == 2
+  # The in-memory pairs, in the other order, get the same rewards in the other order.
+  swapped = namespace["socialrm_jax"].score(str(model), namespace["pairs"][::-1], max_length=1024)
+  assert swapped["reward_chosen"].tolist() == rewards["reward_chosen"].tolist()[::-1]

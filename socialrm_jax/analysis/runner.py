@@ -14,7 +14,8 @@ from typing import Sequence
 from absl import logging
 
 from socialrm_jax.analysis import (compare, evaluate, evidence, objectives, pairs, plots,
-                                   provenance, report, report_html, reward_tables, template_spread)
+                                   provenance, report, report_html, reward_tables,
+                                   rewardbench2_results, template_spread)
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 
@@ -32,13 +33,17 @@ def model_names(paths: list[str], names: list[str]) -> list[str]:
   return out
 
 
+def run_json(score_path: str) -> dict | None:
+  """The run.json beside a scores set (scoring/run_manifest.py), or None."""
+  path = pathlib.Path(score_path)
+  path = (path if path.is_dir() else path.parent) / provenance.RUN_FILE
+  return tables.read_json_object(str(path)) if path.is_file() else None
+
+
 def output_names(score_path: str) -> tuple[str, ...]:
   """A custom reward head's output names, as its scoring run recorded them (run.json's
   `reward_head`; scoring/proxies.py), or () for any other scores."""
-  run_json = pathlib.Path(score_path) / "run.json"
-  if not run_json.is_file():
-    return ()
-  head = tables.read_json_object(str(run_json)).get("reward_head") or {}
+  head = (run_json(score_path) or {}).get("reward_head") or {}
   return tuple(head.get("outputs", ()))
 
 
@@ -84,6 +89,11 @@ def evaluate_all(items_path: str, score_paths: list[str], output_dir: str, names
   tables.release_unused_memory()
   for name, metrics in models.items():
     tables.atomic_write_json(pathlib.Path(output_dir) / name / "metrics.json", metrics)
+    # RewardBench 2's own result files, where the items had its rows (a leaderboard submission).
+    rewardbench2_results.write(output_dir, name, joined[name], metrics, run_json(paths[name]),
+                               lambda ids: tables.iter_rows(
+                                   items_path, "items", rewardbench2_results.ITEM_COLUMNS,
+                                   item_ids=ids))
   start = time.perf_counter()
   comparisons = compare.compare_models(joined, options)
   tables.atomic_write_json(pathlib.Path(output_dir) / "comparisons.json", comparisons)

@@ -4,9 +4,12 @@
 
 Writes `REPORT/<name>/metrics.json` per scores set (the name from --names, else `run.json`'s
 `model` beside the scores, else the folder or file stem), and one `REPORT/report.md` comparing
-them, with its PNG figures beside it, and `REPORT/report.html`, the same report as one page. The
+them, with its PNG figures beside it, and `REPORT/report.html`, the same report as one page
+(and RewardBench 2's result files, `REPORT/rewardbench2/`, where the items had its rows). The
 work is in `socialrm_jax.analysis`. They are written into a hidden folder beside REPORT and moved
 into it at the end, so a run that fails on a bad input leaves an earlier report as it was.
+`--push_to_hub=ORG/NAME` then uploads them as a Hub dataset with its card
+(`analysis/results_dataset.py`); a failed upload exits 4 with one line, the outputs kept.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import dataclasses
 import json
 import time
 
-from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis import evaluate, results_dataset
 from socialrm_jax.analysis.runner import evaluate_all, model_names
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.main import command
@@ -40,9 +43,13 @@ class MetricsSettings:
   delta: float = settings.field(evaluate.Options.delta, "The smallest preference (distance from "
                                 "the null value) a verdict of no preference must have had 80% "
                                 "power to find (docs/metrics.md#verdicts).")
+  push_to_hub: str = settings.field("", "A Hub dataset ORG/NAME to upload the results to, with "
+                                    "their card, in one commit (HF_TOKEN); '' uploads nothing.")
+  hub_private_repo: bool = settings.field(False, "--push_to_hub: make a new dataset private.")
 
 
 _SETTINGS = settings.define_flags(MetricsSettings)
+UPLOAD_FAILED_EXIT_CODE = 4
 
 
 def main(argv):
@@ -53,8 +60,10 @@ def main(argv):
   errors.check_exists(config.items, "items")
   for path in config.scores:
     errors.check_exists(path, "scores")
-  model_names(config.scores, config.names)  # refuses a --names of another length
+  names = model_names(config.scores, config.names)  # refuses a --names of another length
   errors.check_positive(config.delta, "delta")
+  if config.push_to_hub:
+    results_dataset.check_repo_id(config.push_to_hub, "push_to_hub")
   options = evaluate.Options(n_resamples=config.n_resamples, seed=config.seed, delta=config.delta,
                              allow_missing=config.allow_missing)
   start = time.perf_counter()
@@ -62,10 +71,16 @@ def main(argv):
     models = evaluate_all(config.items, config.scores, str(stage), config.names, options)
   print(json.dumps({"output_dir": config.output_dir, "models": list(models),
                     "seconds": round(time.perf_counter() - start, 1)}, indent=2))
+  if config.push_to_hub:  # the outputs are in place: a failed upload leaves them whole
+    url = results_dataset.push(config.push_to_hub, config.output_dir, config.items,
+                               dict(zip(names, config.scores)),
+                               private=config.hub_private_repo)
+    print(f"Uploaded: {url}")
 
 
 def run():
-  command.run_command("socialrm-metrics", main)
+  command.run_command("socialrm-metrics", main,
+                      exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
 
 
 if __name__ == "__main__":

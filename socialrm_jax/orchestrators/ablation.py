@@ -107,7 +107,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if unknown:
     raise InputError(f"config.train sets {', '.join(sorted(unknown))}, which are not settings "
                      "of socialrm-train")
-  for name in ("model", "data", "output_dir", "seed", "checkpoint_steps", "keep_checkpoints"):
+  for name in ("model", "data", "output_dir", "seed", "checkpoint_steps", "keep_checkpoints",
+               "run_name"):
     if name in config.train:  # keep_checkpoints: the audited checkpoints must all stay
       raise InputError(f"config.train.{name} is set by the grid itself")
   train.check(train.Settings(model="base", data=("data",), output_dir="out",
@@ -165,7 +166,10 @@ def train_settings(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.P
                    out: pathlib.Path, checkpoint_steps: tuple[int, ...]) -> train.Settings:
   return train.Settings(model=config.bases[run.base].path,
                         data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
-                        seed=run.seed, checkpoint_steps=checkpoint_steps, **procedure(config))
+                        seed=run.seed, checkpoint_steps=checkpoint_steps,
+                        # W&B names the run by its grid key; TensorBoard finds it under
+                        # OUTPUT/runs/<key>/train/logs.
+                        run_name=run.name, **procedure(config))
 
 
 def probe_options(config: ml_collections.ConfigDict) -> engine.ScoringOptions:
@@ -181,7 +185,8 @@ def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
     return False
   wanted = settings.to_json()
   changed = sorted(k for k, v in manifest["settings"].items()
-                   if k not in ("output_dir", "checkpoint_steps") and wanted.get(k) != v)
+                   if k not in ("output_dir", "checkpoint_steps", "report_to", "run_name")
+                   and wanted.get(k) != v)
   if changed:
     raise InputError(f"holds a finished run with other settings ({', '.join(changed)}): use a "
                      "new config.output_dir", folder)

@@ -4,8 +4,10 @@ Driven by an ml_collections config (see `configs/`). Layout under `config.output
 `converted/` (items, pairs, conversion report), `scores/<model name>/` (shards, manifest,
 run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off),
 `vocab_scan/<model name>/` (the vocabulary scan, off unless `config.vocab_scan.enabled`),
-`<model name>/metrics.json`, `report.md`, `report.html` and the plots. Rerunning resumes scoring
-where it stopped (docs/spec.md sec. 6: finished shards are kept).
+`<model name>/metrics.json`, `report.md`, `report.html` and the plots, `rewardbench2/` (RewardBench
+2's result files, where the items had its rows). Rerunning resumes scoring where it stopped
+(docs/spec.md sec. 6: finished shards are kept). `config.push_to_hub` then uploads the results as
+a Hub dataset (`analysis/results_dataset.py`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax.analysis import evaluate, runner, swap_effects
-from socialrm_jax.base import settings, tables
+from socialrm_jax.analysis import evaluate, results_dataset, runner, swap_effects
+from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
 from socialrm_jax.scoring import engine, item_source
 from socialrm_jax.sources import identity_swaps
+from socialrm_jax.sources.reading import ON_ERROR
 
 BUNDLED_DATA = pathlib.Path(__file__).resolve().parents[1] / "bundled"
 # What `config.data_dir` accepts to mean the suite that ships with the package.
@@ -75,6 +78,10 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   config.vocab_scan = vocab_scan.audit_config()
   # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
   config.counterfactuals = True
+  # A Hub dataset ORG/NAME the results go to, with their card, in one commit once the audit is
+  # done (HF_TOKEN; analysis/results_dataset.py); "" uploads nothing.
+  config.push_to_hub = ""
+  config.hub_private_repo = False  # a dataset the push creates is private
   return config
 
 
@@ -96,6 +103,34 @@ def model_specs(config) -> list[ml_collections.ConfigDict]:
   if not specs or len(set(names)) != len(names):
     raise InputError(f"config.models needs one or more models with distinct names, got {names}")
   return specs
+
+
+def check_config(config) -> None:
+  """Refuses a config no audit can finish, naming the field, before anything is converted."""
+  errors.check_output_folder(config.output_dir, "config.output_dir")
+  if config.format not in tables.FORMATS:
+    raise errors.InputError(f"--config.format={config.format!r}: use one of "
+                            f"{', '.join(tables.FORMATS)}")
+  if config.on_error not in ON_ERROR:
+    raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
+                            f"{', '.join(ON_ERROR)}")
+  model_specs(config)
+  for key, spec in config.models.items():
+    field = f"config.models.{key}."
+    engine.check_inputs(scoring_options(spec), f"{field}path", spec.path, prefix=field)
+  errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
+  errors.check_positive(config.metrics.delta, "config.metrics.delta")
+  if config.get("push_to_hub"):
+    results_dataset.check_repo_id(config.push_to_hub, "config.push_to_hub")
+  probe = config.get("probe")
+  if probe is not None and probe.enabled:
+    errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
+  scan = config.get("vocab_scan")
+  if scan is not None and scan.enabled:
+    errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
+    if scan.max_tokens is not None and scan.max_tokens < 0:
+      raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (unset or 0: the whole "
+                              f"vocabulary), got {scan.max_tokens}")
 
 
 def run_audit(config) -> dict[str, Any]:
@@ -131,7 +166,12 @@ def run_audit(config) -> dict[str, Any]:
       out)
   if config.get("counterfactuals", True):
     sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
-  return runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
+  models = runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
+  if config.get("push_to_hub"):  # every output is written: a failed upload leaves them whole
+    url = results_dataset.push(config.push_to_hub, out, items_dir, dict(zip(names, score_dirs)),
+                               private=config.get("hub_private_repo", False))
+    logging.info("uploaded the results to %s", url)
+  return models
 
 
 def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: list[str],

@@ -20,6 +20,8 @@ and `python -m socialrm_jax.main.train --model=PATH --data=SPEC[,SPEC...] --outp
   OUT/checkpoints/<step>/   orbax: trained parameters, optimizer state, RNG, data position
                             (every `checkpoint_every` steps, at `checkpoint_steps`, at the end)
   OUT/model/                the trained reward model as a HF folder (LoRA merged)
+  OUT/logs/                 with --report_to=tensorboard: the same rows as TensorBoard events
+                            (training/trackers.py; W&B too with --report_to=wandb)
   OUT/split.json            the held-out pair ids (seeded) and the train / eval counts
   OUT/train_manifest.json   settings, the base's and the data's sha256, steps, final metrics
   OUT/.train.lock           held by the run writing OUT (its host and pid)
@@ -73,7 +75,8 @@ from socialrm_jax.scoring import engine, item_tokens, packing
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import run_manifest
 from socialrm_jax.training import checkpoints as checkpoints_lib
-from socialrm_jax.training import divergence, hf_export, optimizer, pair_batches, trainable
+from socialrm_jax.training import (divergence, hf_export, optimizer, pair_batches, trackers,
+                                   trainable)
 from socialrm_jax.training import train_step as train_step_lib
 
 METRICS_FILE = "train_metrics.jsonl"
@@ -154,6 +157,11 @@ class Settings:
       None, "TRL's center_rewards_coefficient: adds coef * mean((r_c + r_r)^2); None: off.")
   eval_every: int = settings_lib.field(
       0, "Evaluate the held-out pairs every this many steps (0: at the end only).")
+  report_to: tuple[str, ...] = settings_lib.field(
+      ("none",), "Where train_metrics.jsonl's rows go too, as TRL's report_to: tensorboard "
+      "(event files under OUTPUT/logs/), wandb (when installed), all, or none.")
+  run_name: str = settings_lib.field(
+      "", "The run's name in Weights & Biases (TRL's run_name; the ablation grid's run key).")
   log_every: int = settings_lib.field(
       10, "Write a metrics row (the mean over the steps since the last) every this many steps.")
   checkpoint_every: int = settings_lib.field(
@@ -179,7 +187,8 @@ class Settings:
 # but for the run's length (`_LENGTH_FIELDS`), which a resume may make longer.
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Settings)
                        if f.name not in ("output_dir", "checkpoint_every", "checkpoint_steps",
-                                         "keep_checkpoints", "log_every", "attention", "mesh"))
+                                         "keep_checkpoints", "log_every", "attention", "mesh",
+                                         "report_to", "run_name"))
 _LENGTH_FIELDS = ("max_steps", "epochs")
 
 
@@ -208,6 +217,7 @@ def check(settings: Settings) -> None:
   if settings.lr_schedule not in optimizer.SCHEDULES:
     raise InputError(f"--lr_schedule must be one of {', '.join(optimizer.SCHEDULES)}")
   reward_model.model_dtype(settings.dtype)
+  trackers.resolve(settings.report_to)
 
 
 def _pairs(conversion: convert.Conversion) -> list[pair_batches.Pair]:
@@ -260,10 +270,13 @@ def _json_line(row: dict) -> str:
 
 
 class MetricsLog:
-  """train_metrics.jsonl, appended a row at a time; a resume first drops rows after its step."""
+  """train_metrics.jsonl, appended a row at a time; a resume first drops rows after its step.
+  Each row goes to the `--report_to` trackers too (training/trackers.py)."""
 
-  def __init__(self, path: pathlib.Path, resume_step: int):
+  def __init__(self, path: pathlib.Path, resume_step: int,
+               to: Sequence[trackers.Tracker] = ()):
     self.path = path
+    self.trackers = list(to)
     rows = []
     if resume_step and path.exists():
       rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
@@ -275,6 +288,12 @@ class MetricsLog:
     self.rows.append(row)
     with open(self.path, "a", encoding="utf-8") as f:
       f.write(_json_line(row))
+    for tracker in self.trackers:
+      tracker.log(row)
+
+  def close(self) -> None:
+    for tracker in self.trackers:
+      tracker.close()
 
 
 def pair_packing(settings: Settings, platform: str, data_size: int) -> dict:
@@ -501,7 +520,8 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
 
   if start_step == 0 and 0 in extra_steps and latest is None:
     save(0)
-  log = MetricsLog(out / METRICS_FILE, start_step)
+  log = MetricsLog(out / METRICS_FILE, start_step, trackers.open_trackers(
+      settings.report_to, out, settings.run_name, settings.to_json()))
   window: list[dict] = []
   losses: list[float] = []
   warned = False
@@ -563,6 +583,7 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
     final = _evaluate(step_fn, trained, frozen, eval_encoded, eval_margins, packing_args)
     log.add({"step": total_steps, **final})
   store.close()
+  log.close()
 
   if not bool(divergence.all_finite(trained)):  # a finished run's rerun restored it unsaved
     raise divergence.not_finite_state(total_steps, last_checkpoint)

@@ -4,17 +4,20 @@ RewardBench 2's own code applied to the same rewards, to 1e-9.
 
 The reference is the `rewardbench` 0.1.4 wheel's `utils.py`: `sample_stats` and
 `process_single_model` (the Ties score) and `reroll_and_score_dataset` (best-of-4 with RewardBench
-2's tie rule). Importing the package pulls torch, fastchat and the HF hub, so the three functions
-are read from the wheel's file by path and run with the names they use (numpy, math, pandas,
-datasets.Dataset): the wheel's code itself, nothing copied."""
+2's tie rule), and `save_to_hub` (local only: the writer of RewardBench 2's result files).
+Importing the package pulls torch, fastchat and the HF hub, so the four functions are read from
+the wheel's file by path and run with the names they use (numpy, math, pandas, datasets.Dataset,
+os, json): the wheel's code itself, nothing copied."""
 
 import ast
 import importlib.util
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
+from typing import Dict, List, Union
 
 import numpy as np
 import pandas as pd
@@ -29,7 +32,8 @@ from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-9
 N_RESAMPLES = 50
-WHEEL_FUNCTIONS = ("sample_stats", "process_single_model", "reroll_and_score_dataset")
+WHEEL_FUNCTIONS = ("sample_stats", "process_single_model", "reroll_and_score_dataset",
+                   "save_to_hub")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,8 @@ def wheel() -> dict:
   tree = ast.parse(path.read_text())
   module = ast.Module([node for node in tree.body if isinstance(node, ast.FunctionDef)
                        and node.name in WHEEL_FUNCTIONS], type_ignores=[])
-  namespace = {"np": np, "math": math, "pd": pd, "Dataset": datasets.Dataset}
+  namespace = {"np": np, "math": math, "pd": pd, "Dataset": datasets.Dataset, "os": os,
+               "json": json, "Dict": Dict, "List": List, "Union": Union}
   exec(compile(module, str(path), "exec"), namespace)
   assert all(name in namespace for name in WHEEL_FUNCTIONS)
   return namespace
@@ -251,3 +256,88 @@ def test_a_subset_of_ties_rows_and_other_rows_is_an_error(tmp_path):
   rows[0]["subset"] = "Ties"
   with pytest.raises(InputError, match=r"rb2\.jsonl, row 1: subset 'Ties' holds Ties rows"):
     convert(tmp_path, pf.write_jsonl(tmp_path / "rb2.jsonl", rows), "rb2")
+
+
+def run_v2_files(wheel: dict, items: list[dict], rewards: dict[str, list[float]], model: str,
+                 folder: pathlib.Path) -> tuple[dict, dict]:
+  """The two files RewardBench 2's `scripts/run_v2.py` writes for these rewards, made as it makes
+  them (the script is not in the wheel: its steps below, in its order): the unrolled dataset's
+  text, subset, id and scores columns, `reroll_and_score_dataset`, `num_correct`, the Ties
+  subset's rows from `process_single_model`, each subset's score, and the wheel's `save_to_hub`
+  (local only, `results/` under the working folder) for `eval-set/` and `eval-set-scores/`."""
+  import datasets
+  texts = lambda item: [[*item["prompt"], {"role": "assistant", "content": c}]
+                        for c in item["candidates"]]
+  unrolled = [(text, item["subset"], item["attributes"]["id"], reward) for item in items
+              for text, reward in zip(texts(item), rewards[item["item_id"]])]
+  out = datasets.Dataset.from_dict({"text": [u[0] for u in unrolled]})
+  out = out.add_column("subset", [u[1] for u in unrolled])
+  out = out.add_column("id", [u[2] for u in unrolled])
+  out = out.add_column("scores", [u[3] for u in unrolled])
+  out = wheel["reroll_and_score_dataset"](out, [len(i["candidates"]) for i in items],
+                                          cols_to_combine=["text", "scores"])
+  out = out.add_column("num_correct", [i["attributes"]["num_correct"] for i in items])
+  grouped = {"model": model, "model_type": "Seq. Classifier", "chat_template": "tokenizer"}
+  for subset in np.unique([i["subset"] for i in items]):
+    subset_dataset = out.filter(lambda example: example["subset"] == subset)
+    if subset.lower() == "ties":
+      with_results, grouped[subset] = wheel["process_single_model"](subset_dataset)
+      frame = out.to_pandas()
+      for k, index in enumerate(i for i, s in enumerate(out["subset"]) if s == "ties"):
+        frame.at[index, "results"] = with_results["results"][k]
+      out = datasets.Dataset.from_pandas(frame)
+    else:
+      grouped[subset] = sum(subset_dataset["results"]) / len(subset_dataset["results"])
+  per_prompt = {**out.to_dict(), "model": model, "model_type": "Seq. Classifier",
+                "chat_template": "tokenizer"}
+  cwd = os.getcwd()
+  os.chdir(folder)
+  try:
+    wheel["save_to_hub"](grouped, model, "eval-set/", local_only=True)
+    wheel["save_to_hub"](per_prompt, model, "eval-set-scores/", local_only=True)
+  finally:
+    os.chdir(cwd)
+  return tuple(json.loads((folder / "results" / sub / f"{model}.json").read_text())
+               for sub in ("eval-set", "eval-set-scores"))
+
+
+def test_the_rewardbench2_files_have_run_v2s_layout(converted, wheel, tmp_path, monkeypatch):
+  """metrics' `rewardbench2/<dataset>/` files against the ones run_v2.py's steps write with the
+  wheel on the same rewards: the same keys at every level, the same per-prompt columns (texts,
+  rewards, ids, per-row results), the subsets' scores to 1e-9."""
+  items, pairs = converted
+  folder = tmp_path / "converted"
+  tables.write_rows(folder / "items.jsonl", items)
+  tables.write_rows(folder / "pairs.jsonl", pairs)
+  rng = np.random.default_rng(3)
+  rewards = {i["item_id"]: [float(x) for x in rng.normal(size=len(i["candidates"]))]
+             for i in items}
+  math_item = next(i for i in items if i["subset"] == "Math")  # a two-way tie at the top: 1/2
+  rewards[math_item["item_id"]][2] = rewards[math_item["item_id"]][0] = 5.0
+  tables.write_rows(tmp_path / "m" / "scores.jsonl", [
+      {"item_id": i, "candidate": k, "reward": r}
+      for i, values in rewards.items() for k, r in enumerate(values)])
+  from socialrm_jax.analysis import runner
+  # What run.json's manifest says of a model scored by Hub id with its tokenizer's chat template.
+  monkeypatch.setattr(runner, "run_json", lambda path: {"model": "tiny", "manifest": {
+      "model": {"hub": {"id": "org/tiny-rm", "commit": "a" * 40}},
+      "chat_template": {"sha256": "b" * 64, "format": "chat template"}}})
+  runner.evaluate_all(str(folder), [str(tmp_path / "m")], str(tmp_path / "report"), ["tiny"],
+                      evaluate.Options(n_resamples=N_RESAMPLES))
+  ours = tmp_path / "report" / "rewardbench2" / "rb2"
+  summary = json.loads((ours / "eval-set" / "org" / "tiny-rm.json").read_text())
+  per_prompt = json.loads((ours / "eval-set-scores" / "org" / "tiny-rm.json").read_text())
+  (tmp_path / "wheel").mkdir()
+  expected_summary, expected_per_prompt = run_v2_files(wheel, items, rewards, "org/tiny-rm",
+                                                       tmp_path / "wheel")
+  assert sorted(summary) == sorted(expected_summary) == sorted(
+      ["model", "model_type", "chat_template", *pf.RB2_SUBSETS, "Ties"])
+  for key, value in expected_summary.items():
+    assert summary[key] == pytest.approx(value, abs=TOLERANCE), key
+  assert sorted(per_prompt) == sorted(expected_per_prompt)
+  for key in expected_per_prompt:
+    assert per_prompt[key] == expected_per_prompt[key], (key, per_prompt[key], expected_per_prompt[key])
+  assert per_prompt["results"][per_prompt["id"].index(math_item["attributes"]["id"])] == 0.5
+  # save_to_hub's serialisation: the summary file's bytes are the wheel's where the floats agree.
+  assert (ours / "eval-set-scores" / "org" / "tiny-rm.json").read_text() == (
+      tmp_path / "wheel" / "results" / "eval-set-scores" / "org" / "tiny-rm.json").read_text()

@@ -1,5 +1,5 @@
-"""HTTP servers on 127.0.0.1 for the download tests: they count what they are asked and stop
-themselves (after `lifetime` seconds at most, or when the `with` block ends)."""
+"""HTTP servers on 127.0.0.1 for the download and upload tests: they count what they are asked and
+stop themselves (after `lifetime` seconds at most, or when the `with` block ends)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Callable, Iterator
 
 HOST = "127.0.0.1"  # the only address a test server binds or a test connects to
 
-# (method, path with query, request headers named in lower case) -> (status, headers, body)
-Responder = Callable[[str, str, dict], tuple[int, dict, bytes]]
+# (method, path with query, request headers named in lower case) -> (status, headers, body);
+# with `serving(..., with_body=True)`, the request's body (b"" for GET and HEAD) comes fourth.
+Responder = Callable[..., tuple[int, dict, bytes]]
 
 
 class Server:
@@ -24,23 +25,26 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(respond: Responder, lifetime: float = 120.0) -> Iterator[Server]:
+def serving(respond: Responder, lifetime: float = 120.0,
+            with_body: bool = False) -> Iterator[Server]:
   holder: list[Server] = []
 
   class Handler(http.server.BaseHTTPRequestHandler):
     timeout = 30  # a stalled client cannot hold a handler thread
 
-    def _answer(self, with_body: bool) -> None:
+    def _answer(self, send_body: bool) -> None:
       holder[0].requests.append((self.command, self.path))
-      status, headers, body = respond(self.command, self.path,
-                                      {k.lower(): v for k, v in self.headers.items()})
+      headers = {k.lower(): v for k, v in self.headers.items()}
+      sent = self.rfile.read(int(headers.get("content-length") or 0))
+      status, headers, body = (respond(self.command, self.path, headers, sent) if with_body
+                               else respond(self.command, self.path, headers))
       self.send_response(status)
       for name, value in headers.items():
         self.send_header(name, value)
       if "Content-Length" not in headers:
         self.send_header("Content-Length", str(len(body)))
       self.end_headers()
-      if with_body:
+      if send_body:
         self.wfile.write(body)
 
     def do_GET(self):
@@ -48,6 +52,12 @@ def serving(respond: Responder, lifetime: float = 120.0) -> Iterator[Server]:
 
     def do_HEAD(self):
       self._answer(False)
+
+    def do_POST(self):
+      self._answer(True)
+
+    def do_PUT(self):
+      self._answer(True)
 
     def log_message(self, *args):
       pass

@@ -18,6 +18,8 @@ command for the resume after kill -9).
   device before its checkpoint.
 - A larger --max_steps extends a finished run from its last checkpoint, the learning-rate
   schedule recomputed for the new length; a changed learning rate or a shorter run is refused.
+- --report_to=tensorboard: TensorBoard's own event reader finds every value of
+  train_metrics.jsonl, under transformers' names, at its step.
 """
 
 import dataclasses
@@ -67,7 +69,8 @@ def settings(base_folder, data, out, **overrides):
 def trained(base, tmp_path_factory):
   folder, data = base
   out = tmp_path_factory.mktemp("trained") / "run"
-  train.run(settings(folder, data, out, eval_every=8, checkpoint_steps=(0, 2)))
+  train.run(settings(folder, data, out, eval_every=8, checkpoint_steps=(0, 2),
+                     report_to=("tensorboard",)))
   return out
 
 
@@ -112,6 +115,27 @@ def test_training_reaches_held_out_accuracy_and_transformers_loads_the_export(ba
   assert np.abs(ours - want.numpy()).max() <= 1e-4
   chosen, rejected = ours[0::2], ours[1::2]
   assert (chosen > rejected).mean() >= 0.95
+
+
+def test_tensorboard_reads_back_every_value_of_train_metrics(trained):
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  from transformers.integrations.integration_utils import rewrite_logs
+  events = EventAccumulator(str(trained / "logs"), size_guidance={"scalars": 0})
+  events.Reload()
+  rows = _strict_json_rows(trained / train.METRICS_FILE)
+  expected: dict[str, dict[int, float]] = {}
+  for row in rows:
+    numbers = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
+    for name, value in rewrite_logs(numbers).items():  # transformers' names for TRL's keys
+      expected.setdefault(name, {})[row["step"]] = value
+  assert {"train/loss", "train/accuracy", "train/rewards/chosen", "eval/loss",
+          "eval/accuracy"} <= set(expected)
+  assert set(events.Tags()["scalars"]) == set(expected)
+  for name, by_step in expected.items():
+    found = {e.step: e.value for e in events.Scalars(name)}
+    assert found.keys() == by_step.keys(), name
+    for step, value in by_step.items():
+      assert found[step] == pytest.approx(value, rel=1e-6, abs=1e-30), (name, step)
 
 
 def test_pad_token_ending_the_conversation_is_refused(tmp_path):
