@@ -107,7 +107,7 @@ class TrainStep:
 
   def abstract_grads(self, trained):
     """The zero gradients a step starts its sums from, abstract (see `_abstract_outputs`)."""
-    return self._abstract_outputs(self._zeros, trained)
+    return self._abstract_outputs(self.zeros, trained)
 
   def abstract_sums(self):
     """The loss sums a step starts from (`loss.no_sums`, made on the host), abstract."""
@@ -121,12 +121,12 @@ class TrainStep:
   def trace_accumulate(self, grads, trained, frozen, block: Mapping) -> jax.stages.Traced:
     """A block's loss and gradients added to the sums (`grads`: the gradients so far)."""
     with jax.set_mesh(self.mesh):
-      return self._accumulate.trace(grads, self.abstract_sums(), trained, frozen, block)
+      return self.accumulate.trace(grads, self.abstract_sums(), trained, frozen, block)
 
   def trace_update(self, trained, opt_state, grads) -> jax.stages.Traced:
     """The optimizer's step on the summed gradients."""
     with jax.set_mesh(self.mesh):
-      return self._update.trace(trained, opt_state, grads, self.abstract_sums())
+      return self.update.trace(trained, opt_state, grads, self.abstract_sums())
 
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
     return {name: jax.device_put(value, self.sharding) for name, value in arrays.items()}

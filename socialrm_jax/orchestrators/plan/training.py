@@ -90,8 +90,10 @@ def trained_and_frozen(model: trainable.TrainModel, settings: train.Settings, me
   if lora:
     targets = trainable.lora_targets(model, settings.lora_targets)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    shapes = jax.eval_shape(lambda: trainable.init_lora(model, targets, settings.lora_rank, 0))
-    trained.update({p: _as(v, v.dtype, replicated) for p, v in shapes.items()})
+    # Not under eval_shape: init_lora also attaches the adapters to the model's projections (a
+    # module mutated inside a trace is refused); the adapters are small and made once.
+    adapters = trainable.init_lora(model, targets, settings.lora_rank, 0)
+    trained.update({p: _as(v, v.dtype, replicated) for p, v in adapters.items()})
   return trained, frozen
 
 
