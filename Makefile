@@ -39,12 +39,13 @@ browser:
 	@sh tools/need_chromium.sh
 
 # The browser first, then the install (a sub-make, so that `make -j` cannot start it earlier).
-# Two pytest-xdist workers, each taking whole test files (a module's fixtures are built once):
-# much of a test's time is a subprocess starting or a compile, which leaves a core idle.
+# Two pytest-xdist workers (much of a test's time is a subprocess starting or a compile, which
+# leaves a core idle): each starts on a run of consecutive tests and takes the rest of the other's
+# when it runs out (worksteal), so a module's fixtures are mostly built once.
 TEST_WORKERS ?= 2
 test: browser
 	@$(MAKE) --no-print-directory $(TEST_STAMP)
-	JAX_PLATFORMS=cpu $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	JAX_PLATFORMS=cpu $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The whole audit of the bundled suite with the embedded default model; writes runs/demo/.
 demo: $(RUNTIME_STAMP)
