@@ -39,7 +39,7 @@ def pair_rewards(model: trainable.TrainModel, params: Mapping[str, jax.Array], b
 def full_params(trained, frozen, lora_scale: float, dtype):
   """The model's parameters in the compute dtype, LoRA's adapters beside their targets (B times
   alpha / r: `layers.Projection` adds (x A) B)."""
-  params = {p: v.astype(dtype) for p, v in {**frozen, **trained}.items() if not _is_lora(p)}
+  params = {p: v.astype(dtype) for p, v in _base_params(trained, frozen).items()}
   for path, value in trained.items():
     if _is_lora(path):  # '<projection>/kernel/lora_b' -> the projection's 'lora_b'
       kernel, name = path.rsplit("/", 1)
@@ -49,6 +49,7 @@ def full_params(trained, frozen, lora_scale: float, dtype):
 
 
 def _base_params(trained, frozen) -> dict:
+  """The model's own parameters, trained or frozen (LoRA's adapters left out)."""
   return {**frozen, **{p: v for p, v in trained.items() if not _is_lora(p)}}
 
 
