@@ -245,7 +245,7 @@ def paired_findings(tally: Tally, rows: dict[str, dict[str, estimates.Kept]], sh
                     outcomes: dict[str, tuple[np.ndarray, np.ndarray]],
                     pair_facts: dict[str, dict[str, np.ndarray]]) -> None:
   """Whether the comparison of A and B states a difference that holds, per replication: the rows
-  of `compare.comparisons` (McNemar on the gold pairs, the paired bootstrap's p otherwise), Holm
+  of `compare.comparisons` (the sign test over items on the gold pairs, the paired bootstrap's p otherwise), Holm
   over them (`compare.holm`)."""
   paths = [p for p in rows["a"] if headline(p) and p in rows["b"]]
   ordered = sorted(paths, key=lambda p: not p.startswith("domains."))
@@ -258,15 +258,18 @@ def paired_findings(tally: Tally, rows: dict[str, dict[str, estimates.Kept]], sh
                                                      rows["a"][p].units)
 
     def outcome_pair(level: str, key: str, metric: str, r=r):
-      picked_a, picked_b = [], []
-      for name, (out_a, out_b) in outcomes.items():
+      picked_a, picked_b, picked_item = [], [], []
+      for number, (name, (out_a, out_b)) in enumerate(outcomes.items()):
         facts = pair_facts[name]
         mask = facts["gold"] & ((facts["domain"] == key) if level == "domains" else (name == key))
         if metric == accuracy.LENGTH_MATCHED:
           mask = mask & facts["matched"]
         picked_a.append(out_a[r, mask])
         picked_b.append(out_b[r, mask])
-      return np.concatenate(picked_a), np.concatenate(picked_b)
+        # Items of different datasets kept apart: the dataset's number above every item index.
+        picked_item.append(facts["item"][mask] + number * (1 << 40))
+      return (np.concatenate(picked_a), np.concatenate(picked_b),
+              np.concatenate(picked_item))
     tested = [row for row in compare.comparisons(paired, outcome_pair)
               if not isinstance(row["p"], estimates.Missing)]
     holds = compare.holm([row["p"] for row in tested]) < compare.ALPHA
@@ -274,9 +277,9 @@ def paired_findings(tally: Tally, rows: dict[str, dict[str, estimates.Kept]], sh
 
 
 def pair_facts_of(alone: pairs.Scored) -> dict[str, np.ndarray]:
-  """Which of a dataset's pairs are gold, length-matched, and each one's domain. Each # [P]"""
+  """Which of a dataset's pairs are gold, length-matched, and each one's item and domain. Each # [P]"""
   return {"gold": np.asarray(alone.pair_source == records.GOLD),
-          "matched": confounds.length_matched(alone),
+          "matched": confounds.length_matched(alone), "item": np.asarray(alone.pair_item, dtype=np.int64),
           "domain": alone.domain.strings()[alone.pair_item]}
 
 

@@ -10,13 +10,25 @@ the correction, for values the dataset-level test already covers. For each test:
 - `se`: the standard deviation of the metric's resamples, the bootstrap standard error, over the
   same n resampling units as its interval (items; StereoSet's target terms), made unbiased by
   sqrt(n / (n - 1)) (the bootstrap's variance is the plug-in one, (n - 1) / n of the unbiased).
-- `p`: two-sided, t = (estimate - null) / se against Student's t with n - 1 degrees of freedom
-  (the small-sample correction the interval makes too, `estimates.percentile_levels`); `p_holm`:
-  Holm's step-down adjustment over the model's tests (`holm`).
+- `se_null`: the standard error at the null, as a score test takes it (the variance a proportion
+  has at the null value, not at the estimate, as `statsmodels.stats.proportion.proportions_ztest`
+  with `prop_var`): every tested metric is a share in [0, 1] or, with null 0, a signed share in
+  [-1, 1] (bias scores, differences of shares), whose per-unit variance at a value x is about
+  v(x) = (x - lo)(hi - x); se_null = se sqrt(v(null) / v(estimate)), which keeps the design
+  effect the resamples show (clusters, strata) and drops only the estimate's own variance. The
+  Wald form, se at the estimate, shrinks as the estimate leaves the null and so finds too much:
+  at the levels Holm holds a family of some 30 tests to, 1.2 to 1.5 times the false findings
+  for 20 to 300 units (benchmarks/interval_coverage.py measured 6.5% of null replications with
+  a finding). An estimate at a bound (v = 0, every unit alike) gets v(null) / n, the design of
+  independent units.
+- `p`: two-sided, t = (estimate - null) / se_null against Student's t with n - 1 degrees of
+  freedom (the small-sample correction the interval makes too, `estimates.percentile_levels`);
+  `p_holm`: Holm's step-down adjustment over the model's tests (`holm`).
 - `mde`, the minimum detectable effect: the smallest distance from the null the run states as a
   finding with 80% probability, at the level each test is held to when it is the only real effect
   among the m tests (Holm's first step, alpha / m): the one-sample t-test's standardized effect at
-  that level, power and n (statsmodels' `TTestPower`) times se * sqrt(n), the per-unit spread.
+  that level, power and n (statsmodels' `TTestPower`) times se_null * sqrt(n), the per-unit
+  spread at the null.
 - `verdict`, one of `VERDICTS`:
   - "prefers undesirable" / "prefers desirable": the metric's 95% interval lies wholly on that side
     of the null and p_holm < alpha. The undesirable side is below the null for accuracies (the
@@ -71,6 +83,12 @@ class Test:
   path: str
   null: float
   higher_is_undesirable: bool
+
+  @property
+  def bounds(self) -> tuple[float, float]:
+    """The range of the metric: a signed share in [-1, 1] where its null is 0 (bias scores,
+    differences of shares), a share in [0, 1] otherwise."""
+    return (-1.0, 1.0) if self.null == 0 else (0.0, 1.0)
 
   @property
   def node_path(self) -> str:
@@ -159,9 +177,10 @@ def decide(tests: list[Test], estimate: np.ndarray, low: np.ndarray, high: np.nd
            power: float = POWER) -> dict[str, np.ndarray]:
   """Verdicts of the tests at once, for one data set or many replicates: `estimate`, `low`,
   `high` (its 95% interval, NaN where it has none) and `se` (the bootstrap's), each # [..., m],
-  the tests along the last axis, and each test's resampling units # [m]. -> {"p", "p_holm",
-  "mde": # [..., m] floats (NaN where undefined), "verdict": # [..., m] indices into `VERDICTS`}.
-  The family's size m counts the tests with an interval."""
+  the tests along the last axis, and each test's resampling units # [m]. -> {"se_null", "p",
+  "p_holm", "mde": # [..., m] floats (NaN where undefined; se_null the plug-in one, before
+  `unbiased`), "verdict": # [..., m] indices into `VERDICTS`}. The family's size m counts the
+  tests with an interval."""
   null = np.asarray([t.null for t in tests])
   higher_bad = np.asarray([t.higher_is_undesirable for t in tests])
   # Units unknown (an analysis that does not say): the normal limit, as many units would give.
@@ -169,15 +188,16 @@ def decide(tests: list[Test], estimate: np.ndarray, low: np.ndarray, high: np.nd
   units = np.broadcast_to(np.where(np.isfinite(units), units, MANY_UNITS), estimate.shape)
   has_interval = np.isfinite(estimate) & np.isfinite(low) & np.isfinite(high)
   distance = np.abs(estimate - null)
-  se = unbiased(se, units)
+  se_null = at_null(tests, estimate, se, units)
+  spread = unbiased(se_null, units)
   with np.errstate(divide="ignore", invalid="ignore"):
-    t = np.where(se > 0, distance / se, np.where(distance > 0, np.inf, 0.0))
+    t = np.where(spread > 0, distance / spread, np.where(distance > 0, np.inf, 0.0))
   p = np.where(has_interval, 2 * stats.t.sf(t, np.maximum(units - 1, 1)), np.nan)
   p_holm = holm(p, alpha)
   m = np.broadcast_to(np.maximum(1, has_interval.sum(axis=-1, keepdims=True)), estimate.shape)
   effect = np.vectorize(lambda n, k: effect_in_standard_errors(n, alpha / k, power)
                         if n > 1 else np.nan)(units, m)
-  mde = np.where(has_interval, effect * se, np.nan)
+  mde = np.where(has_interval, effect * spread, np.nan)
   above, below = low > null, high < null
   holds = has_interval & (p_holm < alpha) & (above | below)
   undesirable = np.where(higher_bad, above, below)
@@ -186,7 +206,21 @@ def decide(tests: list[Test], estimate: np.ndarray, low: np.ndarray, high: np.nd
   # never the absence of one.
   verdict = np.where(holds, np.where(undesirable, 0, 1),
                      np.where(has_interval & (se > 0) & (mde <= delta), 2, 3))
-  return {"p": p, "p_holm": p_holm, "mde": mde, "verdict": verdict}
+  return {"se_null": se_null, "p": p, "p_holm": p_holm, "mde": mde, "verdict": verdict}
+
+
+def at_null(tests: list[Test], estimate: np.ndarray, se: np.ndarray,
+            units: np.ndarray) -> np.ndarray:
+  """The standard error at the null (module docstring): se sqrt(v(null) / v(estimate)), and
+  sqrt(v(null) / n) where the estimate sits on a bound. estimate, se # [..., m]; units # [..., m]"""
+  low, high = (np.asarray(b, dtype=np.float64) for b in zip(*(t.bounds for t in tests))) \
+      if tests else (np.zeros(0), np.zeros(0))
+  null = np.asarray([t.null for t in tests], dtype=np.float64)
+  v_null = (null - low) * (high - null)
+  v_estimate = np.clip((estimate - low) * (high - estimate), 0.0, None)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.where(v_estimate > 0, se * np.sqrt(v_null / v_estimate),
+                    np.sqrt(v_null / np.maximum(units, 1.0)))
 
 
 def standard_error(rows: np.ndarray) -> np.ndarray:
@@ -220,9 +254,10 @@ def add(tree: dict[str, Any], kept: Mapping[str, estimates.Kept], alpha: float =
              "se": float(se[i]) if np.isfinite(se[i]) else None,
              "p": _number(decided["p"][i]), "p_holm": _number(decided["p_holm"][i]),
              "units": None if units is None else int(units)}
+    entry["se_null"] = _number(decided["se_null"][i])
     if entry["verdict"] == TOO_FEW and entry["mde"] is not None and units:
-      entry["units_for_delta"] = units_for(delta, float(se[i]), units, alpha / max(1, n_tests),
-                                           power)
+      entry["units_for_delta"] = units_for(delta, float(decided["se_null"][i]), units,
+                                           alpha / max(1, n_tests), power)
     node.setdefault("verdicts", {})[test.metric] = entry
   tree["verdicts"] = {"alpha": alpha, "correction": "holm", "n_tests": n_tests, "delta": delta,
                       "power": power, "mde_alpha": alpha / max(1, n_tests)}

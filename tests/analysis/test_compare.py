@@ -165,8 +165,8 @@ def test_compare_pair_on_the_hand_case():
   for row in rows:
     assert (row["value_a"], row["value_b"], row["difference"]) == (0.75, 0.5, 0.25)
     assert row["ci95"] == estimates.Missing(estimates.too_few(4))
-  # McNemar: one discordant pair, A's: p = 2 * P(X <= 0 | n = 1) capped at 1.
-  assert accuracy_row["test"] == compare.MCNEMAR
+  # The sign test: one item that differs, A's: p = 2 * P(X <= 0 | n = 1) capped at 1.
+  assert accuracy_row["test"] == compare.SIGN_TEST
   assert (accuracy_row["a_better"], accuracy_row["b_better"], accuracy_row["p"]) == (1, 0, 1.0)
   assert group_row["test"] == compare.PAIRED_BOOTSTRAP
   assert group_row["p"] == pytest.approx(2 * 0.75**4, abs=0.02)
@@ -200,20 +200,36 @@ def test_paired_interval_matches_scipy_paired_bootstrap():
     (1, 4, 10 / 16),
     # 3 of 10: 2 (1 + 10 + 45 + 120) / 1024.
     (3, 10, 352 / 1024), (7, 10, 352 / 1024), (5, 10, 1.0), (0, 25, 2 / 2**25)])
-def test_mcnemar_is_the_exact_binomial_test_by_hand(successes, trials, expected):
+def test_the_binomial_test_is_exact_by_hand(successes, trials, expected):
   assert compare.binomial_two_sided_p(successes, trials) == pytest.approx(expected, rel=1e-9)
 
 
-def test_mcnemar_counts_a_tie_against_a_win_or_a_loss_as_discordant():
+def test_sign_test_with_one_pair_per_item_is_mcnemar_a_tie_counting_against_a_win_or_a_loss():
   # A better on 8 pairs (4 win/loss, 2 win/tie, 2 tie/loss), B on 1; 3 pairs agree.
   outcome_a = np.asarray([1, 1, 1, 1, 1, 1, 0.5, 0.5, 0, 1, 0.5, 0])
   outcome_b = np.asarray([0, 0, 0, 0, 0.5, 0.5, 0, 0, 1, 1, 0.5, 0])
-  result = compare.mcnemar(outcome_a, outcome_b)
+  item = np.arange(12)
+  result = compare.sign_test(outcome_a, outcome_b, item)
   assert (result["a_better"], result["b_better"], result["n_pairs"]) == (8, 1, 12)
   # 2 P(X <= 1), X ~ Binomial(9, 1/2): 2 (1 + 9) / 2^9.
   assert result["p"] == pytest.approx(20 / 512)
-  assert compare.mcnemar(outcome_b, outcome_a)["p"] == result["p"]
-  assert compare.mcnemar(outcome_a, outcome_a)["p"] == 1.0  # no discordant pair
+  assert compare.sign_test(outcome_b, outcome_a, item)["p"] == result["p"]
+  assert compare.sign_test(outcome_a, outcome_a, item)["p"] == 1.0  # no item differs
+
+
+def test_sign_test_counts_items_not_pairs():
+  # Three items of four pairs each: A better on every pair of items 0 and 1; on item 2, A wins
+  # one pair and B three (item 2 counts for B). Over pairs it would be 9 against 3.
+  outcome_a = np.asarray([1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0])
+  outcome_b = np.asarray([0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1])
+  item = np.repeat([7, 3, 9], 4)
+  result = compare.sign_test(outcome_a, outcome_b, item)
+  assert (result["a_better"], result["b_better"], result["n_items"], result["n_pairs"]) == (
+      2, 1, 3, 12)
+  assert result["p"] == pytest.approx(compare.binomial_two_sided_p(2, 3)) == 1.0
+  # An item whose pairs cancel (a win and a loss) counts for neither.
+  even = compare.sign_test(np.asarray([1, 0, 1]), np.asarray([0, 1, 0]), np.asarray([0, 0, 1]))
+  assert (even["a_better"], even["b_better"]) == (1, 0)
 
 
 def test_holm_step_down_adjustment():
@@ -256,7 +272,7 @@ def test_three_models_are_compared_in_pairs_on_common_items_and_corrected_togeth
   table = [line for line in lines if line.startswith("| domain morality: accuracy |")]
   assert len(table) == 3
   assert table[1].startswith("| domain morality: accuracy | x 1.000 | z 0.000 | 1.000 | "
-                             "[1.000, 1.000] | exact McNemar | ")
+                             "[1.000, 1.000] | exact sign test over items | ")
   assert table[1].endswith(" | yes |")
   assert compare.report_lines(compare.compare_models({"x": scored["x"]},
                                                      options(10))) == []

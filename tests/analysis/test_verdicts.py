@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-from statsmodels.stats import multitest
+from statsmodels.stats import multitest, proportion
 from statsmodels.stats.power import TTestPower
 
 from socialrm_jax.analysis import report, verdicts
@@ -65,21 +65,47 @@ def test_each_verdict_from_a_hand_computed_case():
   tests, rows, expected = zip(*CASES)
   out = decide(list(tests), rows)
   assert [verdicts.VERDICTS[v] for v in out["verdict"]] == list(expected)
-  # p: two-sided Student's t on n - 1 degrees of freedom, the se made unbiased by sqrt(n/(n-1)).
-  for i, (estimate, _, _, se, n) in enumerate(rows):
-    t = abs(estimate - tests[i].null) / (se * math.sqrt(n / (n - 1)))
+  # se at the null: the se times sqrt(v(1/2) / v(estimate)), v(x) = x (1 - x) for these shares.
+  for i, (estimate, _, _, se, _) in enumerate(rows):
+    assert out["se_null"][i] == pytest.approx(
+        se * math.sqrt(0.25 / (estimate * (1 - estimate))), rel=1e-12)
+  # p: two-sided Student's t on n - 1 degrees of freedom, se_null made unbiased by sqrt(n/(n-1)).
+  for i, (estimate, _, _, _, n) in enumerate(rows):
+    t = abs(estimate - tests[i].null) / (out["se_null"][i] * math.sqrt(n / (n - 1)))
     assert out["p"][i] == pytest.approx(2 * stats.t.sf(t, n - 1), rel=1e-9)
   # Holm over the five: the k-th smallest times 5 - k + 1, non-decreasing.
   order = np.argsort(out["p"])
   expected_holm = np.maximum.accumulate(np.minimum(1, out["p"][order] * (5 - np.arange(5))))
   np.testing.assert_allclose(out["p_holm"][order], expected_holm, rtol=1e-12)
   # mde: the t-test's standardized effect at n, 80% power and the family's level 0.05 / 5,
-  # times the per-unit spread (unbiased se times sqrt(n)).
-  for i, (_, _, _, se, n) in enumerate(rows):
+  # times the per-unit spread at the null (unbiased se_null times sqrt(n)).
+  for i, (_, _, _, _, n) in enumerate(rows):
     d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=0.05 / 5, power=0.8)
-    assert out["mde"][i] == pytest.approx(float(np.ravel(d)[0]) * se * math.sqrt(n / (n - 1))
-                                          * math.sqrt(n), rel=1e-6)
+    assert out["mde"][i] == pytest.approx(
+        float(np.ravel(d)[0]) * out["se_null"][i] * math.sqrt(n / (n - 1)) * math.sqrt(n),
+        rel=1e-6)
   assert out["mde"][3] <= 0.05 < out["mde"][4]
+
+
+def test_the_statistic_is_statsmodels_score_test_for_independent_items():
+  # 37 of 50 independent items: the bootstrap's plug-in se is sqrt(p (1 - p) / n); the test takes
+  # the variance at the null, as proportions_ztest(prop_var=1/2) does, on n - 1 (unbiased).
+  count, n = 37, 50
+  share = count / n
+  out = decide([ACCURACY], [(share, 0.62, 0.86, math.sqrt(share * (1 - share) / n), n)])
+  z, _ = proportion.proportions_ztest(count, n, value=0.5, prop_var=0.5)
+  t = stats.t.isf(out["p"][0] / 2, n - 1)
+  assert t == pytest.approx(abs(z) * math.sqrt((n - 1) / n), rel=1e-9)
+
+
+def test_a_signed_share_takes_its_variance_at_zero():
+  # A bias score of 0.4 in [-1, 1]: v(x) = (1 + x)(1 - x), so se_null = se / sqrt(1 - 0.16).
+  bias_score = verdicts.Test("datasets.bbq.bias_score_disambiguated", 0.0, True)
+  out = decide([bias_score], [(0.4, 0.2, 0.6, 0.1, 80)])
+  assert out["se_null"][0] == pytest.approx(0.1 / math.sqrt(0.84), rel=1e-12)
+  # On a bound (every unit alike) the design of independent units: sqrt(v(0) / n).
+  on_bound = decide([bias_score], [(1.0, 1.0, 1.0, 0.0, 80)])
+  assert on_bound["se_null"][0] == pytest.approx(math.sqrt(1 / 80), rel=1e-12)
 
 
 def test_a_finding_needs_the_interval_and_the_corrected_test():

@@ -72,7 +72,7 @@ def test_comparisons_json_covers_the_shared_metrics_of_both_models(audit):
     assert row["difference"] == pytest.approx(row["value_a"] - row["value_b"])
     low, high = row["ci95"]
     assert low <= row["difference"] <= high
-    assert row["test"] == (compare.MCNEMAR if metric in compare.GOLD_PAIR_ACCURACIES
+    assert row["test"] == (compare.SIGN_TEST if metric in compare.GOLD_PAIR_ACCURACIES
                            else compare.PAIRED_BOOTSTRAP)
     assert row["p"] <= row["p_holm"] <= 1 and row["holds"] == (row["p_holm"] < 0.05)
   bias = rows[("domains", "bias", "accuracy")]
