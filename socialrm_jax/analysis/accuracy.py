@@ -92,7 +92,7 @@ def summarise(sums: StratifiedSums, where=None) -> dict[str, Any]:
   if sums.total("control_pairs", where)[0] > 0:
     estimates.put(node, "control_accuracy", estimates.ratio(
         sums.total("control_wins", where), sums.total("control_pairs", where)),
-        "no control pairs here", sums.total("control_items", where)[0])
+        "no control pairs here", sums.units("control_items", where))
   if sums.total("directional_pairs", where)[0] > 0:
     node["n_directional_pairs"] = int(sums.total("directional_pairs", where)[0])
   return node

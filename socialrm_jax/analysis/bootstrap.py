@@ -197,12 +197,27 @@ class StratifiedSums:
   """Per-cell sums of named per-item values: row 0 the data, rows 1.. the resamples; `draws`,
   how many times each cell's group was drawn (1 for cells drawn by items, and in row 0).
   Columns that are 0 for every item (`zero`: a dataset's gold-pair columns where it has none)
-  are not stored: their sums are 0 in every row."""
+  are not stored: their sums are 0 in every row. `clustered`: the cells with a group were drawn
+  as whole groups (`design`)."""
   strata: tuple[Stratum, ...]
   columns: tuple[str, ...]
   table: np.ndarray  # [1 + n_resamples, S, V]
   draws: np.ndarray  # [1 + n_resamples, S]
   zero: tuple[str, ...] = ()
+  clustered: bool = False
+
+  def units(self, items: str, where: Callable[[Stratum], bool] | None = None) -> float:
+    """The resampling units under the cells `where` accepts that hold items of column `items`
+    (a count per item): the items, except that where groups are drawn whole each group with such
+    items is one unit (StereoSet's control accuracy rests on its terms, not its sentences)."""
+    counts = self._rows(items)[0]                                            # [S]
+    keep = [(where is None or bool(where(s))) and counts[i] > 0
+            for i, s in enumerate(self.strata)]
+    if not self.clustered:
+      return float(counts[np.asarray(keep, dtype=bool)].sum()) if keep else 0.0
+    by_items = sum(counts[i] for i, s in enumerate(self.strata) if keep[i] and not s.group)
+    groups = {s.group for i, s in enumerate(self.strata) if keep[i] and s.group}
+    return float(by_items + len(groups))
 
   def _rows(self, column: str) -> np.ndarray:
     """One column's sums. # [1 + B, S]"""
@@ -299,7 +314,8 @@ def stratified_sums_in_chunks(chunks: Iterable[tuple[Columns, Columns]], n_resam
   strata = tuple(Stratum(*k) for k in found)
   rows, kept, zero = _without_zero_columns(rows, names)
   table, draws = resample(strata, rows, n_resamples, rng, clustered)
-  return StratifiedSums(strata=strata, columns=kept, table=table[0], draws=draws[0], zero=zero)
+  return StratifiedSums(strata=strata, columns=kept, table=table[0], draws=draws[0], zero=zero,
+                        clustered=clustered)
 
 
 def _without_zero_columns(rows: Sequence[CellRows], names: Sequence[str]
@@ -333,7 +349,7 @@ def resampled_sums_batched(columns: Columns, strata: Columns, n_resamples: int,
   table, draws = resample(strata_tuple, rows, n_resamples, rng, clustered, min_stratum_items)
   flat = n_replicates * (1 + n_resamples)
   return StratifiedSums(strata_tuple, kept, table.reshape(flat, len(cells), len(kept)),
-                        draws.reshape(flat, len(cells)), zero)
+                        draws.reshape(flat, len(cells)), zero, clustered)
 
 
 # Multinomial counts drawn at once in `_draw_items` (int64, then float64): 8 MiB each.

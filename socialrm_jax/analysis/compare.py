@@ -131,7 +131,7 @@ def side_sums(joint: bootstrap.StratifiedSums, side: str) -> bootstrap.Stratifie
   return bootstrap.StratifiedSums(
       joint.strata, tuple(joint.columns[i][len(prefix):] for i in picked),
       joint.table[:, :, picked[0]:picked[-1] + 1], joint.draws,
-      tuple(c[len(prefix):] for c in joint.zero if c.startswith(prefix)))
+      tuple(c[len(prefix):] for c in joint.zero if c.startswith(prefix)), joint.clustered)
 
 
 def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:

@@ -7,6 +7,7 @@ from scipy import stats
 
 from socialrm_jax.analysis import accuracy, bootstrap, estimates, evaluate, pairs
 from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.orchestrators import audit, convert
 
 
 
@@ -177,6 +178,35 @@ def test_a_mean_over_terms_weighs_each_term_by_its_draws():
   sums = bootstrap.StratifiedSums(tuple(strata), ("v",), table, draws)
   np.testing.assert_array_equal(sums.group_weights("group"), draws)
   assert sums.grouped("v", "group")[0] == ["x", "y", "z"]
+
+
+def test_units_are_the_groups_where_groups_are_drawn_whole():
+  # Term x in two cells (3 and 2 items), term y (4 items), a cell of no term (5 items), and a
+  # term z with no items of the column.
+  strata = (bootstrap.Stratum("bias", "inter", "", "x"), bootstrap.Stratum("bias", "intra", "", "x"),
+            bootstrap.Stratum("bias", "intra", "", "y"), bootstrap.Stratum("bias", "intra", "", ""),
+            bootstrap.Stratum("bias", "inter", "", "z"))
+  table = np.asarray([[[3.0], [2.0], [4.0], [5.0], [0.0]]])               # control_items per cell
+  draws = np.ones((1, 5))
+  clustered = bootstrap.StratifiedSums(strata, ("control_items",), table, draws, clustered=True)
+  assert clustered.units("control_items") == 2 + 5                     # x, y and five items
+  assert clustered.units("control_items", lambda s: s.subset == "inter") == 1
+  by_items = bootstrap.StratifiedSums(strata, ("control_items",), table, draws)
+  assert by_items.units("control_items") == 14
+
+
+def test_stereosets_control_accuracy_rests_on_its_terms():
+  # The bundled StereoSet slice: 120 items in 63 target terms, drawn whole.
+  conversion = convert.convert_all(audit.BUNDLED_DATA, "stereoset")
+  items = list(conversion.items)
+  ids = [item["item_id"] for item in items for _ in item["candidates"]]
+  candidates = [k for item in items for k in range(len(item["candidates"]))]
+  rewards = np.random.default_rng(0).standard_normal(len(ids))
+  options = evaluate.Options(n_resamples=50)
+  scored = pairs.join(items, list(conversion.pairs), Scores.of(ids, candidates, rewards, "m"),
+                      fields=options.item_fields)
+  node = evaluate.metrics_from_scored(scored, options)["datasets"]["stereoset"]
+  assert node["verdicts"]["control_accuracy"]["units"] == node["n_terms"] < len(items)
 
 
 def test_replicates_drawn_at_once_are_each_a_metrics_runs_draws():
