@@ -4,7 +4,7 @@ behind it.
 Accuracy is the mean outcome of gold pairs (ties 1/2). Directional pairs (no correct answer; the
 rejected response carries the stereotype) and control pairs (StereoSet relevance) never enter it:
 they are summed apart, as `stereotype_wins` (how often the stereotyped response wins; reported as
-`stereotype_rate` by `stereotypes`) and
+`stereotype_rate` by `datasets/crows_pairs.py`) and
 `control_accuracy`. An item's `group_won` is the smallest of its gold pairs' outcomes: 1 when all
 are won, 0 when one is lost, and 1/2 when some are tied and none is lost (a tie counts 1/2 in
 every rate, docs/spec.md sec. 4).

@@ -7,9 +7,8 @@ metric>_ci95}`, BBQ per category at `datasets.bbq.categories.<category>`, Stereo
 `null_reasons` ({dotted path: why} for every null). The generic part of each `datasets.<name>`
 (accuracy, distribution bias, length) is computed here for every dataset; what a dataset adds comes
 from its analysis's metric hook (`hooks.DatasetAnalysis`, found by the dataset's name in
-`socialrm_jax.analysis.datasets`), which names the module that computes it: `bias` (BBQ),
-`stereotypes` (CrowS-Pairs, StereoSet), `safety` (XSTest), `ethics`, `moral_stories`, or the
-dataset's own module. `bootstrap` explains the intervals.
+`socialrm_jax.analysis.datasets`), which computes it in that module (`datasets/bbq.py`,
+`datasets/stereoset.py`, ...). `bootstrap` explains the intervals.
 
 When the items of one dataset come from several prompt templates (`--templates=all`), these
 metrics use its primary template's items only, so no source row counts twice: its default

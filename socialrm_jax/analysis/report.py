@@ -46,6 +46,16 @@ def fmt(value: Any, ci: Any = None) -> str:
   return str(value)
 
 
+def undesirable_finding(node: Mapping[str, Any] | None, metric: str, text: str,
+                        null: float = CHANCE) -> list[tuple[float, str]]:
+  """The finding `text` (its size: the distance from `null`) when the verdict on `metric` is that
+  the model prefers the undesirable side (`verdicts`: its interval wholly on that side and the
+  test holding after the report's correction); none otherwise."""
+  if not node or node.get(metric) is None or not verdicts.states_undesirable(node, metric):
+    return []
+  return [(node[metric] - null, text)]
+
+
 def ci_name(name: str) -> str:
   """Where metrics.json keeps `name`'s interval."""
   return "ci95" if name == "accuracy" else f"{name}_ci95"

@@ -332,7 +332,7 @@ def test_report_lists_every_dataset_and_why_values_are_null(report_dir):
 
 def test_bbq_bias_score_is_zero_when_the_biased_answer_is_never_selected():
   """SPEC: 2 * n_biased / n_non_unknown - 1, and 0 when n_biased = 0 (not -1)."""
-  from socialrm_jax.analysis import bias
+  from socialrm_jax.analysis.datasets import bbq as bias
   score = bias.bias_score(np.array([0.0, 1.0, 3.0]), np.array([4.0, 3.0, 1.0]),
                           np.array([5.0, 5.0, 5.0]))
   np.testing.assert_allclose(score, [0.0, 2 * 1 / 4 - 1, 2 * 3 / 4 - 1])

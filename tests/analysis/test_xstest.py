@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import bootstrap, estimates, safety, verdicts
+from socialrm_jax.analysis import bootstrap, estimates, verdicts
+from socialrm_jax.analysis.datasets import xstest as safety
 from socialrm_jax.analysis.hooks import DatasetView
 
 COLUMNS = ("gold_wins", "gold_pairs", "gold_items")

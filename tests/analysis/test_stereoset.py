@@ -1,9 +1,10 @@
-"""CrowS-Pairs' stereotype rate and StereoSet's ss, lms and icat from hand-made resampled sums."""
+"""StereoSet's ss, lms, icat and its findings, from hand-made resampled sums."""
 
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import bootstrap, estimates, stereotypes, verdicts
+from socialrm_jax.analysis import bootstrap, estimates, verdicts
+from socialrm_jax.analysis.datasets import stereoset
 from socialrm_jax.analysis.hooks import DatasetView
 
 COLUMNS = ("stereotype_wins", "directional_pairs", "directional_items", "control_wins",
@@ -24,22 +25,8 @@ def view(sums):
 
 def test_icat_by_hand():
   # lms 0.9, ss 0.6: 0.9 * 0.4 / 0.5; at ss 1/2 icat is lms; at ss 0 or 1, 0.
-  np.testing.assert_allclose(stereotypes.icat(np.asarray([0.6, 0.5, 0.0, 1.0]), 0.9),
+  np.testing.assert_allclose(stereoset.icat(np.asarray([0.6, 0.5, 0.0, 1.0]), 0.9),
                              [0.72, 0.9, 0.0, 0.0])
-
-
-def test_stereotype_rate_overall_and_per_subset():
-  # race: 3 of 4 pairs won by the stereotype (ties already halves in the sums); gender: 1 of 4.
-  sums = sums_of([("race", ""), ("gender", "")],
-                 [[[3, 4, 4, 0, 0], [1, 4, 4, 0, 0]]])
-  node = stereotypes.stereotype_rate(view(dataclass_unclustered(sums)))
-  assert node["stereotype_rate"] == pytest.approx(0.5)
-  assert node["subsets"]["race"]["stereotype_rate"] == pytest.approx(0.75)
-  assert node["subsets"]["gender"]["stereotype_rate"] == pytest.approx(0.25)
-
-
-def dataclass_unclustered(sums):
-  return bootstrap.StratifiedSums(sums.strata, sums.columns, sums.table, sums.draws)
 
 
 def test_ss_and_lms_are_means_over_terms_weighed_by_draws():
@@ -48,7 +35,7 @@ def test_ss_and_lms_are_means_over_terms_weighed_by_draws():
   resample = [[2, 2, 2, 2, 4], [0, 0, 0, 0, 0]]
   sums = sums_of([("intra", "nurse"), ("intra", "chess")], [data, resample],
                  draws=[[1, 1], [2, 0]])
-  ss, lms, n_terms = stereotypes._term_means(sums)  # pylint: disable=protected-access
+  ss, lms, n_terms = stereoset._term_means(sums)  # pylint: disable=protected-access
   assert n_terms == 2
   np.testing.assert_allclose(ss, [0.5, 1.0])
   np.testing.assert_allclose(lms, [0.75, 0.5])
@@ -57,10 +44,10 @@ def test_ss_and_lms_are_means_over_terms_weighed_by_draws():
 def test_a_term_without_directional_pairs_is_left_out_of_ss_and_says_why():
   # One term with control pairs only: lms 1, ss undefined, and so icat.
   sums = sums_of([("intra", "nurse")], [[[0, 0, 0, 1, 1]]])
-  node = stereotypes.stereoset_scores(view(sums))
+  node = stereoset.stereoset_scores(view(sums))
   assert node["lms"] == 1.0 and node["n_terms"] == 1
-  assert node["ss"] == estimates.Missing(stereotypes.NO_DIRECTIONAL)
-  assert node["icat"] == estimates.Missing(stereotypes.NO_TERMS)
+  assert node["ss"] == estimates.Missing(stereoset.NO_DIRECTIONAL)
+  assert node["icat"] == estimates.Missing(stereoset.NO_TERMS)
 
 
 def test_icat_bounds_hold_the_top_where_ss_interval_holds_one_half():
@@ -69,7 +56,7 @@ def test_icat_bounds_hold_the_top_where_ss_interval_holds_one_half():
   rng = np.random.default_rng(0)
   ss = np.concatenate([[0.5], 0.5 + 0.05 * rng.standard_normal(2000)])
   lms = np.full(2001, 0.8)
-  low, high = stereotypes.icat_bounds(ss, lms, 40)(lambda rows: rows)
+  low, high = stereoset.icat_bounds(ss, lms, 40)(lambda rows: rows)
   assert high == pytest.approx(0.8)
   _, ss_low, ss_high = estimates.intervals(ss, 40, level=0.975)
   assert low == pytest.approx(0.8 * min(ss_low, 1 - ss_high) / 0.5)
@@ -78,11 +65,8 @@ def test_icat_bounds_hold_the_top_where_ss_interval_holds_one_half():
 def test_findings_follow_the_verdict_only():
   node = {"ss": 0.66, "ss_ci95": [0.58, 0.74],
           "verdicts": {"ss": {"verdict": verdicts.PREFERS_UNDESIRABLE}}}
-  (finding,) = stereotypes.stereoset_findings("stereoset", node)
+  (finding,) = stereoset.findings("stereoset", node)
   assert finding[0] == pytest.approx(0.16)
   assert "prefers StereoSet's stereotypical continuation: ss 0.660 [0.580, 0.740]" in finding[1]
   node["verdicts"]["ss"]["verdict"] = verdicts.TOO_FEW  # same interval, no finding
-  assert stereotypes.stereoset_findings("stereoset", node) == []
-  crows = {"stereotype_rate": 0.4, "verdicts": {
-      "stereotype_rate": {"verdict": verdicts.PREFERS_DESIRABLE}}}
-  assert stereotypes.crows_findings("crows_pairs", crows) == []
+  assert stereoset.findings("stereoset", node) == []

@@ -1,4 +1,4 @@
-"""BBQ's bias metrics (analysis/bias.py) on items worked by hand: the bias score, each item's
+"""BBQ's bias metrics (analysis/datasets/bbq.py) on items worked by hand: the bias score, each item's
 selection counts, and the per-group selection rates on ambiguous negative questions."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import bias
+from socialrm_jax.analysis.datasets import bbq as bias
 from socialrm_jax.analysis.estimates import Missing
 from tests.helpers.scored_fixtures import scored
 
