@@ -410,7 +410,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
              "attention": getattr(model, "attention", "xla"),
              "batch_shapes": sorted(list(shape) for shape in batcher.shapes),
              "buckets": list(batcher.buckets), "tokens_per_batch": options.tokens_per_batch,
-             "batch_tokens": batcher.tokens_per_batch,
+             "batch_tokens": batcher.batch_tokens,
              "max_length": options.max_length, "chunk_size": options.chunk_size,
              "dtype": dtype, **{k: v for k, v in proxy.settings().items() if k != "proxy"},
              **summary, "manifest": manifest})

@@ -79,7 +79,7 @@ def rescore(scorer: Scorer, items: Sequence[dict], composition: Composition
   parts = [[item] for item in order] if composition.item_per_row else [order]
   run_batcher = scorer.batcher
   buckets = run_batcher.buckets[-1:] if composition.longest_rows else run_batcher.buckets
-  batcher = packing.Batcher(buckets, run_batcher.readout, run_batcher.tokens_per_batch,
+  batcher = packing.Batcher(buckets, run_batcher.readout, run_batcher.batch_tokens,
                             run_batcher.row_multiple, shrink_last=run_batcher.shrink_last,
                             groups_per_row=run_batcher.groups_per_row,
                             attention_length=run_batcher.attention_length)

@@ -82,10 +82,10 @@ def readout_slots(bucket: int, readout: str, buckets: Sequence[int]) -> int:
   return max(1, bucket // TOKENS_PER_READOUT[readout])
 
 
-def rows_per_batch(bucket: int, tokens_per_batch: int, row_multiple: int) -> int:
+def rows_per_batch(bucket: int, batch_tokens: int, row_multiple: int) -> int:
   """Rows in a batch of `bucket`-long rows: as many as the token budget allows, a multiple of
   `row_multiple` (the data-parallel size, so each device gets whole rows), at least one each."""
-  rows = max(1, tokens_per_batch // bucket)
+  rows = max(1, batch_tokens // bucket)
   return max(row_multiple, rows // row_multiple * row_multiple)
 
 
@@ -371,12 +371,14 @@ class Batcher:
   `MAX_BUCKETS`. On a CPU a padding row costs as much as a real one and a compilation little; on
   accelerators the opposite, so there the last batch is padded.
 
+  `batch_tokens`: token slots per batch, the run's (`ScoringOptions.batch_tokens`: the
+  requested `--tokens_per_batch` as capped on the platform, run.json's `batch_tokens`).
   `slots`: readout slots of every row, whatever its length (default: `readout_slots`).
   `groups_per_row`: the row sizings `pack` tries (`row_length_for`); `attention_length`: its
   cost model (`row_cost`).
   """
 
-  def __init__(self, buckets: Sequence[int], readout: str, tokens_per_batch: int,
+  def __init__(self, buckets: Sequence[int], readout: str, batch_tokens: int,
                row_multiple: int = 1, shrink_last: bool = False, slots: int | None = None,
                groups_per_row: Sequence[int] = (GROUPS_PER_ROW,),
                attention_length: int | None = None):
@@ -385,8 +387,8 @@ class Batcher:
     self.attention_length = attention_length
     self.readout = readout
     self.row_multiple = row_multiple
-    self.tokens_per_batch = tokens_per_batch
-    self.rows = {b: rows_per_batch(b, tokens_per_batch, row_multiple) for b in self.buckets}
+    self.batch_tokens = batch_tokens
+    self.rows = {b: rows_per_batch(b, batch_tokens, row_multiple) for b in self.buckets}
     self.pending: dict[int, list[RowWriter]] = {b: [] for b in self.buckets}
     self.shrink_last = shrink_last
     self.slots = slots
@@ -488,10 +490,10 @@ class Batcher:
 
 
 def make_batches(items: Sequence[EncodedItem], *, is_causal: bool, readout: str,
-                 buckets: Sequence[int], tokens_per_batch: int,
+                 buckets: Sequence[int], batch_tokens: int,
                  row_multiple: int = 1) -> Iterator[Batch]:
   """Packs `items` (one chunk) into batches, shortest bucket first."""
-  batcher = Batcher(buckets, readout, tokens_per_batch, row_multiple)
+  batcher = Batcher(buckets, readout, batch_tokens, row_multiple)
   yield from batcher.add(batcher.pack(items, is_causal=is_causal))
   yield from batcher.flush()
 

@@ -34,7 +34,7 @@ def test_a_cpu_batch_is_capped_at_cpu_batch_tokens_or_one_longest_row():
 
 def test_a_cpu_run_batches_for_its_caches_and_sizes_rows_by_attention_cost():
   batcher = engine.make_batcher(engine.ScoringOptions(), "score", mesh_lib.make_mesh(None))
-  assert batcher.tokens_per_batch == engine.CPU_BATCH_TOKENS < engine.DEFAULT_TOKENS_PER_BATCH
+  assert batcher.batch_tokens == engine.CPU_BATCH_TOKENS < engine.DEFAULT_TOKENS_PER_BATCH
   assert batcher.groups_per_row == packing.CPU_GROUPS_PER_ROW
   assert batcher.attention_length == packing.CPU_ATTENTION_LENGTH
 

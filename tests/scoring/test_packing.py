@@ -35,7 +35,7 @@ def test_score_readouts_see_exactly_their_full_sequence(encoded_items, buckets):
   owners = _owners(encoded_items)
   seen = set()
   for batch in packing.make_batches(encoded_items, is_causal=True, readout="score",
-                                    buckets=buckets, tokens_per_batch=256):
+                                    buckets=buckets, batch_tokens=256):
     for row, slot in zip(*np.nonzero(batch.readout_owner >= 0)):
       item, c = owners[int(batch.readout_owner[row, slot])]
       ids, positions = _visible(batch, row, batch.readout_index[row, slot], True)
@@ -49,7 +49,7 @@ def test_loglik_readouts_cover_each_response_token_once(encoded_items):
   owners = _owners(encoded_items)
   targets = {o: [] for o in owners}
   for batch in packing.make_batches(encoded_items, is_causal=True, readout="loglik",
-                                    buckets=(128,), tokens_per_batch=512):
+                                    buckets=(128,), batch_tokens=512):
     for row, slot in zip(*np.nonzero(batch.readout_owner >= 0)):
       owner = int(batch.readout_owner[row, slot])
       item, c = owners[owner]
@@ -64,7 +64,7 @@ def test_loglik_readouts_cover_each_response_token_once(encoded_items):
 
 def test_prefix_is_shared_and_rows_are_packed(encoded_items):
   batches = list(packing.make_batches(encoded_items, is_causal=True, readout="score",
-                                      buckets=(256,), tokens_per_batch=256 * 2))
+                                      buckets=(256,), batch_tokens=256 * 2))
   naive = sum(len(s) for item in encoded_items for s in item.sequences)
   computed = sum(b.real_tokens for b in batches)
   prefixes = sum(packing.shared_prefix_length(item, True) * (item.num_candidates - 1)
@@ -92,7 +92,7 @@ def test_encoder_segments_are_whole_and_bidirectional(tmp_path):
   items = [templater.encode(i, item) for i, item in enumerate(fx.bbq_items())]
   owners = _owners(items)
   for batch in packing.make_batches(items, is_causal=False, readout="score", buckets=(128,),
-                                    tokens_per_batch=256):
+                                    batch_tokens=256):
     for row, slot in zip(*np.nonzero(batch.readout_owner >= 0)):
       item, c = owners[int(batch.readout_owner[row, slot])]
       index = batch.readout_index[row, slot]
@@ -127,7 +127,7 @@ def _items(n, first=0, length=40):
 
 def test_partial_batches_are_padded_to_the_bucket_shape():
   buckets = (128, 256)
-  batcher = packing.Batcher(buckets, "score", tokens_per_batch=1024, row_multiple=2)
+  batcher = packing.Batcher(buckets, "score", batch_tokens=1024, row_multiple=2)
   writers = packing.pack_chunk(_items(9, length=25), is_causal=True, readout="score",
                                buckets=buckets)
   assert {len(w.input_ids) for w in writers} == {128}
@@ -144,7 +144,7 @@ def test_leftover_short_rows_are_repacked_whole_into_longer_rows():
   """At a flush, rows of a short bucket that would fill a padded batch of their own move, whole,
   into the next bucket's padded batch (each keeping its own segments and readouts)."""
   buckets = (128, 256)
-  batcher = packing.Batcher(buckets, "score", tokens_per_batch=128 * 8)
+  batcher = packing.Batcher(buckets, "score", batch_tokens=128 * 8)
   # Groups of 27 tokens (four to a 128-long row) and of 122 (two fill a 256-long row, leaving no
   # room for a group of 27).
   items = _items(9, length=25) + _items(2, first=9, length=120)
@@ -194,7 +194,7 @@ def test_pack_keeps_the_row_sizing_that_costs_least():
 
 def test_rows_of_consecutive_chunks_share_batches():
   buckets = (128,)
-  batcher = packing.Batcher(buckets, "score", tokens_per_batch=128 * 4)
+  batcher = packing.Batcher(buckets, "score", batch_tokens=128 * 4)
   first = packing.pack_chunk(_items(3), is_causal=True, readout="score", buckets=buckets, chunk=0)
   second = packing.pack_chunk(_items(9, 3), is_causal=True, readout="score", buckets=buckets,
                               chunk=1)
@@ -215,7 +215,7 @@ def test_readout_slots_bound_the_rows_groups():
                                    None, 0) for i in range(6)]
   buckets = (128, 256, 512)
   for batch in packing.make_batches(items, is_causal=True, readout="loglik", buckets=buckets,
-                                    tokens_per_batch=1024):
+                                    batch_tokens=1024):
     length, slots = batch.input_ids.shape[1], batch.readout_index.shape[1]
     assert slots == packing.readout_slots(length, "loglik", buckets)
     assert ((batch.readout_owner >= 0).sum(axis=1) <= slots).all()
@@ -240,7 +240,7 @@ def test_short_items_go_into_short_rows():
   assert packing.row_length_for(group(300), buckets, "score", groups_per_row=1) == 512
   items = _items(8)
   batches = list(packing.make_batches(items, is_causal=True, readout="score", buckets=buckets,
-                                      tokens_per_batch=4096))
+                                      batch_tokens=4096))
   assert {b.input_ids.shape[1] for b in batches} <= {128, 256}
   # Each item: a 38-token shared prefix (each candidate keeps its last token), branches of 1 and 2.
   assert sum(b.real_tokens for b in batches) == 8 * (38 + 1 + 2)
@@ -249,8 +249,8 @@ def test_short_items_go_into_short_rows():
 def test_last_batch_shrinks_only_within_the_shape_budget():
   buckets = (128, 256)
   items = _items(9, length=25) + _items(2, first=9, length=80)
-  padded = packing.Batcher(buckets, "score", tokens_per_batch=128 * 8, shrink_last=False)
-  shrunk = packing.Batcher(buckets, "score", tokens_per_batch=128 * 8, shrink_last=True)
+  padded = packing.Batcher(buckets, "score", batch_tokens=128 * 8, shrink_last=False)
+  shrunk = packing.Batcher(buckets, "score", batch_tokens=128 * 8, shrink_last=True)
   out = {}
   for name, batcher in (("padded", padded), ("shrunk", shrunk)):
     writers = packing.pack_chunk(items, is_causal=True, readout="score", buckets=buckets)
@@ -258,7 +258,7 @@ def test_last_batch_shrinks_only_within_the_shape_budget():
   assert out["padded"][-1].input_ids.shape == (4, 256)
   assert out["shrunk"][-1].input_ids.shape == (2, 256)  # Its two real rows, no padding rows.
   # With MAX_BUCKETS shapes already handed out, the last batch takes a known one.
-  full = packing.Batcher(buckets, "score", tokens_per_batch=128 * 8, shrink_last=True)
+  full = packing.Batcher(buckets, "score", batch_tokens=128 * 8, shrink_last=True)
   full.shapes = {(r, 999, 1) for r in range(packing.MAX_BUCKETS)}
   writers = packing.pack_chunk(items, is_causal=True, readout="score", buckets=buckets)
   batches = list(full.add(writers)) + list(full.flush())

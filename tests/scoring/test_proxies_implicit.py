@@ -61,7 +61,7 @@ def test_packed_per_token_logprobs_of_policy_and_reference_equal_pytorch(policy_
   got = collections.defaultdict(list)  # owner -> [(policy, ref)] in token order
   real_tokens = 0
   for batch in packing.make_batches(encoded, is_causal=True, readout="loglik",
-                                    buckets=scorer.batcher.buckets, tokens_per_batch=512):
+                                    buckets=scorer.batcher.buckets, batch_tokens=512):
     out = step_lib.fetch(scorer.step(scorer.step.put(batch)))  # [B, S, 2]
     assert out.shape[-1] == 2
     real_tokens += batch.real_tokens

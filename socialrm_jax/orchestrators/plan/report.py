@@ -42,7 +42,7 @@ def build_plan(setup: compiler.Setup, model_name: str, source: str, options,
                 "head_params": setup.counts.head_params, "dtype": options.dtype,
                 "attention": setup.attention, "proxy": setup.proxy, "readout": setup.readout},
       "settings": {"max_length": options.max_length, "tokens_per_batch": options.tokens_per_batch,
-                   "batch_tokens": setup.batcher.tokens_per_batch,
+                   "batch_tokens": setup.batcher.batch_tokens,
                    "chunk_size": options.chunk_size, "truncation": options.truncation},
       "batches": batches, "fits": fits,
       "estimate": f"estimated_seconds: {ESTIMATE}, max(analytic_flops / chips / peak bf16 "
