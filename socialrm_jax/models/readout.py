@@ -28,6 +28,9 @@ EMPTY_TARGET = -1
 # (at the row's `first_token_index`), not from a hidden state of its own.
 FROM_FIRST_TOKEN_DISTRIBUTION = -1
 READOUTS = ("score", "loglik", "vocab_loglik")
+# [B] inputs a readout reads besides the batch's tokens and slots: `readouts`' keyword arguments,
+# which a scorer's batches carry for that readout only.
+ROW_INPUTS = {"vocab_loglik": ("first_token_index",)}
 
 
 def target_log_probs(module, hidden, targets, block: int = LOGLIK_BLOCK):

@@ -73,20 +73,15 @@ def _item_pairs(item: dict, pairs: run_report.ItemPairs | None) -> list[tuple[in
 @dataclasses.dataclass(frozen=True)
 class Scorer:
   """What scores chunks for one model: its proxy, the templater that encodes for it, the compiled
-  step and the batch shapes. `row_length`: rows of one group each, all this long, with a readout
-  slot per token (`packing.pack_one_group_per_row`: the vocabulary scan); None: `pack_chunk`."""
+  step and the batch shapes."""
   proxy: proxies.Proxy
   templater: item_tokens.Templater
   step: step_lib.ScoringStep
   batcher: packing.Batcher
-  row_length: int | None = None
 
   def pack(self, encoded: Sequence[item_tokens.EncodedItem], chunk: int) -> list[packing.RowWriter]:
-    """A chunk's encoded items as rows."""
-    if self.row_length is not None:
-      return packing.pack_one_group_per_row(encoded, readout=self.step.readout,
-                                            row_length=self.row_length, chunk=chunk)
-    return self.batcher.pack(encoded, is_causal=self.step.is_causal, chunk=chunk)
+    """A chunk's encoded items as rows, as its proxy lays them out (`Proxy.pack`)."""
+    return self.proxy.pack(self.batcher, encoded, is_causal=self.step.is_causal, chunk=chunk)
 
 
 def encode_chunk(scorer: Scorer, index: int, items: Sequence[dict], first_index: int,

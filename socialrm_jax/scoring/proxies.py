@@ -123,6 +123,11 @@ class Objective:
     return {"objective": self.index, "objective_weights": list(self.weights)}
 
 
+def every_sequence_tokens(encoded: Sequence[EncodedItem]) -> int:
+  """Tokens of every encoded sequence, each run as its own full sequence."""
+  return sum(len(s) for enc in encoded for s in enc.sequences)
+
+
 class Proxy:
   """One scored sequence per candidate; a candidate's row from its summed readouts.
 
@@ -147,6 +152,11 @@ class Proxy:
     """The encoded items with what the model's head reads besides the answer's last token (a
     gated head's prompt position); unchanged for every other head."""
     return encoded
+
+  def pack(self, batcher: packing.Batcher, encoded: Sequence[EncodedItem], *, is_causal: bool,
+           chunk: int) -> list[packing.RowWriter]:
+    """A chunk's encoded items as rows: packed by length, prompts shared (`Batcher.pack`)."""
+    return batcher.pack(encoded, is_causal=is_causal, chunk=chunk)
 
   def tokens_naive(self, encoded: Sequence[EncodedItem], plan: Any,
                    item_pairs: Sequence[Sequence[tuple[int, int]]]) -> int:
@@ -380,7 +390,7 @@ class Judge(Proxy):
   def tokens_naive(self, encoded, plan, item_pairs):
     """Each judge prompt's two answers as two full sequences."""
     del plan, item_pairs
-    return sum(len(s) for enc in encoded for s in enc.sequences)
+    return every_sequence_tokens(encoded)
 
   def rows(self, items, encoded, plan, values, counts):
     del counts

@@ -33,15 +33,14 @@ from socialrm_jax.scoring import packing
 BATCH_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids", "token_type_ids",
                 "readout_index", "readout_target")
 READOUT_FIELDS = ("readout_index", "readout_target")
-# [B] fields, sent only for the readout that reads them.
-ROW_FIELDS = {"vocab_loglik": ("first_token_index",)}
 # [B, S]: where a gated reward head reads each readout's gate; sent only for such a head.
 GATE_FIELD = "gate_index"
 
 
 def batch_fields(readout: str, gated: bool = False) -> tuple[str, ...]:
   """The batch arrays the step of `readout` takes (`gated`: the model's head reads a gate)."""
-  return BATCH_FIELDS + ROW_FIELDS.get(readout, ()) + ((GATE_FIELD,) if gated else ())
+  return (BATCH_FIELDS + readout_lib.ROW_INPUTS.get(readout, ())
+          + ((GATE_FIELD,) if gated else ()))
 
 
 def is_gated(model) -> bool:
@@ -119,7 +118,8 @@ class ScoringStep:
       out = [readout_lib.readouts(
           nnx.merge(graphdef, state), batch["input_ids"], batch["positions"], layout,
           batch["token_type_ids"], batch["readout_index"], batch["readout_target"], readout,
-          batch.get("first_token_index"), batch.get(GATE_FIELD))
+          gate_index=batch.get(GATE_FIELD),
+          **{name: batch[name] for name in readout_lib.ROW_INPUTS.get(readout, ())})
              for graphdef, state in zip(graphdefs, states)]
       return out[0] if len(out) == 1 else jnp.stack(out, axis=-1)  # [B, S(, L)] or [B, S, 2]
 

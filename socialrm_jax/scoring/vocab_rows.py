@@ -144,11 +144,12 @@ class VocabAnswers(proxies.Proxy):
   """One-token answers: `base` (the model's proxy: score head, loglik or implicit) scores each
   (prompt, token) item; its sequence is built from ids (see the module docstring)."""
 
-  def __init__(self, base: proxies.Proxy, prefixes: dict[str, np.ndarray], suffix: np.ndarray):
+  def __init__(self, base: proxies.Proxy, prefixes: dict[str, np.ndarray], suffix: np.ndarray,
+               row_length: int):
     if base.name == "judge":
       raise InputError("the vocabulary scan scores each token alone; --proxy=judge compares two "
                        "responses: use loglik, implicit or a score head")
-    self.base, self.prefixes, self.suffix = base, prefixes, suffix
+    self.base, self.prefixes, self.suffix, self.row_length = base, prefixes, suffix, row_length
     self.name, self.models = base.name, base.models
     self.readout = "vocab_loglik" if base.readout == "loglik" else base.readout
     self.extra_fields = (*base.extra_fields, ("prompt_id", pa.string()), ("token_id", pa.int64()))
@@ -182,10 +183,17 @@ class VocabAnswers(proxies.Proxy):
   def summary(self, folder):
     return self.base.summary(folder)
 
+  def pack(self, batcher, encoded, *, is_causal, chunk):
+    """Rows of `row_length` tokens, one prompt each and as many answers as fit, a readout slot
+    per token (`packing.pack_one_group_per_row`)."""
+    del batcher, is_causal
+    return packing.pack_one_group_per_row(encoded, readout=self.readout,
+                                          row_length=self.row_length, chunk=chunk)
+
   def tokens_naive(self, encoded, plan, item_pairs):
     """Every (prompt, token) as its own full sequence."""
     del plan, item_pairs
-    return sum(len(s) for enc in encoded for s in enc.sequences)
+    return proxies.every_sequence_tokens(encoded)
 
   def rows(self, items, encoded, plan, values, counts):
     del encoded, plan
@@ -216,17 +224,17 @@ def scorer_factory(prompts: Sequence[tuple[str, str]]):
         raise InputError(f"prompt {prompt_id!r}: the template ends its answer otherwise than "
                          "after the other prompts")
       suffix = own_suffix
-    proxy = VocabAnswers(base.proxy, prefixes, suffix)
     buckets = packing.length_buckets(options.max_length, options.smallest_bucket)
     row_length = row_length_for([len(p) for p in prefixes.values()], len(suffix) + 1, buckets,
                                 int(getattr(model.config, "hidden_size", 0) or 1024))
+    proxy = VocabAnswers(base.proxy, prefixes, suffix, row_length)
     platform = mesh.devices.flat[0].platform
     step = step_lib.ScoringStep(model, mesh, proxy.readout,
                                 ref_model if proxy.name == "implicit" else None)
     batcher = packing.Batcher((row_length,), proxy.readout,
                               max(options.batch_tokens(platform), row_length),
                               mesh.shape["data"], shrink_last=platform == "cpu", slots=row_length)
-    return chunks.Scorer(proxy, templater, step, batcher, row_length=row_length)
+    return chunks.Scorer(proxy, templater, step, batcher)
 
   return make
 
