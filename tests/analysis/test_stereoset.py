@@ -51,15 +51,16 @@ def test_a_term_without_directional_pairs_is_left_out_of_ss_and_says_why():
 
 
 def test_icat_bounds_hold_the_top_where_ss_interval_holds_one_half():
-  # 40 terms; ss resamples spread around 1/2, lms fixed at 0.8: the upper bound is lms' own
-  # upper bound times 1 (min(ss, 1 - ss) / 0.5 peaks at ss = 1/2).
+  # 40 terms; ss resamples spread around 1/2: the upper bound is lms' own upper bound times 1
+  # (min(ss, 1 - ss) / 0.5 peaks at ss = 1/2), the lower one the ends' least times lms' lower.
   rng = np.random.default_rng(0)
   ss = np.concatenate([[0.5], 0.5 + 0.05 * rng.standard_normal(2000)])
-  lms = np.full(2001, 0.8)
+  lms = np.concatenate([[0.8], 0.8 + 0.02 * rng.standard_normal(2000)])
   low, high = stereoset.icat_bounds(ss, lms, 40)(lambda rows: rows)
-  assert high == pytest.approx(0.8)
   _, ss_low, ss_high = estimates.intervals(ss, 40, level=0.975)
-  assert low == pytest.approx(0.8 * min(ss_low, 1 - ss_high) / 0.5)
+  _, lms_low, lms_high = estimates.intervals(lms, 40, level=0.975)
+  assert high == pytest.approx(lms_high)
+  assert low == pytest.approx(lms_low * min(ss_low, 1 - ss_high) / 0.5)
 
 
 def test_findings_follow_the_verdict_only():
