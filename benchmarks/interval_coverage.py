@@ -245,8 +245,8 @@ def paired_findings(tally: Tally, rows: dict[str, dict[str, estimates.Kept]], sh
                     outcomes: dict[str, tuple[np.ndarray, np.ndarray]],
                     pair_facts: dict[str, dict[str, np.ndarray]]) -> None:
   """Whether the comparison of A and B states a difference that holds, per replication: the rows
-  of `compare.comparisons` (the sign test over items on the gold pairs, the paired bootstrap's p otherwise), Holm
-  over them (`compare.holm`)."""
+  of `compare.comparisons` (the sign test over items on the gold pairs, the paired bootstrap's t
+  otherwise), Holm over them (`compare.holm`)."""
   paths = [p for p in rows["a"] if headline(p) and p in rows["b"]]
   ordered = sorted(paths, key=lambda p: not p.startswith("domains."))
   shaped = {side: {p: shape(rows[side][p].rows) for p in ordered} for side in ("a", "b")}

@@ -145,8 +145,10 @@ def test_paired_bootstrap_resamples_the_same_items_for_both_models():
   assert values.tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
   expected = [math.comb(4, k) * 0.25**k * 0.75**(4 - k) for k in range(5)]
   np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.01)
-  # Two-sided p: 2 P(d <= 0) = 2 (3/4)^4.
-  assert compare.bootstrap_p(difference) == pytest.approx(2 * 0.75**4, abs=0.02)
+  # Two-sided p: the resampled differences' sd is sqrt(4 (1/4)(3/4)) / 4, times sqrt(4 / 3)
+  # unbiased: 1/4, so t = 0.25 / 0.25 = 1 on 3 degrees of freedom.
+  assert compare.bootstrap_p(difference, units) == pytest.approx(2 * stats.t.sf(1.0, 3),
+                                                                 abs=0.02)
   # The plain percentile interval: P(d = 0) = 0.316 > 0.025, and P(d <= 0.5) = 0.949 < 0.975 <
   # P(d <= 0.75) = 0.996. (Four items are too few for the reported interval: `compare_pair`.)
   assert estimates.interval(difference, "none") == (0.25, [0.0, 0.75])
@@ -169,7 +171,7 @@ def test_compare_pair_on_the_hand_case():
   assert accuracy_row["test"] == compare.SIGN_TEST
   assert (accuracy_row["a_better"], accuracy_row["b_better"], accuracy_row["p"]) == (1, 0, 1.0)
   assert group_row["test"] == compare.PAIRED_BOOTSTRAP
-  assert group_row["p"] == pytest.approx(2 * 0.75**4, abs=0.02)
+  assert group_row["p"] == pytest.approx(2 * stats.t.sf(1.0, 3), abs=0.02)
 
 
 def test_paired_interval_matches_scipy_paired_bootstrap():
