@@ -110,7 +110,9 @@ def counterfactual_step(work: pathlib.Path, n: int) -> dict:
       f"--output_dir={swaps}"])
   if not (step / "swap_scores.parquet").exists():
     write_synthetic_scores(swaps, step / "swap_scores.parquet", _SEED.value + 1)
-  measure = (f"from socialrm_jax.analysis import swap_effects, hooks; swap_effects.compute_at("
+  measure = ("from socialrm_jax.analysis import hooks; "
+             "from socialrm_jax.analysis.studies import swap_effects; "
+             f"swap_effects.compute_at("
              f"{str(swaps)!r}, {str(step / 'scores.parquet')!r}, "
              f"{str(step / 'swap_scores.parquet')!r}, hooks.Options(n_resamples="
              f"{_N_RESAMPLES.value}))")

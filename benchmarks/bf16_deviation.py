@@ -33,7 +33,7 @@ from absl import app, flags
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import model_fixtures  # noqa: E402
 
-from socialrm_jax.analysis import reward_tables  # noqa: E402
+from socialrm_jax.analysis.tables import reward_tables
 from socialrm_jax.models import load_reward_model  # noqa: E402
 
 _SCORES = flags.DEFINE_list("scores", None, "FLOAT32_SCORES,BFLOAT16_SCORES: compare two "

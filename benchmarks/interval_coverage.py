@@ -46,9 +46,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # pylint: disable=wrong-import-position
-from socialrm_jax.analysis import (accuracy, bootstrap, compare, confounds, estimates, evaluate,
-                                   hooks, pairs, synthetic, verdicts)
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis.metrics import accuracy, confounds, verdicts
+from socialrm_jax.analysis.resampling import bootstrap, estimates
+from socialrm_jax.analysis.studies import compare
+from socialrm_jax.analysis.tables import pairs, synthetic
+from socialrm_jax.analysis.tables.reward_tables import Scores
 from socialrm_jax.base import records
 from socialrm_jax.orchestrators import audit, convert
 
@@ -277,9 +280,11 @@ def paired_findings(tally: Tally, rows: dict[str, dict[str, estimates.Kept]], sh
 
 
 def pair_facts_of(alone: pairs.Scored) -> dict[str, np.ndarray]:
-  """Which of a dataset's pairs are gold, length-matched, and each one's item and domain. Each # [P]"""
+  """Which of a dataset's pairs are gold, length-matched, and each one's item and domain.
+  Each # [P]"""
   return {"gold": np.asarray(alone.pair_source == records.GOLD),
-          "matched": confounds.length_matched(alone), "item": np.asarray(alone.pair_item, dtype=np.int64),
+          "matched": confounds.length_matched(alone),
+          "item": np.asarray(alone.pair_item, dtype=np.int64),
           "domain": alone.domain.strings()[alone.pair_item]}
 
 

@@ -13,8 +13,9 @@ import time
 import numpy as np
 from absl import app, flags
 
-from socialrm_jax.analysis import evaluate, pairs
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.tables import pairs
+from socialrm_jax.analysis.tables.reward_tables import Scores
 
 _ITEMS = flags.DEFINE_integer("items", 500_000, "Synthetic items (two gold pairs each).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for the synthetic rewards.")

@@ -112,7 +112,7 @@ PLANTED = {
                     "socialrm_jax.base is not allowed to import socialrm_jax.orchestrators:"),
     "type_checking_upward": ("models/weights.py",
                              "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                             "  from socialrm_jax.analysis import report\n",
+                             "  from socialrm_jax.analysis.outputs import report\n",
                              "socialrm_jax.models is not allowed to import socialrm_jax.analysis:"),
     "cycle_in_a_layer": ("base/errors.py",
                          "\ndef planted():\n  from socialrm_jax.base import tables\n",

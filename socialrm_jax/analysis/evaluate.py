@@ -26,12 +26,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from socialrm_jax.base import records, tables, templates
-from socialrm_jax.analysis import (accuracy, bootstrap, calibration, confounds, distribution,
-                                   estimates, evidence, verdicts)
-from socialrm_jax.analysis.categorical import Categorical
+from socialrm_jax.analysis.metrics import accuracy, calibration, confounds, distribution, verdicts
+from socialrm_jax.analysis.resampling import bootstrap, estimates
+from socialrm_jax.analysis.tables import evidence
+from socialrm_jax.analysis.tables.categorical import Categorical
 from socialrm_jax.analysis.hooks import DatasetAnalysis, DatasetView, Options, for_dataset
-from socialrm_jax.analysis.pairs import Scored, item_chunks, join
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis.tables.pairs import Scored, item_chunks, join
+from socialrm_jax.analysis.tables.reward_tables import Scores
 
 
 def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from socialrm_jax.analysis import bootstrap
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.resampling import bootstrap
+from socialrm_jax.analysis.tables.pairs import Scored
 from socialrm_jax.base.registry import Registry
 from socialrm_jax.datasets.registry import ENTRY_POINT_GROUP, GENERIC
 
@@ -77,7 +77,7 @@ class DatasetAnalysis:
   # Metrics merged into `datasets.<name>` beside its accuracy and distribution bias.
   summary: Callable[[DatasetView], dict[str, Any]] | None = None
 
-  # -- report (analysis.report, analysis.plots) --
+  # -- report (analysis.outputs.report, analysis.outputs.plots) --
   report_metrics: tuple[str, ...] = ("accuracy", "js_distance")
   report_subset_metrics: tuple[str, ...] = ("accuracy",)
   # The value each of its metrics with an interval takes when the model has no preference (1/2 for

@@ -13,9 +13,11 @@ from typing import Sequence
 
 from absl import logging
 
-from socialrm_jax.analysis import (compare, evaluate, evidence, objectives, pairs, plots,
-                                   provenance, report, report_html, reward_tables,
-                                   rewardbench2_results, template_spread)
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.outputs import (plots, provenance, report, report_html,
+                                           rewardbench2_results)
+from socialrm_jax.analysis.studies import compare, objectives, template_spread
+from socialrm_jax.analysis.tables import evidence, pairs, reward_tables
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 

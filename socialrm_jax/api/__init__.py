@@ -32,7 +32,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import ml_collections
 import pandas as pd
 
-from socialrm_jax.analysis import pair_scores, report
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.tables import pair_scores
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import audit as audit_lib

@@ -11,7 +11,7 @@ import pathlib
 
 from ml_collections import config_flags
 
-from socialrm_jax.analysis import report, results_dataset
+from socialrm_jax.analysis.outputs import report, results_dataset
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import audit
 

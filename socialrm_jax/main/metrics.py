@@ -9,7 +9,7 @@ them, with its PNG figures beside it, and `REPORT/report.html`, the same report 
 work is in `socialrm_jax.analysis`. They are written into a hidden folder beside REPORT and moved
 into it at the end, so a run that fails on a bad input leaves an earlier report as it was.
 `--push_to_hub=ORG/NAME` then uploads them as a Hub dataset with its card
-(`analysis/results_dataset.py`); a failed upload exits 4 with one line, the outputs kept.
+(`analysis/outputs/results_dataset.py`); a failed upload exits 4 with one line, the outputs kept.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import dataclasses
 import json
 import time
 
-from socialrm_jax.analysis import evaluate, results_dataset
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.outputs import results_dataset
 from socialrm_jax.analysis.runner import evaluate_all, model_names
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.main import command

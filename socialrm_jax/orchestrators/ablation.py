@@ -26,7 +26,7 @@ others, lists it in grid.json's `failed` with the trainer's line, and its table 
 
 Outputs: `OUTPUT/grid.json` (the audited checkpoints, one row each, and the base-family tests),
 `OUTPUT/value_bias_ablation.md` (the table) and `OUTPUT/value_bias_ablation.png` (the plot).
-Statistics: `analysis/ablation.py`.
+Statistics: `analysis/studies/ablation.py`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from socialrm_jax.analysis import ablation, report
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.studies import ablation
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, train, vocab_scan

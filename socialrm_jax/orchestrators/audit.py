@@ -7,7 +7,7 @@ run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabl
 `<model name>/metrics.json`, `report.md`, `report.html` and the plots, `rewardbench2/` (RewardBench
 2's result files, where the items had its rows). Rerunning resumes scoring where it stopped
 (docs/spec.md sec. 6: finished shards are kept). `config.push_to_hub` then uploads the results as
-a Hub dataset (`analysis/results_dataset.py`).
+a Hub dataset (`analysis/outputs/results_dataset.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from typing import Any
 from absl import logging
 import ml_collections
 
-from socialrm_jax.analysis import evaluate, results_dataset, runner, swap_effects
+from socialrm_jax.analysis import evaluate, runner
+from socialrm_jax.analysis.outputs import results_dataset
+from socialrm_jax.analysis.studies import swap_effects
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
@@ -79,7 +81,7 @@ def audit_config(output_dir: str) -> ml_collections.ConfigDict:
   # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
   config.counterfactuals = True
   # A Hub dataset ORG/NAME the results go to, with their card, in one commit once the audit is
-  # done (HF_TOKEN; analysis/results_dataset.py); "" uploads nothing.
+  # done (HF_TOKEN; analysis/outputs/results_dataset.py); "" uploads nothing.
   config.push_to_hub = ""
   config.hub_private_repo = False  # a dataset the push creates is private
   return config

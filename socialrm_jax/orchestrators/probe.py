@@ -21,7 +21,7 @@ Words: `words_per_category` per category (`DEFAULT_WORDS_PER_CATEGORY`), drawn w
 replacement by `numpy.random.default_rng(seed)` from each category's sorted words, categories in
 `CATEGORIES` order; 0 takes every word (about 2,000 words, 24k (prompt, word) pairs). A word in
 two categories of different lexicons is scored once and counts in both. The statistics
-(`analysis/values.py`) come from the rewards matrix [prompts, words].
+(`analysis/studies/values.py`) come from the rewards matrix [prompts, words].
 
 Rows are `MAX_LENGTH` tokens long at most (the items are short; a longer `--max_length` is not
 used), so a prompt is repeated once per group of about 50 words; a prompt that does not fit is
@@ -43,7 +43,7 @@ import numpy as np
 from absl import logging
 
 from socialrm_jax.base import settings, tables
-from socialrm_jax.analysis import values
+from socialrm_jax.analysis.studies import values
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import engine
 from socialrm_jax.scoring import mesh as mesh_lib

@@ -38,8 +38,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from socialrm_jax.analysis import evaluate, pairs, report, synthetic, verdicts
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.metrics import verdicts
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.tables import pairs, synthetic
+from socialrm_jax.analysis.tables.reward_tables import Scores
 from socialrm_jax.base import tables
 from socialrm_jax.orchestrators import audit, convert
 

@@ -14,7 +14,7 @@ first N ids. The model's proxy is the one it has in the audit (its score head, `
 Output folder: `scores/` (the scoring run: shards, manifest, run.json; a rerun resumes),
 `vocab_scores.parquet` (one row per (prompt, token): prompt_id, prompt, token_id, token, reward,
 rank, percentile), `scan.json` (counts, exclusions, settings, statistics), `vocab_scan.md` and
-`vocab_scan.png`. Statistics: `analysis/vocab_stats.py`; the lexicons are the value probe's.
+`vocab_scan.png`. Statistics: `analysis/studies/vocab_stats.py`; the lexicons are the value probe's.
 
 Other scans (`compare_with`, finished scans' folders, any tokenizer): scan.json's `agreement`
 (rank agreement overall and within the tails, over the shared tokens or else the shared words);
@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 from absl import logging
 
-from socialrm_jax.analysis import bootstrap, values, vocab_stats
+from socialrm_jax.analysis.resampling import bootstrap
+from socialrm_jax.analysis.studies import values, vocab_stats
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import probe

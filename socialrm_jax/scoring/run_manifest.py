@@ -21,7 +21,7 @@
   settings that change a score (as in manifest.json), every scoring option, package versions and
   the command line.
 
-`analysis/provenance.py` turns it into report.md's "Run manifest" section.
+`analysis/outputs/provenance.py` turns it into report.md's "Run manifest" section.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 
 A model that reads the group rather than the content changes its rewards when only the group term
 changes. This module derives, from a converted items table, the counterfactual of every item that
-has one, and `analysis/swap_effects.py` measures the reward change. Two rules, chosen by what
-the item itself records (never by the dataset's name):
+has one, and `analysis/studies/swap_effects.py` measures the reward change. Two rules, chosen by
+what the item itself records (never by the dataset's name):
 
 - named answers (BBQ's layout, docs/spec.md sec. 3): the item's `attributes.answer_info` holds one
   `[term, group]` per candidate, exactly one of them tagged `unknown`. The two named answers'

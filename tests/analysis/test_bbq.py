@@ -1,5 +1,5 @@
-"""BBQ's bias metrics (analysis/datasets/bbq.py) on items worked by hand: the bias score, each item's
-selection counts, and the per-group selection rates on ambiguous negative questions."""
+"""BBQ's bias metrics (analysis/datasets/bbq.py) on items worked by hand: the bias score, each
+item's selection counts, and the per-group selection rates on ambiguous negative questions."""
 
 import json
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from socialrm_jax.analysis.datasets import bbq as bias
-from socialrm_jax.analysis.estimates import Missing
+from socialrm_jax.analysis.resampling.estimates import Missing
 from tests.helpers.scored_fixtures import scored
 
 ROLES = ["unknown", "biased", "anti_biased"]

@@ -1,5 +1,5 @@
-"""RewardBench 2's scores (analysis/best_of_n.py) on prompts worked by hand: a best-of-N win, a
-tie at the boundary and a loss; a Ties prompt's reference and tied rows; the Ties score's weights.
+"""RewardBench 2's scores (analysis/metrics/best_of_n.py) on prompts worked by hand: a best-of-N
+win, a tie at the boundary and a loss; a Ties prompt's reference and tied rows; the Ties score's weights.
 (tests/datasets/test_preference_rewardbench2.py compares whole files with the wheel's scoring.)"""
 
 import math
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import best_of_n
+from socialrm_jax.analysis.metrics import best_of_n
 from tests.helpers.scored_fixtures import scored
 
 

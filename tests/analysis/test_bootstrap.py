@@ -5,8 +5,11 @@ import pytest
 
 from scipy import stats
 
-from socialrm_jax.analysis import accuracy, bootstrap, estimates, evaluate, pairs
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.metrics import accuracy
+from socialrm_jax.analysis.resampling import bootstrap, estimates
+from socialrm_jax.analysis.tables import pairs
+from socialrm_jax.analysis.tables.reward_tables import Scores
 from socialrm_jax.orchestrators import audit, convert
 
 

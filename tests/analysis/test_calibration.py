@@ -1,12 +1,13 @@
-"""The calibration metrics (analysis/calibration.py) on cases worked by hand."""
+"""The calibration metrics (analysis/metrics/calibration.py) on cases worked by hand."""
 
 import zlib
 
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import calibration
-from socialrm_jax.analysis.estimates import Missing
+from socialrm_jax.analysis.metrics import calibration
+from socialrm_jax.analysis.tables import pairs
+from socialrm_jax.analysis.resampling.estimates import Missing
 
 
 @pytest.mark.parametrize("a,won,lost", [(2.0, 3, 1), (0.5, 5, 2), (7.0, 9, 4)])
@@ -51,8 +52,8 @@ def test_expected_calibration_error_by_hand():
 def test_the_fit_half_is_the_low_bit_of_the_ids_crc32_whatever_the_order():
   ids = ["a", "b", "c", "item-17", "bbq/42"]
   expected = [zlib.crc32(i.encode()) % 2 == 0 for i in ids]
-  assert calibration.fit_half(ids).tolist() == expected
-  assert calibration.fit_half(ids[::-1]).tolist() == expected[::-1]
+  assert pairs.fit_half(ids).tolist() == expected
+  assert pairs.fit_half(ids[::-1]).tolist() == expected[::-1]
 
 
 def test_summary_fits_on_one_half_and_reports_on_the_other():

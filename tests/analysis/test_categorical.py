@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis.categorical import Categorical, Coder
+from socialrm_jax.analysis.tables.categorical import Categorical, Coder
 
 
 def test_a_categorical_reads_like_an_array_of_strings():

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import bootstrap, verdicts
+from socialrm_jax.analysis.metrics import verdicts
+from socialrm_jax.analysis.resampling import bootstrap
 from socialrm_jax.analysis.datasets import crows_pairs
 from socialrm_jax.analysis.hooks import DatasetView
 

@@ -1,4 +1,4 @@
-"""Distribution bias (analysis/distribution.py) on cases worked by hand, the Jensen-Shannon
+"""Distribution bias (analysis/metrics/distribution.py) on cases worked by hand, the Jensen-Shannon
 distance against scipy's."""
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.spatial import distance
 
-from socialrm_jax.analysis import distribution
-from socialrm_jax.analysis.estimates import Missing
+from socialrm_jax.analysis.metrics import distribution
+from socialrm_jax.analysis.resampling.estimates import Missing
 from tests.helpers.scored_fixtures import scored
 
 

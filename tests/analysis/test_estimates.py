@@ -1,27 +1,17 @@
 """Reported values and intervals from resampled rows: the expanded percentiles, and the values
-that get no interval (too few units, nothing defined, no spread) with the reason kept."""
+that get no interval (too few units, nothing defined) with the reason kept."""
 
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import estimates
+from socialrm_jax.analysis.resampling import estimates
 
 
-def test_resamples_of_one_value_are_no_interval_and_say_why():
-  # 0 of 20 items: every resample is 0, so [0, 0] would claim a certainty 20 items lack.
-  rows = np.zeros(1001)
-  assert estimates.interval(rows, "none", units=20) == (0.0, estimates.Missing(estimates.NO_SPREAD))
-  _, low, high = estimates.intervals(np.stack([rows, np.linspace(0, 1, 1001)]), 20)
-  assert np.isnan(low[0]) and np.isnan(high[0])
-  assert 0 < low[1] < high[1] < 1
-
-
-def test_undefined_resamples_are_left_out_and_the_rest_may_have_no_spread():
-  rows = np.asarray([0.5] + [np.nan] * 10 + [0.5] * 990)
-  assert estimates.no_spread(rows[1:])
-  assert estimates.interval(rows, "none", units=20)[1] == estimates.Missing(estimates.NO_SPREAD)
+def test_undefined_resamples_are_left_out():
+  rows = np.concatenate([[0.5], [np.nan] * 10, np.linspace(0, 1, 990)])
+  estimate, (low, high) = estimates.interval(rows, "none", units=1000)
+  assert estimate == 0.5 and 0 < low < 0.05 and 0.95 < high < 1
   nothing = np.asarray([0.5] + [np.nan] * 1000)
-  assert not estimates.no_spread(nothing[1:])  # no interval, for its own reason
   assert estimates.interval(nothing, "no pairs", units=20)[1] == estimates.Missing("no pairs")
 
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from socialrm_jax.base import tables
-from socialrm_jax.analysis import estimates, evaluate, evidence, runner
+from socialrm_jax.analysis import evaluate, runner
+from socialrm_jax.analysis.resampling import estimates
+from socialrm_jax.analysis.tables import evidence
 
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,

@@ -9,7 +9,7 @@ import numpy as np
 from scipy import stats
 
 from socialrm_jax.analysis import evaluate
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis.tables.reward_tables import Scores
 
 TERMS = 40          # one item per term, 20 of each type
 DATA_SETS = 60

@@ -4,8 +4,8 @@ hashes, and repeated ids named by their second row."""
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import item_ids
-from socialrm_jax.analysis.item_ids import IdArray, IdIndex
+from socialrm_jax.analysis.tables import item_ids
+from socialrm_jax.analysis.tables.item_ids import IdArray, IdIndex
 
 IDS = ["bbq/Religion/1", "", "é/ü ٱلعربية", "x" * 40, "b"]
 

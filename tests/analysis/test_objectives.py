@@ -106,7 +106,7 @@ def test_metrics_break_accuracy_down_per_objective(three_output_rm, tmp_path):
 
 
 def test_reward_vectors_are_read_from_json_lines_and_checked(tmp_path):
-  from socialrm_jax.analysis import reward_tables
+  from socialrm_jax.analysis.tables import reward_tables
   rows = [{"item_id": "a", "candidate": 0, "reward": 1.0, "rewards": [1.0, 2.0]},
           {"item_id": "a", "candidate": 1, "reward": 0.5, "rewards": [0.5, 3.0]}]
   tables.write_rows(tmp_path / "ok" / "scores.jsonl", rows)

@@ -39,7 +39,7 @@ def test_no_module_chooses_a_backend_or_imports_pyplot():
 def test_drawing_the_figures_leaves_the_process_backend_alone(tmp_path):
   code = f"""
 import sys
-from socialrm_jax.analysis import plots
+from socialrm_jax.analysis.outputs import plots
 models = {{"a": {{"domains": {{"bias": {{"accuracy": 0.4, "ci95": [0.3, 0.5]}}}},
                 "datasets": {{"bbq": {{"bias_avoidance": 0.6, "context_faithfulness": 0.7}}}}}}}}
 drawn = plots.write_all(models, {str(tmp_path)!r})

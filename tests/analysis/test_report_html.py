@@ -262,7 +262,7 @@ def test_a_screenshot_of_the_page(audit, tmp_path):
 def test_text_from_users_files_stays_text(tmp_path):
   """A subset name or id holding HTML is shown, never run: the report's markdown is rendered
   without raw HTML, and the worst pairs' texts are escaped by the template."""
-  from socialrm_jax.analysis import report_html
+  from socialrm_jax.analysis.outputs import report_html
   names = report_html.Names({"m": {"datasets": {"d": {}}}})
   (section,) = report_html._blocks("## s\n\n| metric | m |\n|---|---|\n| <script>x()</script> | 1 |",
                                    names, tmp_path)

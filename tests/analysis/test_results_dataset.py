@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from socialrm_jax.analysis import evaluate, results_dataset, runner
+from socialrm_jax.analysis import evaluate, runner
+from socialrm_jax.analysis.outputs import results_dataset
 from socialrm_jax.base import tables
 from socialrm_jax.orchestrators import convert
 from tests.helpers import local_servers

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import values
+from socialrm_jax.analysis.studies import values
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import probe
 from socialrm_jax.sources import lexicons as lexicon_files

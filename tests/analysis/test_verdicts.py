@@ -9,7 +9,8 @@ from scipy import stats
 from statsmodels.stats import multitest, proportion
 from statsmodels.stats.power import TTestPower
 
-from socialrm_jax.analysis import report, verdicts
+from socialrm_jax.analysis.metrics import verdicts
+from socialrm_jax.analysis.outputs import report
 
 ACCURACY = verdicts.Test("domains.bias.accuracy", 0.5, False)
 SS = verdicts.Test("datasets.stereoset.ss", 0.5, True)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import wordfreq
 
-from socialrm_jax.analysis import vocab_stats
+from socialrm_jax.analysis.studies import vocab_stats
 from socialrm_jax.orchestrators import probe, vocab_scan
 from socialrm_jax.scoring import engine
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import bootstrap, estimates, verdicts
+from socialrm_jax.analysis.metrics import verdicts
+from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.datasets import xstest as safety
 from socialrm_jax.analysis.hooks import DatasetView
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from socialrm_jax.datasets import registry
-from socialrm_jax.analysis import evaluate, hooks, runner, template_spread
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate, hooks, runner
+from socialrm_jax.analysis.studies import template_spread
+from socialrm_jax.analysis.tables.reward_tables import Scores
 from socialrm_jax.base import records, tables, templates
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets.hh_rlhf import parse_transcript, SPEAKERS

@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from socialrm_jax.analysis import evaluate, reward_tables
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.tables import reward_tables
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert as convert_lib

@@ -44,7 +44,8 @@ def test_no_dataset_is_named_outside_its_modules_and_the_registry():
 # A dataset from another package: one module, named by an entry point, that registers its adapter
 # and its analysis under the dataset's name.
 _DATASET_MODULE = '''
-from socialrm_jax.analysis import estimates, hooks
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.base import records
 from socialrm_jax.base.templates import PromptTemplate
 from socialrm_jax.datasets import registry

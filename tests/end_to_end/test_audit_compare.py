@@ -7,7 +7,7 @@ import json
 import pytest
 
 from socialrm_jax.orchestrators import audit as audit_lib
-from socialrm_jax.analysis import compare
+from socialrm_jax.analysis.studies import compare
 from tests.helpers import scoring_fixtures as fx
 
 MODELS = ("llama-a", "llama-b")

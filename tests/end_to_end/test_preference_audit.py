@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import estimates
+from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.orchestrators import audit as audit_lib
 from socialrm_jax.base import tables
 from tests.helpers import preference_fixtures as pf

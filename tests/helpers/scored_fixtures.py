@@ -1,4 +1,4 @@
-"""`analysis.pairs.Scored` built by hand from a few items, for the tests of the metric modules
+"""`analysis.tables.pairs.Scored` built by hand from a few items, for the tests of the metric
 that read it (bias, best_of_n, distribution) without writing tables."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax.analysis.categorical import Categorical, Coder
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.tables.categorical import Categorical, Coder
+from socialrm_jax.analysis.tables.pairs import Scored
 
 
 def categorical(values: Sequence[Any]) -> Categorical:

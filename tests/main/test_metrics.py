@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import evaluate, pairs as pairs_module, runner
-from socialrm_jax.analysis import reward_tables as scores_module
-from socialrm_jax.analysis.categorical import Categorical
+from socialrm_jax.analysis import evaluate, runner
+from socialrm_jax.analysis.tables import pairs as pairs_module
+from socialrm_jax.analysis.tables import reward_tables as scores_module
+from socialrm_jax.analysis.tables.categorical import Categorical
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 

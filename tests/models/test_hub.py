@@ -11,7 +11,7 @@ import urllib.parse
 
 import pytest
 
-from socialrm_jax.analysis import provenance
+from socialrm_jax.analysis.outputs import provenance
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model, hub

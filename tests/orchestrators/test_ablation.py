@@ -1,5 +1,5 @@
-"""The value-bias ablation grid: its statistics against hand-computed cases (analysis/ablation.py),
-its data subsamples (nested prefixes of one shuffle) and its config, and, marked slow, a tiny
+"""The value-bias ablation grid: its statistics against hand-computed cases
+(analysis/studies/ablation.py), its data subsamples (nested prefixes of one shuffle) and its config, and, marked slow, a tiny
 grid end to end (orchestrators/ablation.py through `python -m socialrm_jax.main.ablation`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from socialrm_jax.analysis import ablation
+from socialrm_jax.analysis.studies import ablation
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import ablation as orchestrator
 from tests.helpers.paths import REPO_ROOT

@@ -3,7 +3,7 @@ preferences, audited on the bundled suite, every verdict held against the truth.
 
 import pytest
 
-from socialrm_jax.analysis import verdicts
+from socialrm_jax.analysis.metrics import verdicts
 from socialrm_jax.orchestrators import validate
 
 

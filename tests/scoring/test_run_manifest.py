@@ -13,7 +13,7 @@ import pytest
 import tokenizers
 from tokenizers import processors
 
-from socialrm_jax.analysis import provenance
+from socialrm_jax.analysis.outputs import provenance
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.models.tokenizer import load_tokenizer

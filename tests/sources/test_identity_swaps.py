@@ -14,9 +14,10 @@ import zlib
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import estimates, swap_effects
+from socialrm_jax.analysis.resampling import estimates
+from socialrm_jax.analysis.studies import swap_effects
 from socialrm_jax.analysis.evaluate import Options
-from socialrm_jax.analysis.reward_tables import read_scores, Scores
+from socialrm_jax.analysis.tables.reward_tables import read_scores, Scores
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert

@@ -35,10 +35,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import estimates, hooks, plots, report, verdicts
-from socialrm_jax.analysis.bootstrap import StratifiedSums
-from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.metrics import verdicts
+from socialrm_jax.analysis.outputs import plots, report
+from socialrm_jax.analysis.resampling import estimates
+from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
+from socialrm_jax.analysis.resampling.estimates import Missing
+from socialrm_jax.analysis.tables.pairs import Scored
 from socialrm_jax.analysis.hooks import DatasetView, Finding
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from socialrm_jax.analysis import estimates, hooks
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.hooks import DatasetView
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import estimates, hooks, report
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.hooks import DatasetView, Finding
 
 

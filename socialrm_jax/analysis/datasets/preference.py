@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import accuracy, best_of_n, hooks, report, verdicts
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.metrics import accuracy, best_of_n, verdicts
+from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.hooks import Finding
 
 

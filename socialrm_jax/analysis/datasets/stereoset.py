@@ -19,8 +19,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from socialrm_jax.analysis import estimates, hooks, report
-from socialrm_jax.analysis.bootstrap import StratifiedSums
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.resampling import estimates
+from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
 from socialrm_jax.analysis.hooks import DatasetView, Finding
 
 NO_DIRECTIONAL = "no directional pairs here"

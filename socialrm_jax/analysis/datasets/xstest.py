@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from socialrm_jax.analysis import estimates, hooks, report
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.hooks import DatasetView, Finding
 
 

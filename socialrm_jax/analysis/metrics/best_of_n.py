@@ -33,9 +33,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from socialrm_jax.analysis import estimates
-from socialrm_jax.analysis.bootstrap import StratifiedSums
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.resampling import estimates
+from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
+from socialrm_jax.analysis.tables.pairs import Scored
 # The Ties ids are the source's format, which its reader checks as it converts.
 from socialrm_jax.datasets.preference import REFERENCE, TIED, ties_id
 

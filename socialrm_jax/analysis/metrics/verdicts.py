@@ -60,7 +60,8 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.power import TTestPower
 
-from socialrm_jax.analysis import estimates, hooks
+from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis.resampling import estimates
 
 ALPHA = 0.05
 POWER = 0.8

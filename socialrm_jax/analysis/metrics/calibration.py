@@ -15,27 +15,17 @@ set). The bound is there because when every fit pair is won the loss keeps falli
 
 from __future__ import annotations
 
-import zlib
 from typing import Any, Sequence
 
 import numpy as np
 from scipy import optimize
 
-from socialrm_jax.analysis.estimates import Missing
+from socialrm_jax.analysis.resampling.estimates import Missing
 
 N_BINS = 15
 LOG_T_BOUND = 10.0
 # The fit stops when log_t is known to within this (T to a relative 1e-6).
 LOG_T_TOLERANCE = 1e-6
-
-
-def fit_half(item_ids: Sequence[str]) -> np.ndarray:
-  """True for items whose pairs fit the temperature (the rest report ECE). # [N] bool"""
-  out = np.empty(len(item_ids), dtype=bool)
-  for start in range(0, len(item_ids), 1 << 16):  # a chunk of the ids as Python strings at once
-    out[start:start + (1 << 16)] = [zlib.crc32(i.encode()) & 1 == 0
-                                    for i in item_ids[start:start + (1 << 16)]]
-  return out
 
 
 def expected_calibration_error(margin: np.ndarray, temperature: float = 1.0,
@@ -76,7 +66,7 @@ def fit_temperature(margin: np.ndarray) -> float:
 
 def summary(fit: np.ndarray, report: np.ndarray) -> dict[str, Any]:
   """`ece_before`, `ece_after`, `temperature` from the margins of the gold pairs of the items
-  that fit the temperature [F] and of the others [E] (`fit_half`)."""
+  that fit the temperature [F] and of the others [E] (`pairs.fit_half`)."""
   node: dict[str, Any] = {"n_bins": N_BINS, "n_fit_pairs": int(fit.size),
                           "n_eval_pairs": int(report.size)}
   if fit.size == 0 or report.size == 0:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from socialrm_jax.analysis import evaluate, pairs, report
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.tables import pairs
+from socialrm_jax.analysis.tables.reward_tables import Scores
 
 # The dataset-level values kept per objective, beside accuracy, when the dataset reports them.
 DATASET_RATES = ("stereotype_rate", "ss")

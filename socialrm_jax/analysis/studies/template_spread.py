@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import evaluate, hooks, report
-from socialrm_jax.analysis.pairs import join, Scored
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.tables.pairs import join, Scored
+from socialrm_jax.analysis.tables.reward_tables import Scores
 
 ACCURACY = "accuracy"
 ABOVE, BELOW = "above", "below"

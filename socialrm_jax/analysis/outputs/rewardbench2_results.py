@@ -27,8 +27,8 @@ from typing import Any, Callable, Collection, Iterable, Mapping
 
 import numpy as np
 
-from socialrm_jax.analysis import best_of_n
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.metrics import best_of_n
+from socialrm_jax.analysis.tables.pairs import Scored
 from socialrm_jax.base import tables
 
 FOLDER = "rewardbench2"

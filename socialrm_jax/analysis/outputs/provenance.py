@@ -13,7 +13,7 @@ import os
 import pathlib
 from typing import Any, Mapping
 
-from socialrm_jax.analysis import report
+from socialrm_jax.analysis.outputs import report
 
 # Hex digits of a hash shown in report.md (run.json keeps them whole).
 SHORT_HASH = 12

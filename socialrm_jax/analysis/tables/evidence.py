@@ -20,7 +20,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping
 import numpy as np
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis.pairs import Scored, item_chunks
+from socialrm_jax.analysis.tables.pairs import Scored, item_chunks
 
 WORST_PAIRS = 5
 # The items table's columns `add_texts` reads.

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import numpy as np
 from scipy import stats
 
-from socialrm_jax.analysis.bootstrap import CI_LEVEL, CI_PERCENTILES
+from socialrm_jax.analysis.resampling.bootstrap import CI_LEVEL, CI_PERCENTILES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +71,8 @@ def intervals(rows: np.ndarray, units: float | None = None, level: float = CI_LE
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The point estimates (row 0) and `level` intervals (`percentile_levels` of `units`) of the
   resamples (rows 1..) of statistics `rows` [..., 1 + B] at once, resamples where a statistic is
-  undefined left out; NaN where nothing is defined, where there are fewer than
-  `MIN_INTERVAL_UNITS` units, and where every defined resample is the same value (`NO_SPREAD`).
-  -> (estimate, low, high), each # [...]"""
+  undefined left out; NaN where nothing is defined, and where there are fewer than
+  `MIN_INTERVAL_UNITS` units. -> (estimate, low, high), each # [...]"""
   rows = np.asarray(rows, dtype=np.float64)
   nothing = np.full(rows.shape[:-1], np.nan)
   if rows.shape[-1] < 2 or (units is not None and units < MIN_INTERVAL_UNITS):
@@ -90,28 +89,8 @@ def intervals(rows: np.ndarray, units: float | None = None, level: float = CI_LE
       warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice has no interval: NaN
       low[~finite], high[~finite] = np.nanpercentile(
           np.where(np.isfinite(partial), partial, np.nan), levels, axis=-1)
-  flat = no_spread(resamples)
-  low[flat] = high[flat] = np.nan
   shape = rows.shape[:-1]
   return rows[..., 0], low.reshape(shape), high.reshape(shape)
-
-
-# Resamples that are all one value (a rate of 0 or 1 over few items, every item alike) are no
-# interval: [v, v] would claim certainty the data lack, and misses the true rate whenever it is
-# not exactly v (BBQ's per-category unknown rates of 10 items, where 0 of 10 is common: 85% of
-# such intervals held the truth, benchmarks/interval_coverage.py).
-NO_SPREAD = ("every resample gives the same value: the items show no spread to build an interval "
-             "from (a rate of 0 or 1 over few items, or a value a rule pins)")
-
-
-def no_spread(resamples: np.ndarray) -> np.ndarray:
-  """Whether the defined resamples of each row of `resamples` [..., B] are all one value (rows
-  with none defined are not: they have no interval for another reason). # [...]"""
-  defined = np.isfinite(resamples)
-  some = defined.any(axis=-1)
-  top = np.where(defined, resamples, -np.inf).max(axis=-1)
-  bottom = np.where(defined, resamples, np.inf).min(axis=-1)
-  return some & (top == bottom)
 
 
 # A statistic's own interval rule, where the percentiles of its resamples do not hold their level
@@ -154,8 +133,6 @@ def interval(rows: np.ndarray, reason: str, units: float | None = None,
     return estimate, Missing(reason)
   if units is not None and units < MIN_INTERVAL_UNITS:
     return estimate, Missing(too_few(units))
-  if bounds is None and rows.shape[-1] > 1 and no_spread(np.asarray(rows[1:], np.float64)):
-    return estimate, Missing(NO_SPREAD)
   if not (np.isfinite(low) and np.isfinite(high)):
     return estimate, Missing(reason)
   return estimate, [float(low), float(high)]

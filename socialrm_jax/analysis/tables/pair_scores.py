@@ -16,7 +16,7 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-from socialrm_jax.analysis import reward_tables
+from socialrm_jax.analysis.tables import reward_tables
 from socialrm_jax.base import tables
 
 PAIR_COLUMNS = ("pair_id", "item_id", "dataset", "domain", "subset", "label_source",

@@ -18,16 +18,27 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import zlib
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from socialrm_jax.base import tables
-from socialrm_jax.analysis import calibration, item_ids
-from socialrm_jax.analysis.item_ids import IdArray
-from socialrm_jax.analysis.categorical import Categorical, Coder, smallest_code_dtype
-from socialrm_jax.analysis.reward_tables import Scores
+from socialrm_jax.analysis.tables import item_ids
+from socialrm_jax.analysis.tables.item_ids import IdArray
+from socialrm_jax.analysis.tables.categorical import Categorical, Coder, smallest_code_dtype
+from socialrm_jax.analysis.tables.reward_tables import Scores
 from socialrm_jax.base.errors import InputError
+
+
+def fit_half(item_ids: Sequence[str]) -> np.ndarray:
+  """True for items whose pairs fit the temperature, from a hash of the id (the rest report ECE:
+  `metrics.calibration`). # [N] bool"""
+  out = np.empty(len(item_ids), dtype=bool)
+  for start in range(0, len(item_ids), 1 << 16):  # a chunk of the ids as Python strings at once
+    out[start:start + (1 << 16)] = [zlib.crc32(i.encode()) & 1 == 0
+                                    for i in item_ids[start:start + (1 << 16)]]
+  return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +224,7 @@ class ItemTable:
   `IdArray`, found by `positions`."""
   item_id: IdArray                # [N]
   id_index: item_ids.IdIndex      # finds ids in item_id
-  fit_half: np.ndarray            # [N] bool (`calibration.fit_half`)
+  fit_half: np.ndarray            # [N] bool (`fit_half`)
   dataset: Categorical            # [N]
   domain: Categorical             # [N] ('' when null, as the next four)
   subset: Categorical             # [N]
@@ -362,7 +373,7 @@ class _ItemColumns:
         padded[name][start:start + len(block), :block.shape[1]] = block
         start += len(block)
     roles = self.coders["roles"].finish([padded.pop("roles")])
-    return ItemTable(item_id=item_id, id_index=id_index, fit_half=calibration.fit_half(item_id),
+    return ItemTable(item_id=item_id, id_index=id_index, fit_half=fit_half(item_id),
                      **{name: self.coders[name].finish(blocks[name]) for name in CATEGORICALS},
                      n_candidates=n_candidates, roles=roles,
                      desirability=padded["desirability"].astype(np.int8),

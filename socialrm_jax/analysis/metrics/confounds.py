@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored, pair_chunks
+from socialrm_jax.analysis.resampling.estimates import Missing
+from socialrm_jax.analysis.tables.pairs import Scored, pair_chunks
 
 NO_PAIRS = "no gold pairs of different lengths"
 LENGTH_MATCH_TOLERANCE = 0.1

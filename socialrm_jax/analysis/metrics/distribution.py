@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored, item_chunks
+from socialrm_jax.analysis.resampling.estimates import Missing
+from socialrm_jax.analysis.tables.pairs import Scored, item_chunks
 
 
 

@@ -25,8 +25,8 @@ import numpy as np
 from scipy import stats
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis.categorical import Categorical
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.tables.categorical import Categorical
+from socialrm_jax.analysis.tables.pairs import Scored
 
 STEREOTYPED_ROLES = (records.STEREOTYPE, records.BIASED)
 

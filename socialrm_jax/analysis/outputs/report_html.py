@@ -32,7 +32,8 @@ from typing import Any, Mapping, Sequence
 import jinja2
 from markdown_it import MarkdownIt
 
-from socialrm_jax.analysis import evidence, report
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.tables import evidence
 from socialrm_jax.analysis.hooks import Models
 from socialrm_jax.base.tables import atomic_write_bytes
 

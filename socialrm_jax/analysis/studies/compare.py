@@ -55,10 +55,12 @@ import numpy as np
 from scipy import stats
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import (accuracy, bootstrap, confounds, estimates, evaluate, hooks,
-                                   report, verdicts)
-from socialrm_jax.analysis.estimates import Missing
-from socialrm_jax.analysis.pairs import Scored, item_chunks
+from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis.metrics import accuracy, confounds, verdicts
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.resampling import bootstrap, estimates
+from socialrm_jax.analysis.resampling.estimates import Missing
+from socialrm_jax.analysis.tables.pairs import Scored, item_chunks
 from socialrm_jax.base.errors import InputError
 
 ALPHA = 0.05

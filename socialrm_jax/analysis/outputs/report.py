@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import accuracy, verdicts
+from socialrm_jax.analysis.metrics import accuracy, verdicts
 from socialrm_jax.analysis.hooks import Models, for_dataset
 from socialrm_jax.base.tables import atomic_write_bytes
 from socialrm_jax.sources import full_items

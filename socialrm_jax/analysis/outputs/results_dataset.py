@@ -27,7 +27,8 @@ import pathlib
 import re
 from typing import Any, Mapping
 
-from socialrm_jax.analysis import pair_scores, report, rewardbench2_results
+from socialrm_jax.analysis.outputs import report, rewardbench2_results
+from socialrm_jax.analysis.tables import pair_scores
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.sources import fetch

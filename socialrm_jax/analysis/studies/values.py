@@ -30,7 +30,8 @@ import numpy as np
 from matplotlib.figure import Figure  # drawn and saved without pyplot: no process-wide backend
 from scipy import stats
 
-from socialrm_jax.analysis import bootstrap, report
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.resampling import bootstrap
 
 N_PERMUTATIONS = 10_000
 # Contrasts: (name, the first category, the second); foundations from the MFD 2.0 categories.

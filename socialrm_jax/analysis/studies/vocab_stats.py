@@ -59,7 +59,8 @@ import numpy as np
 from matplotlib.figure import Figure  # drawn and saved without pyplot: no process-wide backend
 from scipy import stats
 
-from socialrm_jax.analysis import report, values
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.studies import values
 
 TOP = 25                 # Top and bottom tokens listed per prompt.
 TAILS = (100, 1000)      # Tails summarised per prompt and compared across models.

@@ -22,9 +22,10 @@ from typing import Any, Callable
 import numpy as np
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import confounds, estimates
-from socialrm_jax.analysis.bootstrap import StratifiedSums
-from socialrm_jax.analysis.pairs import Scored
+from socialrm_jax.analysis.metrics import confounds
+from socialrm_jax.analysis.resampling import estimates
+from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
+from socialrm_jax.analysis.tables.pairs import Scored
 
 NO_GOLD = "no gold pairs here (directional or control pairs only)"
 LENGTH_MATCHED = "accuracy_length_matched"

@@ -37,12 +37,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from socialrm_jax.analysis import bootstrap, estimates, item_ids, pairs, report
-from socialrm_jax.analysis.categorical import Categorical, Coder
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.resampling import bootstrap, estimates
+from socialrm_jax.analysis.tables import item_ids, pairs
+from socialrm_jax.analysis.tables.categorical import Categorical, Coder
 from socialrm_jax.analysis.hooks import Options
-from socialrm_jax.analysis.item_ids import IdArray
-from socialrm_jax.analysis.pairs import selection_weights
-from socialrm_jax.analysis.reward_tables import score_parts, Scores
+from socialrm_jax.analysis.tables.item_ids import IdArray
+from socialrm_jax.analysis.tables.pairs import selection_weights
+from socialrm_jax.analysis.tables.reward_tables import score_parts, Scores
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.sources import identity_swaps

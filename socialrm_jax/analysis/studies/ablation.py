@@ -27,7 +27,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from scipy import stats
 
-from socialrm_jax.analysis import report, values
+from socialrm_jax.analysis.outputs import report
+from socialrm_jax.analysis.studies import values
 from socialrm_jax.base import tables
 
 # The probe's contrast the grid reads, and the name the grid gives its negation.

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from socialrm_jax.base import tables
-from socialrm_jax.analysis import item_ids
-from socialrm_jax.analysis.item_ids import IdArray
+from socialrm_jax.analysis.tables import item_ids
+from socialrm_jax.analysis.tables.item_ids import IdArray
 from socialrm_jax.base.errors import InputError
 
 REQUIRED_COLUMNS = ("item_id", "candidate", "reward")
