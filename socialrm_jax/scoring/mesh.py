@@ -138,5 +138,24 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec("data"))
 
 
+def process_rows(sharding: NamedSharding, shape: tuple[int, ...]) -> np.ndarray:
+  """The rows of a global [rows, ...] array of `shape` that this process's devices hold, in the
+  order `jax.make_array_from_process_local_data` reads a process's local rows (a row several of
+  its devices hold, over `model`, once)."""
+  spans = sorted({index[0].indices(shape[0])[:2]
+                  for index in sharding.addressable_devices_indices_map(shape).values()})
+  return np.concatenate([np.arange(start, stop) for start, stop in spans])
+
+
+def put_process_rows(array: np.ndarray, sharding: NamedSharding) -> jax.Array:
+  """A global batch every process packed alike -> a global array whose rows are split over
+  `data`: within one process a device_put; across processes each process gives only its own
+  rows (`process_rows`) to `jax.make_array_from_process_local_data`."""
+  if sharding.is_fully_addressable:
+    return jax.device_put(array, sharding)
+  return jax.make_array_from_process_local_data(
+      sharding, array[process_rows(sharding, array.shape)], array.shape)
+
+
 def describe(mesh: Mesh) -> str:
   return ",".join(f"{name}:{size}" for name, size in mesh.shape.items())
