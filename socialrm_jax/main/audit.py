@@ -29,6 +29,8 @@ def main(argv):
   audit.check_config(config)
   distributed.initialize(_JOB.value)
   models = audit.run_audit(config)
+  if not distributed.is_coordinator():  # process 0 wrote the report and the metrics
+    return
   out = pathlib.Path(config.output_dir)
   print(f"\nReport: {out / 'report.md'} (in a browser: {out / 'report.html'})")
   for name in models:

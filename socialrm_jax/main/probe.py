@@ -43,6 +43,8 @@ def main(argv):
   distributed.initialize(config.job)
   probe_lib.run(config.model, config.output_dir, config.scoring,
                 **dataclasses.asdict(config.probe))
+  if not distributed.is_coordinator():  # process 0 wrote the files
+    return
   out = pathlib.Path(config.output_dir)
   print((out / "value_probe.md").read_text(encoding="utf-8"))
   print(f"Probe: {out / 'probe.json'}\nPlot: {out / 'value_probe.png'}")

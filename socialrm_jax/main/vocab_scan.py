@@ -59,6 +59,8 @@ def main(argv):
   vocab_scan.run(config.model, config.output_dir, config.scoring, prompts=prompts,
                     compare_with=config.compare_with, families=config.families,
                     **dataclasses.asdict(config.scan))
+  if not distributed.is_coordinator():  # process 0 wrote the files
+    return
   out = pathlib.Path(config.output_dir)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"
