@@ -4,7 +4,6 @@ chunks (the model's, the probe's and the identity swaps'), process 0 alone write
 the report, and metrics.json is the one-process run's (values and intervals)."""
 
 import json
-import math
 import pathlib
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import sys
 import pytest
 
 from tests.end_to_end.test_audit import make_small_suite
+from tests.helpers.multiprocess import json_differences, launched
 from tests.helpers.scoring_fixtures import REPO_ROOT, make_llama, subprocess_env
 
 N_RESAMPLES = 50
@@ -30,22 +30,6 @@ def audit_command(root: pathlib.Path, out: pathlib.Path) -> list[str]:
           f"--config.probe.n_permutations={N_RESAMPLES}"]
 
 
-def differences(a, b, path="") -> list[str]:
-  """Where two JSON values differ: numbers beyond TOLERANCE, anything else at all."""
-  if isinstance(a, dict) and isinstance(b, dict):
-    if a.keys() != b.keys():
-      return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
-    return [d for k in a for d in differences(a[k], b[k], f"{path}/{k}")]
-  if isinstance(a, list) and isinstance(b, list):
-    if len(a) != len(b):
-      return [f"{path}: {len(a)} vs {len(b)} entries"]
-    return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-  if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
-    if math.isnan(a) and math.isnan(b) or math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=TOLERANCE):
-      return []
-  return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
-
-
 @pytest.mark.slow  # two audits as subprocesses
 def test_two_processes_write_the_metrics_one_process_writes(tmp_path):
   make_llama(tmp_path / "rm", seed=3)
@@ -54,15 +38,13 @@ def test_two_processes_write_the_metrics_one_process_writes(tmp_path):
                        env=subprocess_env(num_cpu_devices=8), capture_output=True, text=True,
                        timeout=600)
   assert one.returncode == 0, one.stderr[-3000:]
-  two = subprocess.run([sys.executable, str(REPO_ROOT / "launch" / "local.py"),
-                        "--num_processes=2", "--devices_per_process=4", "--",
-                        *audit_command(tmp_path, tmp_path / "two")], cwd=REPO_ROOT,
+  two = subprocess.run(launched(audit_command(tmp_path, tmp_path / "two")), cwd=REPO_ROOT,
                        env=subprocess_env(), capture_output=True, text=True, timeout=600)
   assert two.returncode == 0, two.stdout[-3000:]
   # The same but for the folders they name (one/..., two/...).
   metrics = [json.loads((tmp_path / run / "rm" / "metrics.json").read_text().replace(
       str(tmp_path / run), "RUN")) for run in ("one", "two")]
-  assert not differences(*metrics), differences(*metrics)[:10]
+  assert not json_differences(*metrics, TOLERANCE), json_differences(*metrics, TOLERANCE)[:10]
   # Both processes scored: each wrote shards of the model's items; process 0 alone the report.
   writers = {p.name.split("-")[1] for p in (tmp_path / "two" / "scores" / "rm").glob("scores-*")}
   assert writers == {"00000", "00001"}

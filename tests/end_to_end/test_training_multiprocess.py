@@ -20,11 +20,10 @@ import pytest
 from safetensors.numpy import load_file
 
 from socialrm_jax.orchestrators import train
+from tests.helpers.multiprocess import launched
 from tests.helpers.preference_fixtures import write_learnable_pairs
-from tests.helpers.scoring_fixtures import REPO_ROOT, make_llama, subprocess_env
+from tests.helpers.scoring_fixtures import make_llama, subprocess_env
 
-LAUNCHER = [sys.executable, str(REPO_ROOT / "launch" / "local.py"), "--num_processes=2",
-            "--devices_per_process=4", "--"]
 
 
 def command(root: pathlib.Path, out: pathlib.Path) -> list[str]:
@@ -56,7 +55,7 @@ def runs(tmp_path_factory):
   one = subprocess.run(command(root, root / "one"), env=subprocess_env(num_cpu_devices=8),
                        capture_output=True, text=True, timeout=600)
   assert one.returncode == 0, one.stderr[-3000:]
-  two = subprocess.run(LAUNCHER + command(root, root / "two"), env=subprocess_env(),
+  two = subprocess.run(launched(command(root, root / "two")), env=subprocess_env(),
                        capture_output=True, text=True, timeout=600)
   assert two.returncode == 0, two.stdout[-3000:]
   return root
@@ -92,7 +91,7 @@ def _child_with_process_id(launcher: subprocess.Popen, process_id: int) -> int:
 @pytest.mark.slow  # two trainings as subprocesses
 def test_a_killed_process_and_the_same_command_again_end_on_the_uninterrupted_weights(runs):
   out = runs / "killed"
-  launcher = subprocess.Popen(LAUNCHER + command(runs, out), env=subprocess_env(),
+  launcher = subprocess.Popen(launched(command(runs, out)), env=subprocess_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   started = time.monotonic()
   deadline = started + 400
@@ -104,7 +103,7 @@ def test_a_killed_process_and_the_same_command_again_end_on_the_uninterrupted_we
   assert launcher.wait(timeout=120) != 0  # the launcher stopped process 0 too
   assert not (out / train.MODEL_DIR).exists()
   print(f"killed after {time.monotonic() - started:.1f} s")
-  again = subprocess.run(LAUNCHER + command(runs, out), env=subprocess_env(),
+  again = subprocess.run(launched(command(runs, out)), env=subprocess_env(),
                          capture_output=True, text=True, timeout=600)
   assert again.returncode == 0, again.stdout[-3000:]
   print(f"resumed run done after {time.monotonic() - started:.1f} s")
