@@ -33,6 +33,8 @@ def main(argv):
   errors.check_output_folder(config.output_dir, "config.output_dir")
   distributed.initialize(_JOB.value)
   ablation.run(config)
+  if not distributed.is_coordinator():  # process 0 wrote the grid and the table
+    return
   out = pathlib.Path(config.output_dir)
   print((out / ablation.REPORT_FILE).read_text(encoding="utf-8"))
   print(f"Grid: {out / ablation.GRID_FILE}\nPlot: {out / ablation.FIGURE_FILE}")

@@ -403,6 +403,7 @@ def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) 
   pad_token_id = tables.read_json_object(
       pathlib.Path(settings.output_dir) / MANIFEST_FILE)["pad_token_id"]
   _export(settings, model, trained, state.frozen, state.lora_scale, pad_token_id, output)
+  distributed.barrier("checkpoint exported")  # every process may read the export next
   return str(output)
 
 
@@ -628,4 +629,5 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   manifest.update(final_eval=divergence.json_row(final), export=os.path.abspath(out / MODEL_DIR))
   if writes:
     tables.atomic_write_json(manifest_path, manifest)
+  distributed.barrier("training exported")  # every process may read the export next
   return str(out)
