@@ -6,8 +6,8 @@
 Each process gets `--coordinator_address=localhost:<free port> --num_processes=N
 --process_id=<i>` appended (what `socialrm_jax.main.score` passes to `jax.distributed.initialize`), and,
 with --devices_per_process, that many CPU devices (JAX_NUM_CPU_DEVICES). Output lines are
-prefixed with the process id. If one process fails the others are stopped and its exit status is
-returned.
+prefixed with the process id. If one process fails the others are stopped (SIGTERM, then SIGKILL
+after STOP_GRACE_SECONDS) and its exit status is returned.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import threading
 import time
 
 POLL_SECONDS = 0.2
+STOP_GRACE_SECONDS = 5.0
 
 
 def free_port() -> int:
@@ -58,6 +59,15 @@ def launch(command: list[str], num_processes: int, devices_per_process: int | No
       for p in processes:
         if p.poll() is None:
           p.send_signal(signal.SIGTERM)
+      # A process that joined a JAX job takes SIGTERM as a preemption notice (jax.distributed's
+      # preemption sync) and goes on, blocked on its lost peer until the coordination service
+      # times out (about 100 s); the rest get a few seconds, then SIGKILL.
+      deadline = time.monotonic() + STOP_GRACE_SECONDS
+      while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+      for p in processes:
+        if p.poll() is None:
+          p.kill()
       break
     time.sleep(POLL_SECONDS)
   for p in processes:

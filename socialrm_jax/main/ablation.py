@@ -16,20 +16,25 @@ import pathlib
 
 from ml_collections import config_flags
 
-from socialrm_jax.base import errors
+from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import ablation
+from socialrm_jax.scoring import distributed
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "The grid's config (configs/value_bias_ablation.py[:preset=tiny|study,...]).",
     lock_config=True)
+_JOB = settings.define_flags(distributed.DistributedSettings)
 
 
 def main(argv):
   del argv
   config = command.load_config(_CONFIG, "configs/value_bias_ablation.py")
   errors.check_output_folder(config.output_dir, "config.output_dir")
+  distributed.initialize(_JOB.value)
   ablation.run(config)
+  if not distributed.is_coordinator():  # process 0 wrote the grid and the table
+    return
   out = pathlib.Path(config.output_dir)
   print((out / ablation.REPORT_FILE).read_text(encoding="utf-8"))
   print(f"Grid: {out / ablation.GRID_FILE}\nPlot: {out / ablation.FIGURE_FILE}")

@@ -165,8 +165,10 @@ def main(argv):
                                                         fits, tensors)
   steps = []
   if trainings:
-    model = plan_training.abstract_train_model(setup, hf_config, source)
-    steps = [plan_training.compile_training(setup, model, settings) for settings in trainings]
+    train_setup = plan_training.job_setup(setup)  # socialrm-train's mesh spans the job
+    model = plan_training.abstract_train_model(train_setup, hf_config, source)
+    steps = [plan_training.compile_training(train_setup, model, settings)
+             for settings in trainings]
   projected = None
   if config.items is not None:
     projected = projection.project(setup, config.items, tokenizer, options)

@@ -12,15 +12,13 @@ statistics: socialrm_jax/analysis/values.py.
 
 from __future__ import annotations
 
-import pathlib
-
 import dataclasses
 import pathlib
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import probe as probe_lib
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import distributed, engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +29,7 @@ class ProbeSettings:
   probe: probe_lib.ProbeOptions = settings.group(probe_lib.ProbeOptions)
   scoring: engine.ScoringOptions = settings.group(
       engine.ScoringOptions, tokens_per_batch=probe_lib.TOKENS_PER_BATCH)
+  job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
 _SETTINGS = settings.define_flags(ProbeSettings)
@@ -41,8 +40,11 @@ def main(argv):
   config = _SETTINGS.value
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
+  distributed.initialize(config.job)
   probe_lib.run(config.model, config.output_dir, config.scoring,
                 **dataclasses.asdict(config.probe))
+  if not distributed.is_coordinator():  # process 0 wrote the files
+    return
   out = pathlib.Path(config.output_dir)
   print((out / "value_probe.md").read_text(encoding="utf-8"))
   print(f"Probe: {out / 'probe.json'}\nPlot: {out / 'value_probe.png'}")

@@ -16,8 +16,6 @@ host) are started by a launcher (see launch/README.md), which passes --coordinat
 
 from __future__ import annotations
 
-import json
-
 import dataclasses
 import json
 
@@ -25,8 +23,7 @@ from absl import logging
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
-from socialrm_jax.scoring import chunks, engine
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.scoring import chunks, distributed, engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +36,7 @@ class ScoreSettings:
                                        help="Only these datasets (default: all in the items).")
   limit: int | None = settings.field(None, "Only the first N items (after --datasets).")
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions)
-  distributed: mesh_lib.DistributedSettings = settings.group(mesh_lib.DistributedSettings)
+  job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
 _SETTINGS = settings.define_flags(ScoreSettings)
@@ -51,7 +48,7 @@ def main(argv):
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
   errors.check_exists(config.items, "items")
-  mesh_lib.initialize_distributed(config.distributed)
+  distributed.initialize(config.job)
   run = engine.score_model_at(config.model, config.items, config.output_dir,
                               options=config.scoring, datasets=config.datasets, limit=config.limit)
   logging.info("scored in %.1f s", run["wall_seconds"])

@@ -21,9 +21,11 @@ from ml_collections import config_flags
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import train
+from socialrm_jax.scoring import distributed
 from socialrm_jax.training import divergence
 
 _SETTINGS = settings.define_flags(train.Settings)
+_JOB = settings.define_flags(distributed.DistributedSettings)
 DIVERGED_EXIT_CODE = 3  # as socialrm-score's for a reward that is not finite
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A config file (ml_collections, get_config()) setting any of the flags; "
@@ -58,6 +60,7 @@ def main(argv):
   config = settings_from_flags()
   train.check(config)
   errors.check_output_folder(config.output_dir, "output_dir")
+  distributed.initialize(_JOB.value)
   output = train.run(config)
   print(f"Model: {output}/{train.MODEL_DIR}\nMetrics: {output}/{train.METRICS_FILE}")
 

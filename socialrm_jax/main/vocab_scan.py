@@ -14,15 +14,13 @@ and socialrm_jax/scoring/vocab_rows.py; the statistics: socialrm_jax/analysis/vo
 
 from __future__ import annotations
 
-import pathlib
-
 import dataclasses
 import pathlib
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import vocab_scan
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import distributed, engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +41,7 @@ class VocabScanSettings:
   scan: vocab_scan.ScanOptions = settings.group(vocab_scan.ScanOptions)
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
                                                   chunk_size=vocab_scan.CHUNK_SIZE)
+  job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
 _SETTINGS = settings.define_flags(VocabScanSettings)
@@ -56,9 +55,12 @@ def main(argv):
              else vocab_scan.DEFAULT_PROMPTS)
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
+  distributed.initialize(config.job)
   vocab_scan.run(config.model, config.output_dir, config.scoring, prompts=prompts,
                     compare_with=config.compare_with, families=config.families,
                     **dataclasses.asdict(config.scan))
+  if not distributed.is_coordinator():  # process 0 wrote the files
+    return
   out = pathlib.Path(config.output_dir)
   print((out / "vocab_scan.md").read_text(encoding="utf-8"))
   print(f"Scores: {out / 'vocab_scores.parquet'}\nScan: {out / 'scan.json'}\n"

@@ -24,6 +24,13 @@ resume). A run whose training diverges (a NaN or infinite loss or gradient norm:
 stops and exports nothing, `training/divergence.py`) is not audited: the grid goes on with the
 others, lists it in grid.json's `failed` with the trainer's line, and its table says so.
 
+Across processes (one per host, `scoring/distributed.py`; docs/multihost.md) the runs go one
+after another on the whole job: each trains across every process (`orchestrators/train.py`), and
+each probe and scan is scored by every process, chunks divided; process 0 alone writes the
+subsamples (the others wait at a barrier), the probes' files, removes the exports and writes
+grid.json, the table and the plot. Every process reads the same files to decide what is done, so
+all skip the same runs.
+
 Outputs: `OUTPUT/grid.json` (the audited checkpoints, one row each, and the base-family tests),
 `OUTPUT/value_bias_ablation.md` (the table) and `OUTPUT/value_bias_ablation.png` (the plot).
 Statistics: `analysis/studies/ablation.py`.
@@ -48,7 +55,7 @@ from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, train, vocab_scan
 from socialrm_jax.orchestrators.audit import resolve_data_dir
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import distributed, engine
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.training import divergence, pair_batches
 
@@ -223,6 +230,8 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
                          words_per_category=probing.words_per_category, seed=probing.seed,
                          n_resamples=probing.n_resamples,
                          n_permutations=probing.n_permutations, name=f"{run.name}@{step}")
+    if not distributed.is_coordinator():  # the rest is process 0's, once all have scored
+      continue
     if step != total:
       shutil.rmtree(model, ignore_errors=True)  # probed: a study base's export is its size
     rows.append({"run": run.name, "source": run.source, "base": run.base, "family": run.family,
@@ -252,13 +261,17 @@ def failed_lines(failed: list[dict[str, Any]]) -> list[str]:
 
 def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Trains and audits every run of the grid (skipping what is done), then writes grid.json, the
-  table and the plot; returns grid.json's content."""
+  table and the plot; returns grid.json's content ({} on a process other than the coordinator)."""
   check_config(config)
   out = pathlib.Path(config.output_dir)
   # Every run of a base trains and probes at the same few shapes: compiled once, for the grid.
   step_lib.enable_compilation_cache(probe_options(config).cache_dir())
   data_dir = resolve_data_dir(config.data_dir) if config.data_dir else None
-  files = {name: write_subsamples(name, data, data_dir, out)
+  if distributed.is_coordinator():
+    for name, data in config.sources.items():
+      write_subsamples(name, data, data_dir, out)
+  distributed.barrier("ablation: subsamples written")
+  files = {name: write_subsamples(name, data, data_dir, out)  # written: their paths
            for name, data in config.sources.items()}
   counts = {name: {q: sum(1 for _ in open(path, encoding="utf-8")) for q, path in f.items()}
             for name, f in files.items()}
@@ -280,6 +293,8 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
     eta = elapsed / (i + 1) * (len(runs) - i - 1)
     print(f"ablation: run {i + 1}/{len(runs)} {one.name} {outcome} | {elapsed:.0f} s | "
           f"ETA {eta:.0f} s", flush=True)
+  if not distributed.is_coordinator():
+    return {}
   tests = ablation.summarise(rows)
   result = {"runs": len(runs), "bases": {k: dict(v) for k, v in config.bases.items()},
             "sources": {k: {"spec": v.spec, "quantities": list(v.quantities),

@@ -8,6 +8,13 @@ run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabl
 2's result files, where the items had its rows). Rerunning resumes scoring where it stopped
 (docs/spec.md sec. 6: finished shards are kept). `config.push_to_hub` then uploads the results as
 a Hub dataset (`analysis/outputs/results_dataset.py`).
+
+Across processes (one per host, `scoring/distributed.py`; docs/multihost.md): process 0 converts
+(and derives the identity swaps) while the others wait at a barrier; every process then scores
+its own chunks of each model's items into its own shards, as socialrm-score does (the probe's and
+the scan's too), and once all have (the scorer's barrier) process 0 alone reads the scores and
+writes the metrics, the probe's and the scan's files, the report and the upload. The other
+processes return no metrics.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from socialrm_jax.analysis.studies import swap_effects
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
-from socialrm_jax.scoring import engine, item_source
+from socialrm_jax.scoring import distributed, engine, item_source
 from socialrm_jax.sources import identity_swaps
 from socialrm_jax.sources.reading import ON_ERROR
 
@@ -136,17 +143,20 @@ def check_config(config) -> None:
 
 
 def run_audit(config) -> dict[str, Any]:
-  """Runs every stage the config names; returns {model name: metrics}."""
+  """Runs every stage the config names; returns {model name: metrics} ({} on a process of a
+  multi-process job but the coordinator, which writes them)."""
   specs = model_specs(config)
   out = pathlib.Path(config.output_dir)
   items_dir = out / "converted"
   start = time.perf_counter()
-  totals = convert.convert_to(
-      items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
-      on_error=config.on_error, templates=config.get("templates", ""),
-      path_options={"columns": config.get("columns", "")})["totals"]
-  logging.info("converted %d items, %d pairs in %.1f s", totals["items"],
-               sum(totals["pairs"].values()), time.perf_counter() - start)
+  if distributed.is_coordinator():
+    totals = convert.convert_to(
+        items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
+        on_error=config.on_error, templates=config.get("templates", ""),
+        path_options={"columns": config.get("columns", "")})["totals"]
+    logging.info("converted %d items, %d pairs in %.1f s", totals["items"],
+                 sum(totals["pairs"].values()), time.perf_counter() - start)
+  distributed.barrier("audit: items converted")
 
   names = [spec.name for spec in specs]
   score_dirs = []
@@ -168,6 +178,8 @@ def run_audit(config) -> dict[str, Any]:
       out)
   if config.get("counterfactuals", True):
     sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
+  if not distributed.is_coordinator():
+    return {}
   models = runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
   if config.get("push_to_hub"):  # every output is written: a failed upload leaves them whole
     url = results_dataset.push(config.push_to_hub, out, items_dir, dict(zip(names, score_dirs)),
@@ -187,13 +199,18 @@ def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: li
   # streamed (read again for each pass), so the audit's memory does not grow with them.
   scored = item_source.ItemSource.from_table(items_dir, list(config.get("score_datasets", [])),
                                              config.get("limit_items") or None)
-  report = identity_swaps.derive_into(lambda: iter(scored), swaps_dir, config.format,
-                                      name=str(items_dir))
+  if distributed.is_coordinator():
+    identity_swaps.derive_into(lambda: iter(scored), swaps_dir, config.format,
+                               name=str(items_dir))
+  distributed.barrier("audit: identity swaps derived")
+  report = tables.read_json_object(swaps_dir / identity_swaps.REPORT_FILE)
   results = {}
   for spec, score_dir in zip(specs, score_dirs):
     swap_scores = out / "scores_counterfactual" / spec.name
     if report["generated_items"]:
       score_model(spec, swaps_dir, swap_scores, [], None)
+    if not distributed.is_coordinator():  # it writes the effects, once every process has scored
+      continue
     results[spec.name] = swap_effects.compute_at(swaps_dir, score_dir, swap_scores, options)
     tables.atomic_write_json(out / spec.name / "counterfactual.json", results[spec.name])
-  return swap_effects.report_lines(results)
+  return swap_effects.report_lines(results) if distributed.is_coordinator() else []

@@ -45,7 +45,7 @@ from absl import logging
 from socialrm_jax.base import settings, tables
 from socialrm_jax.analysis.studies import values
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import distributed, engine
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.sources import lexicons
@@ -131,7 +131,9 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
         n_resamples: int = values.bootstrap.N_RESAMPLES,
         n_permutations: int = values.N_PERMUTATIONS, name: str | None = None) -> dict[str, Any]:
   """Scores the probe with the model at `model_path` into `output_dir` and writes probe.json,
-  value_probe.md and value_probe.png there; returns probe.json's content."""
+  value_probe.md and value_probe.png there; returns probe.json's content. Across processes each
+  scores its own chunks (the scorer's split) and process 0 alone, once all have, reads the scores
+  and writes the files; the others return {}."""
   if options.proxy == "judge":
     raise InputError("the value probe scores each word alone; --proxy=judge compares two "
                      "responses: use loglik, implicit or a score head")
@@ -149,6 +151,8 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   model, path, ref_model, options = engine.load_models(model_path, options, mesh)
   run_json = engine.score_items(model, probe_items(words), out / "scores", mesh=mesh,
                                 options=options, model_path=path, ref_model=ref_model)
+  if not distributed.is_coordinator():
+    return {}
   rewards = reward_matrix(out / "scores", len(words))
   categories = {c: np.asarray([column[w] for w in ws], np.int64) for c, ws in sample.items()}
   result = {
@@ -207,6 +211,8 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
       continue
     results[name] = run(path, out / "probe" / name, options, name=name,
                         **dataclasses.asdict(settings.from_config(ProbeOptions, config)))
+  if not distributed.is_coordinator():  # process 0 writes the probe's files and section
+    return []
   figure = values.plot(results, out / "value_probe.png")
   section = (values.report_section(results, figure and pathlib.Path(figure).name)
              or ["## Value probes", ""])

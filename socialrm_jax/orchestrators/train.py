@@ -45,6 +45,17 @@ The first step whose loss or gradient norm is NaN or infinite stops the run befo
 saved or exported (`training/divergence.py`): one line names the step and the last checkpoint,
 `TrainingDivergedError` (the command exits 3), and no OUT/model/.
 
+Across processes (a launcher starts one per host; `--coordinator_address` etc., docs/multihost.md):
+the mesh spans every device of the job (`training_mesh`), so a step's global batch is the
+one-process run's (the same seeded order and data position). Every process reads and tokenizes
+the same pairs and packs each global batch alike, then places only the rows its own devices hold
+(`jax.make_array_from_process_local_data`, `scoring/mesh.py: put_process_rows`); parameters and
+optimizer state are split over `model` as in one process. Every process writes its part of each
+orbax checkpoint and restores from it; process 0 alone holds the lock and writes split.json,
+train_metrics.jsonl (and the trackers), the manifest and the export (whose weights every process
+gathers). One process killed: the launcher stops the others, and the same command again resumes
+from the last checkpoint all of them completed (tests/end_to_end/test_training_multiprocess.py).
+
 What is trained, how: `socialrm_jax/training/` (pairs packed prefix-shared, read where the
 scorer reads; TRL's loss; AdamW with warmup and decay, clipping, accumulation; LoRA or full).
 """
@@ -72,6 +83,7 @@ from socialrm_jax.base.writer_lock import WriterLock
 from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, item_tokens, packing
+from socialrm_jax.scoring import distributed
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import run_manifest
 from socialrm_jax.training import checkpoints as checkpoints_lib
@@ -271,21 +283,25 @@ def _json_line(row: dict) -> str:
 
 class MetricsLog:
   """train_metrics.jsonl, appended a row at a time; a resume first drops rows after its step.
-  Each row goes to the `--report_to` trackers too (training/trackers.py)."""
+  Each row goes to the `--report_to` trackers too (training/trackers.py). Of a multi-process
+  job's processes, the coordinator writes (`writes`); the others only keep the rows."""
 
   def __init__(self, path: pathlib.Path, resume_step: int,
-               to: Sequence[trackers.Tracker] = ()):
-    self.path = path
+               to: Sequence[trackers.Tracker] = (), writes: bool = True):
+    self.path, self.writes = path, writes
     self.trackers = list(to)
     rows = []
     if resume_step and path.exists():
       rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
       rows = [r for r in rows if r.get("step", 0) <= resume_step]
-    tables.atomic_write_bytes(path, "".join(map(_json_line, rows)).encode())
+    if writes:
+      tables.atomic_write_bytes(path, "".join(map(_json_line, rows)).encode())
     self.rows = rows
 
   def add(self, row: dict) -> None:
     self.rows.append(row)
+    if not self.writes:
+      return
     with open(self.path, "a", encoding="utf-8") as f:
       f.write(_json_line(row))
     for tracker in self.trackers:
@@ -356,15 +372,17 @@ def _train_state(settings: Settings, model: trainable.TrainModel, mesh,
       accumulation_steps=settings.gradient_accumulation_steps)
   lora = settings.lora_rank > 0
   trained, frozen = trainable.split_trainable(model.params, lora)
+  adapters = {}
   if lora:
     targets = trainable.lora_targets(model, settings.lora_targets)
-    trained.update(trainable.init_lora(model, targets, settings.lora_rank, settings.seed))
+    adapters = trainable.init_lora(model, targets, settings.lora_rank, settings.seed)
   lora_scale = settings.lora_alpha / settings.lora_rank if lora else 1.0
   step_fn = train_step_lib.TrainStep(
       model, tx, mesh, dtype=reward_model.model_dtype(settings.dtype), lora_scale=lora_scale,
       center_rewards_coefficient=settings.center_rewards_coefficient)
-  return _TrainState(schedule, step_fn, trained, frozen, step_fn.init(trained),
-                     jax.random.key_data(jax.random.key(settings.seed)), lora_scale)
+  trained.update(step_fn.replicated(adapters))
+  rng = step_fn.replicated(jax.random.key_data(jax.random.key(settings.seed)))
+  return _TrainState(schedule, step_fn, trained, frozen, step_fn.init(trained), rng, lora_scale)
 
 
 def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) -> str:
@@ -374,7 +392,7 @@ def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) 
   if step not in store.steps():
     raise InputError(f"no checkpoint at step {step} in {store.directory}; there are: "
                      f"{', '.join(map(str, store.steps())) or 'none'}")
-  mesh = mesh_lib.make_mesh(settings.mesh)
+  mesh = training_mesh(settings)
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
                               seed=settings.seed, attention=settings.attention)
   state = _train_state(settings, model, mesh, total_steps=1)  # the steps shape no state
@@ -385,12 +403,17 @@ def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) 
   pad_token_id = tables.read_json_object(
       pathlib.Path(settings.output_dir) / MANIFEST_FILE)["pad_token_id"]
   _export(settings, model, trained, state.frozen, state.lora_scale, pad_token_id, output)
+  distributed.barrier("checkpoint exported")  # every process may read the export next
   return str(output)
 
 
 def _export(settings, model, trained, frozen, lora_scale, pad_token_id, output) -> None:
+  """Every process gathers the merged weights (a collective where they span processes); the
+  coordinator writes them."""
   params = trainable.host_params(train_step_lib.merged_params(trained, frozen, lora_scale,
                                                               jnp.float32))
+  if not distributed.is_coordinator():
+    return
   hf_export.write(output, params, model.sources, base_path=settings.model,
                   base_config=model.hf_config, config=model.config, pad_token_id=pad_token_id)
 
@@ -421,12 +444,21 @@ def run(settings: Settings) -> str:
   check(settings)
   out = pathlib.Path(settings.output_dir)
   out.mkdir(parents=True, exist_ok=True)
+  if not distributed.is_coordinator():  # the job's lock is its coordinator's
+    return _train(settings, out)
   with WriterLock(out, LOCK_FILE, "training run"):
     return _train(settings, out)
 
 
+def training_mesh(settings: Settings):
+  """The `data` x `model` mesh over every device of the job (all processes': one global batch a
+  step, its rows split over `data`; parameters and optimizer state split over `model`)."""
+  return mesh_lib.make_mesh(settings.mesh, devices=jax.devices())
+
+
 def _train(settings: Settings, out: pathlib.Path) -> str:
-  mesh = mesh_lib.make_mesh(settings.mesh)
+  mesh = training_mesh(settings)
+  writes = distributed.is_coordinator()  # the files a job writes once; checkpoints: every process
   data_size = mesh.shape["data"]
   if settings.batch_size % data_size:
     raise InputError(f"--batch_size={settings.batch_size} must be a multiple of the mesh's data "
@@ -460,10 +492,12 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   packing_args = pair_packing(settings, jax.default_backend(), data_size)
   train_margins = [p.margin for p in train_pairs]
   eval_margins = [p.margin for p in eval_pairs]
-  tables.atomic_write_json(out / SPLIT_FILE, {
-      "seed": settings.seed, "eval_fraction": 0.0 if settings.eval_data else settings.eval_fraction,
-      "train_pairs": len(train_pairs), "eval_pairs": len(eval_pairs),
-      "eval_pair_ids": [p.pair_id for p in eval_pairs]})
+  if writes:
+    tables.atomic_write_json(out / SPLIT_FILE, {
+        "seed": settings.seed,
+        "eval_fraction": 0.0 if settings.eval_data else settings.eval_fraction,
+        "train_pairs": len(train_pairs), "eval_pairs": len(eval_pairs),
+        "eval_pair_ids": [p.pair_id for p in eval_pairs]})
 
   per_epoch = len(train_pairs) // settings.batch_size  # micro-batches; the rest of an epoch waits
   accumulation = settings.gradient_accumulation_steps
@@ -504,7 +538,8 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
               "mesh": mesh_lib.describe(mesh), "versions": run_manifest.package_versions(),
               "architecture": model.config.architecture, "lora": settings.lora_rank > 0,
               "pad_token_id": pad_token_id}
-  tables.atomic_write_json(manifest_path, manifest)
+  if writes:
+    tables.atomic_write_json(manifest_path, manifest)
 
   extra_steps = set(settings.checkpoint_steps)
 
@@ -521,7 +556,8 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   if start_step == 0 and 0 in extra_steps and latest is None:
     save(0)
   log = MetricsLog(out / METRICS_FILE, start_step, trackers.open_trackers(
-      settings.report_to, out, settings.run_name, settings.to_json()))
+      settings.report_to, out, settings.run_name, settings.to_json()) if writes else (),
+                   writes=writes)
   window: list[dict] = []
   losses: list[float] = []
   warned = False
@@ -591,5 +627,7 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   digests = model_digests.result()
   manifest["base"]["files"] = [{"name": n, "sha256": d} for n, d in sorted(digests.items())]
   manifest.update(final_eval=divergence.json_row(final), export=os.path.abspath(out / MODEL_DIR))
-  tables.atomic_write_json(manifest_path, manifest)
+  if writes:
+    tables.atomic_write_json(manifest_path, manifest)
+  distributed.barrier("training exported")  # every process may read the export next
   return str(out)

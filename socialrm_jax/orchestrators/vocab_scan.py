@@ -40,7 +40,7 @@ from socialrm_jax.analysis.studies import values, vocab_stats
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import probe
-from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
+from socialrm_jax.scoring import distributed, engine, item_source, item_tokens, vocab_rows
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
 
@@ -191,7 +191,10 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   """Scans the model at `model_path` into `output_dir` and writes the scores table, scan.json,
   vocab_scan.md and vocab_scan.png there; returns scan.json's content. `compare_with`: folders of
   finished scans of other models (any tokenizer), to compare rankings with; `families`: a family
-  label per scan (this one, then `compare_with`'s), for the family contrasts."""
+  label per scan (this one, then `compare_with`'s), for the family contrasts. Across processes
+  each scores its own chunks of the token slices (the scorer's split, `--chunk_size` items a
+  chunk) and process 0 alone, once all have, ranks them and writes the files; the others return
+  {}."""
   check_settings(options, max_tokens)
   options.validate()
   start = time.monotonic()
@@ -211,6 +214,8 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   run_json = engine.score_items(model, items, out / "scores", mesh=mesh, options=options,
                                 model_path=path, ref_model=ref_model,
                                 make=vocab_rows.scorer_factory(pairs))
+  if not distributed.is_coordinator():
+    return {}
   rewards = rewards_by_prompt(out / "scores", prompts.ids, vocab.ids)
   _write_parquet(out / "vocab_scores.parquet", scores_table(rewards, prompts, vocab))
   categories = probe.load_lexicons()
@@ -320,8 +325,12 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
     scan = settings.from_config(ScanOptions, config)
     scan = dataclasses.replace(scan, max_tokens=scan.max_tokens or None)
     result = run(path, out / name, options, name=name, **dataclasses.asdict(scan))
+    if not distributed.is_coordinator():  # process 0 ranks, writes and reports
+      continue
     scans[name] = load_rewards(out / name)
     sections.append(vocab_stats.report_section(result, f"vocab_scan/{name}/vocab_scan.png"))
+  if not distributed.is_coordinator():
+    return []
   if len(scans) > 1:
     sections.append(vocab_stats.agreement_section(
         vocab_stats.agreement(*vocab_stats.align_scans(scans)), heading="#"))

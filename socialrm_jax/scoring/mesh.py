@@ -12,7 +12,7 @@ Rows of a batch are split over `data`, parameters over `model` (see `models/weig
   whole processes, which form one group, run the same batches together (each feeding only its own
   devices' slices, see `step.put_global`), and the group's first process writes its shards.
 `jax.distributed.initialize` runs when a launcher starts several processes, so JAX sees the whole
-job (and device ids are global).
+job (and device ids are global): `scoring/distributed.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from absl import logging
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
 
 AXES = ("data", "model")
@@ -139,30 +138,24 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec("data"))
 
 
+def process_rows(sharding: NamedSharding, shape: tuple[int, ...]) -> np.ndarray:
+  """The rows of a global [rows, ...] array of `shape` that this process's devices hold, in the
+  order `jax.make_array_from_process_local_data` reads a process's local rows (a row several of
+  its devices hold, over `model`, once)."""
+  spans = sorted({index[0].indices(shape[0])[:2]
+                  for index in sharding.addressable_devices_indices_map(shape).values()})
+  return np.concatenate([np.arange(start, stop) for start, stop in spans])
+
+
+def put_process_rows(array: np.ndarray, sharding: NamedSharding) -> jax.Array:
+  """A global batch every process packed alike -> a global array whose rows are split over
+  `data`: within one process a device_put; across processes each process gives only its own
+  rows (`process_rows`) to `jax.make_array_from_process_local_data`."""
+  if sharding.is_fully_addressable:
+    return jax.device_put(array, sharding)
+  return jax.make_array_from_process_local_data(
+      sharding, array[process_rows(sharding, array.shape)], array.shape)
+
+
 def describe(mesh: Mesh) -> str:
   return ",".join(f"{name}:{size}" for name, size in mesh.shape.items())
-
-
-@dataclasses.dataclass(frozen=True)
-class DistributedSettings:
-  """How this process joins a multi-process job (flags a launcher passes; launch/README.md)."""
-  coordinator_address: str | None = settings.field(
-      None, "host:port of process 0, for multi-process runs.")
-  num_processes: int | None = settings.field(None, "Processes in the job.")
-  process_id: int | None = settings.field(None, "This process's index.")
-  distributed: bool = settings.field(False, "Join a multi-process job described by the "
-                                     "environment (Cloud TPU pod, Slurm).")
-
-
-def initialize_distributed(job: DistributedSettings) -> None:
-  """Joins a multi-process job: with an explicit coordinator (the local launcher, Slurm scripts)
-  or, with `job.distributed`, from the environment JAX recognises (Cloud TPU pods, Slurm)."""
-  if job.coordinator_address or job.distributed:
-    # CPU processes (the local launcher's) need a cross-process collective backend for the
-    # barrier at the end of a run; accelerators bring their own.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  if job.coordinator_address:
-    jax.distributed.initialize(coordinator_address=job.coordinator_address,
-                               num_processes=job.num_processes, process_id=job.process_id)
-  elif job.distributed:
-    jax.distributed.initialize()

@@ -24,7 +24,7 @@ import numpy as np
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.scoring import item_source
+from socialrm_jax.scoring import distributed, item_source
 
 # The pairs table's columns the counts read.
 _PAIR_COLUMNS = ("item_id", "chosen_index", "rejected_index")
@@ -148,8 +148,7 @@ def write(folder, process: int, process_count: int, run: dict, stats: RunStats, 
     if is_writer and (changed or not (folder / "run.json").exists()):
       tables.atomic_write_json(folder / "run.json", run)
     return run
-  from jax.experimental import multihost_utils  # Only multi-process runs need it.
-  multihost_utils.sync_global_devices("socialrm_jax: run files written")
+  distributed.barrier("run files written")
   if process == 0 and is_writer:
     tables.atomic_write_json(folder / "run.json", merge(folder, process_count, run))
   return run

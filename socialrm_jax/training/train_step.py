@@ -14,12 +14,14 @@ from typing import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
 from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
 from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.scoring import step as scoring_step
 from socialrm_jax.training import loss as loss_lib
 from socialrm_jax.training import trainable
 
@@ -130,14 +132,23 @@ class TrainStep:
       return self.update.trace(trained, opt_state, grads, self.abstract_sums())
 
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
-    return {name: jax.device_put(value, self.sharding) for name, value in arrays.items()}
+    """A block's arrays on the mesh, rows split over `data`; over several processes each places
+    only the rows its own devices hold (`mesh.put_process_rows`)."""
+    return {name: mesh_lib.put_process_rows(value, self.sharding)
+            for name, value in arrays.items()}
+
+  def replicated(self, tree):
+    """Host values every process holds alike (the RNG key, LoRA's initial adapters, the empty
+    sums) as arrays whole on every device of the mesh, which may span processes."""
+    sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda v: scoring_step.put_global(np.asarray(v), sharding), tree)
 
   def init(self, trained):
     with jax.set_mesh(self.mesh):
       return jax.jit(self.tx.init)(trained)
 
   def _sums_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
-    grads, sums = self.zeros(trained), loss_lib.no_sums()
+    grads, sums = self.zeros(trained), self.replicated(loss_lib.no_sums())
     for arrays in blocks:
       grads, sums = self.accumulate(grads, sums, trained, frozen, self.put(arrays))
     return grads, sums
@@ -159,7 +170,7 @@ class TrainStep:
 
   def evaluate(self, trained, frozen, blocks: Sequence[Mapping]):
     """TRL's metrics over the blocks' pairs (each pair weighted alike)."""
-    sums = loss_lib.no_sums()
+    sums = self.replicated(loss_lib.no_sums())
     with jax.set_mesh(self.mesh):
       for arrays in blocks:
         sums = self.add_block_sums(sums, trained, frozen, self.put(arrays))

@@ -31,11 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, traverse_util
+from jax.experimental import multihost_utils
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import (checkpoint, default_model, families, gguf_import,
                                  reward_model, weights)
+from socialrm_jax.scoring import step as scoring_step
 
 SCORE_KERNEL = "score/kernel"
 LORA_A, LORA_B = "lora_a", "lora_b"
@@ -114,8 +116,10 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
                                  architecture=sequence_classifier(architecture, loaded.family))
     std = float(hf_config.get("initializer_range", DEFAULT_INITIALIZER_RANGE))
     kernel = std * jax.random.normal(jax.random.key(seed), (config.hidden_size, 1), jnp.float32)
-    params[SCORE_KERNEL] = jax.device_put(
-        kernel.astype(jdtype), weights.param_sharding((config.hidden_size, 1), None, mesh))
+    # Placed from the host: the same seeded values on every process, whose mesh may span several.
+    params[SCORE_KERNEL] = scoring_step.put_global(
+        np.asarray(kernel.astype(jdtype)),
+        weights.param_sharding((config.hidden_size, 1), None, mesh))
   module = reward_model.abstract_module(loaded.family, config, jdtype, loaded.attention)
   graphdef, _, rest = nnx.split(module, nnx.Param, ...)
   missing = set(weights.param_paths(module)) ^ set(params)
@@ -216,4 +220,11 @@ def split_trainable(params: Mapping[str, jax.Array], lora: bool):
 
 
 def host_params(params: Mapping[str, jax.Array]) -> dict[str, np.ndarray]:
-  return {p: np.asarray(jax.device_get(v)) for p, v in params.items()}
+  """The parameters whole on this host. A parameter split over devices of several processes (a
+  `model` axis across hosts) is gathered from all of them: every process of the job calls this."""
+  def whole(value):
+    if isinstance(value, jax.Array) and not value.is_fully_addressable and (
+        not value.is_fully_replicated):
+      return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+    return np.asarray(jax.device_get(value))
+  return {p: whole(v) for p, v in params.items()}

@@ -19,8 +19,9 @@ import pytest
 from socialrm_jax.base import records, tables
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators.plan import (compiler, cost, hardware, projection, report,
-                                                   shapes)
+                                                   shapes, training)
 from socialrm_jax.scoring import engine
+from socialrm_jax.scoring import mesh as mesh_lib
 from tests.helpers import reward_head_fixtures as rh
 from tests.helpers.plan_fixtures import TINY_LLAMA
 from tests.helpers import scoring_fixtures as fx
@@ -209,3 +210,21 @@ def test_a_custom_heads_config_alone_is_one_line_asking_for_its_folder(armorm_fo
   (line,) = [l for l in done.stderr.splitlines() if "socialrm-plan: error" in l]
   assert "config_only" in line and "*.safetensors" in line, line
   assert not (tmp_path / "plan").exists()
+
+
+def test_training_mesh_spans_a_four_host_slice_and_says_each_hosts_share():
+  """socialrm-train's mesh is the job's (every host's chips), and each host feeds the rows of the
+  data positions its chips hold: v5e:4x4 is 4 hosts of 2x2 chips."""
+  topology = hardware.topology("v5e:4x4")
+  assert topology.hosts == 4 and len(topology.devices) == 16
+  shares = {spec: training.host_share(mesh_lib.make_mesh(spec, devices=topology.devices))
+            for spec in ("data:16,model:1", "data:4,model:4", "data:2,model:8")}
+  # A model axis of 4 runs along neighbouring chips, two hosts' worth of a row each.
+  assert shares == {"data:16,model:1": {"hosts": 4, "data_per_host": 4},
+                    "data:4,model:4": {"hosts": 4, "data_per_host": 2},
+                    "data:2,model:8": {"hosts": 4, "data_per_host": 1}}
+  setup = compiler.build(topology, TINY_LLAMA, "tiny-llama",
+                         engine.ScoringOptions(mesh="data:4,model:1", max_length=64))
+  assert setup.groups == 4  # scoring: each host is a data-parallel group
+  job = training.job_setup(setup)
+  assert dict(job.mesh.shape) == {"data": 16, "model": 1} and job.mesh.devices.size == 16

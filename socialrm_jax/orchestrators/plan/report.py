@@ -244,6 +244,15 @@ def _training(step: dict, unit: str) -> list[str]:
   if update.get("memory") is not None:
     lines += ["", f"The optimizer's update: {_gb(update['device_bytes'])} GB a {unit} with the "
                   f"frozen parameters, collectives {_collectives(update['collectives'])}."]
+  if step.get("hosts", 1) > 1:
+    pairs = (f"{step['pairs_per_host']} of each micro-batch's --batch_size={step['batch_size']} "
+             "pairs" if step["pairs_per_host"] is not None else
+             f"an unequal share of --batch_size={step['batch_size']} pairs (make it a multiple "
+             f"of the data axis)")
+    rows = ", ".join(f"{entry['rows_per_host']} of {entry['shape'][0]}" for entry in step["blocks"])
+    lines += ["", f"Per host ({step['hosts']} hosts, one process each): {pairs}, packed into "
+                  f"rows; of each block's rows: {rows} (the rows of {step['data_per_host']} "
+                  "positions of the data axis; each host feeds only those)."]
   lines.append("Every block shape fits." if step["fits"] else
                "**Does not fit**: a smaller --row_length or --max_length, LoRA, or a larger "
                "model axis.")

@@ -12,6 +12,11 @@ Each program gets its arguments sharded as the run's would come (the optimizer s
 gradients as their own programs make them, the summed gradients as the accumulate program
 returns them); gradients that come back sharded otherwise than they went in would compile a
 second accumulate program in every step, and are a failure.
+
+socialrm-train's mesh spans every device of the job (`orchestrators.train.training_mesh`), not one
+scoring group's: `job_setup` lays the scoring group's `model` axis and `data` over all of the
+target's devices (v5e:4x4 on 4 hosts with --mesh=data:4,model:1: data:16), and the plan says each
+host's share of a block's rows and of a micro-batch's pairs (`host_share`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from socialrm_jax.training import train_step as train_step_lib
 MODES = ("full", "lora")
 # The settings of socialrm-train a plan takes as its own flags; the rest (max_length, dtype, mesh,
 # attention) are the plan's scoring flags of the same names.
-PLANNED_TRAINING = ("row_length", "lora_rank", "lora_alpha", "lora_targets")
+PLANNED_TRAINING = ("row_length", "batch_size", "lora_rank", "lora_alpha", "lora_targets")
 # A plan's LoRA rank unless --lora_rank says (socialrm-train's own default, 0, trains in full).
 PLAN_LORA_RANK = 16
 
@@ -137,12 +142,38 @@ def command_flags(settings: train.Settings) -> str:
   return " ".join(flags)
 
 
+def job_setup(setup: compiler.Setup) -> compiler.Setup:
+  """`setup` with socialrm-train's mesh: every device of the target, the scoring group's `model`
+  axis kept and `data` grown over the groups (each of which is then some of training's rows)."""
+  sizes = setup.mesh.shape
+  spec = f"data:{sizes['data'] * setup.groups},model:{sizes['model']}"
+  return dataclasses.replace(setup, mesh=mesh_lib.make_mesh(spec, devices=setup.topology.devices))
+
+
+def host_share(mesh) -> dict[str, int]:
+  """How a global batch divides among the hosts of `mesh`: `hosts`, and `data_per_host`, the
+  positions along `data` whose rows one host's devices hold (the same for every host of a mesh
+  laid over whole hosts; each feeds only those rows, `mesh.put_process_rows`)."""
+  held: dict[int, set[int]] = {}
+  for position, row in enumerate(mesh.devices):
+    for device in row:
+      held.setdefault(device.process_index, set()).add(position)
+  shares = {len(positions) for positions in held.values()}
+  if len(shares) != 1:
+    raise InputError(f"the training mesh {mesh_lib.describe(mesh)} gives hosts unequal shares of "
+                     "a batch; choose a data axis that divides over the hosts")
+  return {"hosts": len(held), "data_per_host": shares.pop()}
+
+
 def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
                      settings: train.Settings) -> dict[str, Any]:
   """socialrm-train's step with `settings` compiled for the plan's target: per block shape its
   memory, kernel, collectives and failures (see the module doc), and the update program's."""
   mesh, capacity = setup.mesh, setup.topology.usable_bytes
   lora = settings.lora_rank > 0
+  settings = dataclasses.replace(settings, mesh=mesh_lib.describe(mesh))
+  share = host_share(mesh)
+  data_size = mesh.shape["data"]
   tx, _ = optimizer.make_optimizer(
       learning_rate=settings.learning_rate, total_steps=1000, warmup_steps=settings.warmup_steps,
       schedule=settings.lr_schedule, weight_decay=settings.weight_decay,
@@ -178,6 +209,7 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
       used = None if entry["memory"] is None else (entry["memory"]["total"]
                                                    + resident["optimizer_state"])
       entry.update(shape=[rows, length], tokens=rows * length, device_bytes=used,
+                   rows_per_host=rows * share["data_per_host"] // data_size,
                    capacity_bytes=capacity, fits=used is not None and used <= capacity,
                    compile_seconds=round(time.perf_counter() - start, 2))
       blocks.append(entry)
@@ -197,7 +229,10 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
                     f"every step: {', '.join(off_dtype)}")
   peak = max([b["device_bytes"] or 0 for b in blocks]
              + [(update or {}).get("device_bytes") or 0])
+  per_host = settings.batch_size * share["data_per_host"] / data_size
   return {"mode": "lora" if lora else "full", "flags": command_flags(settings),
+          **share, "batch_size": settings.batch_size,
+          "pairs_per_host": int(per_host) if per_host == int(per_host) else None,
           "resident_bytes": resident, "blocks": blocks, "update": update,
           "fits": all(b["fits"] for b in blocks) and peak <= capacity,
           "compilations": counter.count, "failures": failures}
