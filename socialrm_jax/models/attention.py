@@ -412,6 +412,21 @@ def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None
   return implementation
 
 
+# Splash here runs forward only: its kernel returns the log-sum-exp by which a causal row's two
+# passes are merged (`splash_attention`), and splash's backward takes no such residual.
+SPLASH_FORWARD_ONLY = ("splash attention runs forward only here (scoring and the probes); a "
+                       "training step needs xla, or cudnn on GPU")
+
+
+def for_training(implementation: str, backend: str) -> str:
+  """What a training step runs for `implementation` on `backend`: "auto" trains with xla on a
+  TPU (where it would score with splash), anything else as asked; splash is refused
+  (`SPLASH_FORWARD_ONLY`)."""
+  if implementation == "splash":
+    raise ValueError(SPLASH_FORWARD_ONLY)
+  return "xla" if implementation == "auto" and backend == "tpu" else implementation
+
+
 def _cudnn_refusal(backend: str, dtype, logit_cap: float | None) -> str | None:
   """Why cuDNN cannot run this model, or None."""
   if backend != "gpu":

@@ -80,6 +80,7 @@ from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.writer_lock import WriterLock
+from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, item_tokens, packing
@@ -222,6 +223,8 @@ def check(settings: Settings) -> None:
       raise InputError(f"--{name} must be 0 or more, got {getattr(settings, name)}")
   if settings.max_steps == 0 and settings.epochs < 1:
     raise InputError("--epochs must be at least 1 when --max_steps is 0")
+  if settings.attention == "splash":
+    raise InputError(f"--attention=splash: {attention_lib.SPLASH_FORWARD_ONLY}")
   if not 0 <= settings.eval_fraction < 1:
     raise InputError(f"--eval_fraction must be in [0, 1), got {settings.eval_fraction}")
   if settings.learning_rate <= 0:
@@ -394,7 +397,8 @@ def export_checkpoint(settings: Settings, step: int, output: str | os.PathLike) 
                      f"{', '.join(map(str, store.steps())) or 'none'}")
   mesh = training_mesh(settings)
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
-                              seed=settings.seed, attention=settings.attention)
+                              seed=settings.seed, attention=attention_lib.for_training(
+                                  settings.attention, mesh.devices.flat[0].platform))
   state = _train_state(settings, model, mesh, total_steps=1)  # the steps shape no state
   restored, _ = store.restore(step, {"params": state.trained, "opt_state": state.opt_state,
                                      "rng": state.rng})
@@ -466,7 +470,8 @@ def _train(settings: Settings, out: pathlib.Path) -> str:
   base_path = default_model.resolve_model_path(settings.model)  # a GGUF alias or Hub id: its file
   model_digests = run_manifest.start_file_digests(base_path)
   model = trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh,
-                              seed=settings.seed, attention=settings.attention)
+                              seed=settings.seed, attention=attention_lib.for_training(
+                                  settings.attention, mesh.devices.flat[0].platform))
   hf_export.hf_shapes(settings.model, model.sources, model.config)  # exportable, before training
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
   templater = item_tokens.Templater(tokenizer, is_causal=True, max_length=settings.max_length)

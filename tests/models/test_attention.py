@@ -235,3 +235,11 @@ def test_splash_under_a_mesh_runs_per_device():
   assert done.returncode == 0, done.stderr[-3000:]
   diffs = [float(line) for line in done.stdout.split()]
   assert len(diffs) == 2 and max(diffs) <= TOLERANCE, diffs
+
+
+def test_training_never_runs_the_forward_only_splash_kernel():
+  assert attention.for_training("auto", "tpu") == "xla"
+  assert attention.for_training("auto", "gpu") == "auto"  # resolved at load: cudnn or xla
+  assert attention.for_training("cudnn", "gpu") == "cudnn"
+  with pytest.raises(ValueError, match="forward only"):
+    attention.for_training("splash", "tpu")

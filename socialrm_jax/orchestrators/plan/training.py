@@ -124,7 +124,9 @@ def settings_for(options, training: train.Settings, mode: str) -> train.Settings
   if mode == "lora" and training.lora_rank < 1:
     raise InputError(f"--train=lora needs --lora_rank of 1 or more, got {training.lora_rank}")
   settings = dataclasses.replace(training, max_length=options.max_length, dtype=options.dtype,
-                                 mesh=options.mesh, attention=options.attention,
+                                 mesh=options.mesh,
+                                 attention="xla" if options.attention == "splash"
+                                 else options.attention,
                                  lora_rank=training.lora_rank if mode == "lora" else 0)
   train.check(dataclasses.replace(settings, model="plan", data=("plan",), output_dir="plan"))
   return settings
@@ -143,11 +145,14 @@ def command_flags(settings: train.Settings) -> str:
 
 
 def job_setup(setup: compiler.Setup) -> compiler.Setup:
-  """`setup` with socialrm-train's mesh: every device of the target, the scoring group's `model`
-  axis kept and `data` grown over the groups (each of which is then some of training's rows)."""
+  """`setup` with socialrm-train's mesh and attention: every device of the target, the scoring
+  group's `model` axis kept and `data` grown over the groups (each of which is then some of
+  training's rows)."""
   sizes = setup.mesh.shape
   spec = f"data:{sizes['data'] * setup.groups},model:{sizes['model']}"
-  return dataclasses.replace(setup, mesh=mesh_lib.make_mesh(spec, devices=setup.topology.devices))
+  # Scoring's splash runs forward only: the step trains with xla there (`attention.for_training`).
+  return dataclasses.replace(setup, mesh=mesh_lib.make_mesh(spec, devices=setup.topology.devices),
+                             attention="xla" if setup.attention == "splash" else setup.attention)
 
 
 def host_share(mesh) -> dict[str, int]:
