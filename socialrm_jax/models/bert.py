@@ -24,14 +24,16 @@ from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
+from socialrm_jax.models import layers, trunk
 from socialrm_jax.models.weights import WeightSource
 
 ARCHITECTURES = {
     "BertForSequenceClassification": "score",
     "BertModel": "none",
 }
+REFUSED_ARCHITECTURES: dict[str, str] = {}
 IS_CAUSAL = False
+HAS_POSITION_BIAS = False
 
 INIT_STDDEV = 0.02  # HF's `initializer_range` for BERT; only matters before weights are loaded.
 # HF's `base_model_prefix`: where the head classes keep the encoder.
@@ -46,12 +48,8 @@ _SAVED_BUFFER = re.compile(r"^(bert\.)?embeddings\.(position_ids|token_type_ids)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """What a BERT checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
-  architecture: str
-  head: str  # "score" | "none"
-  num_labels: int
-  pad_token_id: int | None
   vocab_size: int
   max_positions: int
   type_vocab_size: int
@@ -69,8 +67,7 @@ class Config(hf_config_lib.JsonConfig):
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF BERT `config.json` dict."""
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a BERT architecture; known: {sorted(ARCHITECTURES)}")
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "BERT")
   activation = hf_config.get("hidden_act", "gelu")
   layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   position_type = hf_config.get("position_embedding_type", "absolute")
@@ -81,14 +78,9 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
     raise ValueError("BERT configured as a decoder is not a bidirectional encoder; not supported")
   hidden_size = int(hf_config["hidden_size"])
   num_heads = int(hf_config["num_attention_heads"])
-  if hidden_size % num_heads:
-    raise ValueError(f"hidden_size={hidden_size} is not a multiple of "
-                     f"num_attention_heads={num_heads}")
+  hf_config_lib.attention_heads(hidden_size, num_heads)
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      num_labels=hf_config_lib.num_labels(hf_config),
-      pad_token_id=hf_config.get("pad_token_id"),
+      **head_fields,
       vocab_size=int(hf_config["vocab_size"]),
       max_positions=int(hf_config["max_position_embeddings"]),
       type_vocab_size=int(hf_config.get("type_vocab_size", 2)),
@@ -129,16 +121,12 @@ class Block(nnx.Module):
     return self.mlp_norm(x + self.mlp(x))  # [B, T, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """BERT encoder plus its head (pooler + classifier, or the pooler alone), per the contract."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete `attention.attend` implementation (see `attention.resolve`)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs
-    self.config = config
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     d = config.hidden_size
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    dtype, param_dtype, rngs, attention = kw["dtype"], kw["param_dtype"], kw["rngs"], self.attention
     self.embed = layers.Embedder(config.vocab_size, d, **kw)
     self.position_embed = layers.Embedder(config.max_positions, d, **kw)
     self.token_type_embed = layers.Embedder(config.type_vocab_size, d, **kw)

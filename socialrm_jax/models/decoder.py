@@ -19,7 +19,6 @@ RoPE frequencies) is scanned with its parameters.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -32,14 +31,15 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import heads as heads_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
+from socialrm_jax.models import layers, trunk
 from socialrm_jax.models.weights import (WeightSource, linear_to_einsum, reshape_to,
                                          stacked_sources)
 
 IS_CAUSAL = True
-
-# What the scanned layers keep for a backward pass (`jax.checkpoint` policy; see Model.__call__).
-LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+HAS_POSITION_BIAS = False
+# Every class keeps the trunk under `model.` (a reward class under another prefix:
+# `heads.HeadSpec.trunk_prefix`).
+BASE_MODEL_PREFIX = ""
 
 # The window of a full-attention layer when other layers slide: farther than any two positions.
 FULL_WINDOW = np.iinfo(np.int32).max
@@ -72,20 +72,9 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
     for name in ("Gemma3ForSequenceClassification", "Gemma3ForConditionalGeneration")}
 
 
-def _variant_of(architecture: str) -> str:
-  if architecture not in _VARIANTS:
-    raise ValueError(f"not a decoder architecture: {architecture!r}; supported: "
-                     + ", ".join(ARCHITECTURES))
-  return _VARIANTS[architecture][0]
-
-
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """Everything the decoder needs; hashable, so it can live in an nnx graph definition."""
-  architecture: str
-  head: str  # "score" | "lm" | "none"
-  num_labels: int
-  pad_token_id: int | None
   variant: str  # a key of _PREFIX
   vocab_size: int
   hidden_size: int
@@ -122,12 +111,9 @@ class Config(hf_config_lib.JsonConfig):
   attn_logit_softcap: float | None = None
   final_logit_softcap: float | None = None
   layer_windows: tuple[int | None, ...] = ()  # per layer: sliding window or None (full)
-  tie_word_embeddings: bool = False
   # InternLM2's reward models: their scorer (`get_score`) appends this token to the templated
   # conversation and reads `v_head` there; None for every other model.
   reward_token_id: int | None = None
-  # A custom reward head (ArmoRM, GRM, ...: `heads.describe`) in place of `score`; None: `score`.
-  reward_head: heads_lib.HeadSpec | None = None
 
   @property
   def attention_scale(self) -> float:
@@ -138,17 +124,13 @@ class Config(hf_config_lib.JsonConfig):
     """OLMo 2's RMSNorm multiplies by its weight in float32, then casts (Llama's casts first)."""
     return self.variant == "olmo2"
 
-  def to_dict(self) -> dict[str, Any]:
-    out = super().to_dict()
-    out["reward_head"] = None if self.reward_head is None else self.reward_head.to_dict()
-    return out
+  @property
+  def attention_logit_cap(self) -> float | None:
+    return self.attn_logit_softcap
 
-  @classmethod
-  def from_dict(cls, d: dict[str, Any]) -> "Config":
-    head = d.get("reward_head")
-    config = super().from_dict({k: v for k, v in d.items() if k != "reward_head"})
-    return dataclasses.replace(
-        config, reward_head=None if head is None else heads_lib.HeadSpec.from_dict(head))
+  @property
+  def has_sliding_windows(self) -> bool:
+    return any(window is not None for window in self.layer_windows)
 
 
 def _rope_settings(hf: dict, variant: str, default_theta: float = 10000.0) -> dict[str, Any]:
@@ -275,7 +257,8 @@ def _reward_token_id(hf: dict, architecture: str) -> int | None:
 
 def config_from_hf(hf_config: dict, architecture: str) -> Config:
   """HF `config.json` dict + architecture name -> Config."""
-  variant = _variant_of(architecture)
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "decoder")
+  variant = _VARIANTS[architecture][0]
   hidden = hf_config["hidden_size"]
   num_heads = hf_config["num_attention_heads"]
   num_layers = hf_config["num_hidden_layers"]
@@ -294,14 +277,11 @@ def config_from_hf(hf_config: dict, architecture: str) -> Config:
   else:
     rope = _rope_settings(hf_config, variant)
   gemma_2_or_3 = variant in ("gemma2", "gemma3")
+  if architecture == "InternLM2ForRewardModel":
+    head_fields["num_labels"] = 1  # one `v_head` output whatever its config says
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      # InternLM2's reward model has one `v_head` output whatever its config says.
-      num_labels=(1 if architecture == "InternLM2ForRewardModel"
-                  else hf_config_lib.num_labels(hf_config)),
+      **head_fields,
       reward_token_id=_reward_token_id(hf_config, architecture),
-      pad_token_id=hf_config.get("pad_token_id"),
       variant=variant,
       vocab_size=hf_config["vocab_size"],
       hidden_size=hidden,
@@ -435,33 +415,22 @@ class Block(nnx.Module):
     return x + mlp_out  # [B, T or P, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """Embeddings -> blocks -> final norm; `head` maps chosen hidden states to scores or logits."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete implementation of `attention.attend` ("xla", "cudnn", ...)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs  # a fresh stream per model, not a shared default
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.config = config
-    self.dtype = dtype
-    self.attention = attention
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     self.embedder = layers.Embedder(config.vocab_size, config.hidden_size, **kw)
-
-    # One Block whose parameters carry a leading [L] axis, each layer drawn from its own key.
-    @nnx.split_rngs(splits=config.num_layers)
-    @nnx.vmap(in_axes=(0,), out_axes=0)
-    def stacked_blocks(rngs: nnx.Rngs) -> Block:
-      return Block(config, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-
-    self.layers = stacked_blocks(rngs)
+    attention = self.attention
+    self.layers = trunk.stack_layers(
+        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
+        config.num_layers, kw["rngs"])
     self.final_norm = layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
-                                     unit_offset=config.unit_offset_norm, dtype=dtype,
-                                     param_dtype=param_dtype,
+                                     unit_offset=config.unit_offset_norm, dtype=kw["dtype"],
+                                     param_dtype=kw["param_dtype"],
                                      scale_in_float32=config.norm_scale_in_float32)
     if config.head == "score" and config.reward_head is not None:
       self.reward_head = heads_lib.RewardHead(config.reward_head, config.hidden_size,
-                                              param_dtype=param_dtype)
+                                              param_dtype=kw["param_dtype"])
     elif config.head == "score":
       self.score = layers.Projection("...D,DL->...L", (config.hidden_size, config.num_labels), None, **kw)
     elif config.head == "lm" and not config.tie_word_embeddings:
@@ -490,34 +459,21 @@ class Model(nnx.Module):
     if self.config.scale_embeddings:
       # Gemma multiplies by sqrt(D) rounded to the compute dtype (55.4256 -> 55.5 in bf16), as HF.
       x = x * jnp.asarray(math.sqrt(self.config.hidden_size), dtype=self.dtype)
-    graphdef, stacked = nnx.split(self.layers)  # every leaf [L, ...]
-    windows = layer_window_array(self.config)
-    inv_freqs = layer_rope_array(self.config)
+    # Per layer: its sliding window and RoPE frequencies (each None where no layer differs).
+    per_layer = (layer_window_array(self.config), layer_rope_array(self.config))
 
-    scanned = (stacked, windows, inv_freqs)  # per layer: parameters, window, RoPE frequencies
-
-    # What a backward pass keeps of each scanned layer: its projections' outputs (dots without
-    # batch axes); the norms, RoPE, attention and activations are recomputed from them. Keeping
-    # everything cost more than recomputing it on a CPU: each saved intermediate is a stacked
-    # [L, ...] buffer zeroed, written and read back per call (benchmarks/train_step_profile.py).
-    # A forward alone (scoring) is the same program either way.
-    @functools.partial(jax.checkpoint, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
-    def layer(x, scanned):
-      state, window, inv_freq = scanned
-      return nnx.merge(graphdef, state)(x, positions, layout, window, inv_freq), None
+    def layer(block: Block, x: jax.Array, data) -> jax.Array:
+      return block(x, positions, layout, *data)
 
     reads_few = output_index is not None and 2 * output_index.shape[1] <= input_ids.shape[1]
     if not reads_few or self.attention != "xla":
-      x, _ = jax.lax.scan(layer, x, scanned)
+      x = trunk.scan_layers(self.layers, x, layer, per_layer)
       return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
-    def layer_at(index):  # by a traced index, so that no slice of the stacked weights is copied
-      return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
+    def last_layer(block: Block, x: jax.Array, data) -> jax.Array:
+      return block(x, positions, layout, *data, output_index)  # [B, P, D]
 
-    x, _ = jax.lax.scan(lambda x, index: layer(x, layer_at(index)), x,
-                        jnp.arange(self.config.num_layers - 1))
-    state, window, inv_freq = layer_at(self.config.num_layers - 1)
-    x = nnx.merge(graphdef, state)(x, positions, layout, window, inv_freq, output_index)
+    x = trunk.scan_layers(self.layers, x, layer, per_layer, last_call=last_layer)
     return self.final_norm(x)  # [B, P, D]
 
   def head(self, hidden: jnp.ndarray, gate_hidden: jnp.ndarray | None = None) -> jnp.ndarray:

@@ -24,14 +24,16 @@ from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
+from socialrm_jax.models import layers, trunk
 from socialrm_jax.models.weights import WeightSource
 
 ARCHITECTURES = {
     "GPT2ForSequenceClassification": "score",
     "GPT2LMHeadModel": "lm",
 }
+REFUSED_ARCHITECTURES: dict[str, str] = {}
 IS_CAUSAL = True
+HAS_POSITION_BIAS = False
 
 # HF's `base_model_prefix`: where the head classes keep the trunk. The original GPT-2 checkpoints
 # were saved from the bare `GPT2Model`, so their tensors lack it (`h.0.attn.c_attn.weight`).
@@ -42,12 +44,8 @@ INIT_STDDEV = 0.02  # HF's `initializer_range` for GPT-2; only matters before we
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """What a GPT-2 checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
-  architecture: str
-  head: str  # "score" | "lm"
-  num_labels: int
-  pad_token_id: int | None
   vocab_size: int
   max_positions: int
   hidden_size: int
@@ -59,7 +57,7 @@ class Config(hf_config_lib.JsonConfig):
   scale_attn_weights: bool = True
   scale_attn_by_inverse_layer_idx: bool = False
   # HF ties GPT-2's LM head to the token embedding unless the config says otherwise.
-  tie_word_embeddings: bool = True
+  tie_word_embeddings: bool = dataclasses.field(default=True, kw_only=True)
 
   @property
   def head_dim(self) -> int:
@@ -68,22 +66,16 @@ class Config(hf_config_lib.JsonConfig):
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF GPT-2 `config.json` dict."""
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a GPT-2 architecture; "
-                     f"known: {sorted(ARCHITECTURES)}")
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "GPT-2")
   activation = hf_config.get("activation_function", "gelu_new")
   layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   if hf_config.get("add_cross_attention"):
     raise ValueError("GPT-2 with cross-attention is an encoder-decoder part, not a reward model")
   hidden_size = int(hf_config["n_embd"])
   num_heads = int(hf_config["n_head"])
-  if hidden_size % num_heads:
-    raise ValueError(f"n_embd={hidden_size} is not a multiple of n_head={num_heads}")
+  hf_config_lib.attention_heads(hidden_size, num_heads, "n_embd", "n_head")
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      num_labels=hf_config_lib.num_labels(hf_config),
-      pad_token_id=hf_config.get("pad_token_id"),
+      **head_fields,
       vocab_size=int(hf_config["vocab_size"]),
       max_positions=int(hf_config["n_positions"]),
       hidden_size=hidden_size,
@@ -137,16 +129,12 @@ class Block(nnx.Module):
     return x + self.mlp(self.ln_2(x))  # [B, T, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """GPT-2 trunk plus its head (`score`, `lm`, or none when loaded trunk-only), per the contract."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete `attention.attend` implementation (see `attention.resolve`)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs
-    self.config = config
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     d = config.hidden_size
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    dtype, param_dtype, rngs, attention = kw["dtype"], kw["param_dtype"], kw["rngs"], self.attention
     self.embed = layers.Embedder(config.vocab_size, d, **kw)  # also the tied LM head
     self.position_embed = layers.Embedder(config.max_positions, d, **kw)
     self.layers = nnx.List([
