@@ -15,7 +15,7 @@ the layer's key and query projections (`share_att_key`) or by their own, and f c
 Positions come from the caller and restart in each packed segment, so the relative positions of
 two packed sequences are those of each alone (the packer gives an encoder one sequence a segment;
 tokens of other segments are masked). The layers are one stacked module run under
-`jax.lax.scan`, as in `decoder.py`. DeBERTa-v2-xlarge's convolution layer (`conv_kernel_size`) is
+`jax.lax.scan` (`trunk.scan_layers`). DeBERTa-v2-xlarge's convolution layer (`conv_kernel_size`) is
 refused: its kernel would reach across packed segments.
 """
 

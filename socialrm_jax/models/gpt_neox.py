@@ -12,7 +12,7 @@ token, `pooling: "last"`). What sets GPT-NeoX apart from the Llama-like decoders
   key and value in turn, so each head's q/k/v is a contiguous block (not q for every head, then k);
 - LayerNorms with bias, biased projections (`attention_bias`), a dense GELU MLP.
 
-The blocks are one stacked module run under `jax.lax.scan`, as in `decoder.py`. Positions come
+The blocks are one stacked module run under `jax.lax.scan` (`trunk.scan_layers`). Positions come
 from the caller, so packed rows and shared prefixes see the positions of the sequence alone.
 """
 
