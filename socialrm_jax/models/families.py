@@ -42,6 +42,9 @@ class ModelConfig(Protocol):
   @property
   def has_sliding_windows(self) -> bool: ...
 
+  @property
+  def appended_token_ids(self) -> tuple[int, ...]: ...
+
   def to_dict(self) -> dict[str, Any]: ...
 
 

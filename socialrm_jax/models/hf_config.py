@@ -68,6 +68,12 @@ class FamilyConfig:
     """Whether some layer attends through a sliding window."""
     return False
 
+  @property
+  def appended_token_ids(self) -> tuple[int, ...]:
+    """Tokens the model's own scorer appends after the templated conversation (InternLM2's
+    reward token); none for every other model."""
+    return ()
+
   def to_dict(self) -> dict[str, Any]:
     out = {k: list(v) if isinstance(v, tuple) else v
            for k, v in dataclasses.asdict(self).items() if k != "reward_head"}

@@ -97,6 +97,10 @@ class Config(hf_config_lib.FamilyConfig):
   def has_sliding_windows(self) -> bool:
     return any(window is not None for window in self.layer_windows)
 
+  @property
+  def appended_token_ids(self) -> tuple[int, ...]:
+    return () if self.reward_token_id is None else (self.reward_token_id,)
+
 
 def _rope_settings(hf: dict, variant: str, default_theta: float = 10000.0) -> dict[str, Any]:
   """RoPE theta and scaling from `rope_parameters` (transformers >= 5) or `rope_scaling` (older)."""
