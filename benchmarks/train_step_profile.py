@@ -155,13 +155,13 @@ def _merged_lora(model):
 def _variant_contexts(name: str, model) -> list:
   """Context managers under which the step is traced as variant `name` ('a+b': both)."""
   import jax
-  from socialrm_jax.models import attention, decoder, layers
+  from socialrm_jax.models import attention, layers, trunk
   variants = {
       "current": [],
       # The projections as einsums over named axes (before: the backward's transposes).
       "einsum_projections": [lambda: _replaced(layers.Projection, "__call__", _einsum_projection)],
       # The scanned layers keeping every intermediate for the backward pass (no jax.checkpoint).
-      "keep_all_residuals": [lambda: _replaced(decoder, "LAYER_SAVED_RESIDUALS",
+      "keep_all_residuals": [lambda: _replaced(trunk, "LAYER_SAVED_RESIDUALS",
                                                jax.checkpoint_policies.everything_saveable)],
       # Attention's products over B, T, K, G, H (before: the backward's transposes).
       "grouped_attention": [lambda: _replaced(attention, "xla_attention", _grouped_attention)],

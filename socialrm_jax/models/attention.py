@@ -183,7 +183,7 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 
 
 def dense_fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout,
-                          positions: jax.Array, *, scale: float,
+                          positions: jax.Array, *, scale: float | jax.Array,
                           window: jax.Array | int | None = None,
                           implementation: str = "cudnn") -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H] -> [B, T, N, H] by `jax.nn.dot_product_attention` under the
@@ -194,8 +194,11 @@ def dense_fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layo
   backend, which is how the call's arguments are tested off GPU. jax takes grouped key/value
   heads as they are (query head n reads key/value head n // G, like `xla_attention`).
   `is_causal` repeats what the mask already says, so that cuDNN can skip the blocks above the
-  diagonal.
+  diagonal. jax's kernels take a constant scale: a traced one (a scanned layer's own, GPT-2's
+  `scale_attn_by_inverse_layer_idx`) scales the queries instead.
   """
+  if not isinstance(scale, (int, float)):
+    q, scale = q * jnp.asarray(scale, q.dtype), 1.0
   mask = dense_mask(layout, positions, window)[:, None]  # [B, 1, T, S]
   return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                       is_causal=layout.is_causal, implementation=implementation)
@@ -338,10 +341,12 @@ def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: jax.Array, *,
-           scale: float, logit_cap: float | None = None, window: jax.Array | int | None = None,
-           implementation: str = "xla", bias: jax.Array | None = None,
-           query_index: jax.Array | None = None) -> jax.Array:
+           scale: float | jax.Array, logit_cap: float | None = None,
+           window: jax.Array | int | None = None, implementation: str = "xla",
+           bias: jax.Array | None = None, query_index: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H] under `layout` -> [B, T, N, H].
+
+  `scale` multiplies the logits: a constant, or a layer's own traced scalar under a scan.
 
   `query_index` [B, P]: q holds only the queries of those tokens ([B, P, N, H], e.g. the
   positions a reward is read at, in a model's last layer) -> [B, P, N, H]; "xla" only.

@@ -7,7 +7,8 @@ sequence, so the head applied at [CLS] (as the reward path applies it) gives tha
 callers that want token states use `Model.__call__`.
 
 Positions come from the caller (`positions`), so packed rows restart their positions per segment
-and padding on either side does not shift them. Token types default to zeros (one segment).
+and padding on either side does not shift them. Token types default to zeros (one segment). The
+layers are one stacked module run under `jax.lax.scan` (`trunk.scan_layers`), as every family's.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource
+from socialrm_jax.models import layers, trunk
+from socialrm_jax.models.weights import WeightSource, stacked_sources
 
 ARCHITECTURES = {
     "BertForSequenceClassification": "score",
     "BertModel": "none",
 }
+REFUSED_ARCHITECTURES: dict[str, str] = {}
 IS_CAUSAL = False
+HAS_POSITION_BIAS = False
 
 INIT_STDDEV = 0.02  # HF's `initializer_range` for BERT; only matters before weights are loaded.
 # HF's `base_model_prefix`: where the head classes keep the encoder.
@@ -46,12 +49,8 @@ _SAVED_BUFFER = re.compile(r"^(bert\.)?embeddings\.(position_ids|token_type_ids)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """What a BERT checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
-  architecture: str
-  head: str  # "score" | "none"
-  num_labels: int
-  pad_token_id: int | None
   vocab_size: int
   max_positions: int
   type_vocab_size: int
@@ -69,8 +68,7 @@ class Config(hf_config_lib.JsonConfig):
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF BERT `config.json` dict."""
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a BERT architecture; known: {sorted(ARCHITECTURES)}")
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "BERT")
   activation = hf_config.get("hidden_act", "gelu")
   layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   position_type = hf_config.get("position_embedding_type", "absolute")
@@ -81,14 +79,9 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
     raise ValueError("BERT configured as a decoder is not a bidirectional encoder; not supported")
   hidden_size = int(hf_config["hidden_size"])
   num_heads = int(hf_config["num_attention_heads"])
-  if hidden_size % num_heads:
-    raise ValueError(f"hidden_size={hidden_size} is not a multiple of "
-                     f"num_attention_heads={num_heads}")
+  hf_config_lib.attention_heads(hidden_size, num_heads)
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      num_labels=hf_config_lib.num_labels(hf_config),
-      pad_token_id=hf_config.get("pad_token_id"),
+      **head_fields,
       vocab_size=int(hf_config["vocab_size"]),
       max_positions=int(hf_config["max_position_embeddings"]),
       type_vocab_size=int(hf_config.get("type_vocab_size", 2)),
@@ -129,30 +122,25 @@ class Block(nnx.Module):
     return self.mlp_norm(x + self.mlp(x))  # [B, T, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """BERT encoder plus its head (pooler + classifier, or the pooler alone), per the contract."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete `attention.attend` implementation (see `attention.resolve`)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs
-    self.config = config
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     d = config.hidden_size
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.embed = layers.Embedder(config.vocab_size, d, **kw)
     self.position_embed = layers.Embedder(config.max_positions, d, **kw)
     self.token_type_embed = layers.Embedder(config.type_vocab_size, d, **kw)
-    self.embed_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
-                                    param_dtype=param_dtype, rngs=rngs)
-    self.layers = nnx.List([
-        Block(config, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        for _ in range(config.num_layers)])
-    precision = attention_lib.matmul_precision(dtype)  # full fp32 products, as the trunk's
-    self.pooler = nnx.Linear(d, d, precision=precision, dtype=dtype, param_dtype=param_dtype,
-                             kernel_init=_normal(), rngs=rngs)
+    self.embed_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
+    attention = self.attention
+    self.layers = trunk.stack_layers(
+        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
+        config.num_layers, kw["rngs"])
+    # Full fp32 products, as the trunk's.
+    linear = functools.partial(nnx.Linear, precision=attention_lib.matmul_precision(kw["dtype"]),
+                               kernel_init=_normal(), **kw)
+    self.pooler = linear(d, d)
     if config.head == "score":
-      self.classifier = nnx.Linear(d, config.num_labels, precision=precision, dtype=dtype,
-                                   param_dtype=param_dtype, kernel_init=_normal(), rngs=rngs)
+      self.classifier = linear(d, config.num_labels)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
                token_type_ids: jax.Array | None = None,
@@ -168,8 +156,7 @@ class Model(nnx.Module):
     x = (self.embed(input_ids) + self.position_embed(positions)
          + self.token_type_embed(token_type_ids))  # [B, T, D]
     x = self.embed_norm(x)
-    for layer in self.layers:
-      x = layer(x, positions, layout)
+    x = trunk.scan_layers(self.layers, x, lambda block, x, _: block(x, positions, layout))
     return layers.take_positions(x, output_index)  # [B, T or P, D]
 
   def head(self, cls_hidden: jax.Array) -> jax.Array:
@@ -211,30 +198,28 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
       "pooler/kernel": WeightSource(f"{prefix}pooler.dense.weight", _transpose),
       "pooler/bias": WeightSource(f"{prefix}pooler.dense.bias"),
   }
-  for i in range(config.num_layers):
-    hf = f"{prefix}encoder.layer.{i}"
-    ours = f"layers/{i}"
-    for name, hf_name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
-      sources[f"{ours}/attn/{name}/kernel"] = WeightSource(
-          f"{hf}.attention.self.{hf_name}.weight",
-          functools.partial(_transpose_reshape, (d, n, h)), model_axis=1)  # [D, N, H]
-      sources[f"{ours}/attn/{name}/bias"] = WeightSource(
-          f"{hf}.attention.self.{hf_name}.bias", functools.partial(_reshape, (n, h)),
-          model_axis=0)  # [N, H]
-    sources[f"{ours}/attn/o_proj/kernel"] = WeightSource(
-        f"{hf}.attention.output.dense.weight", functools.partial(_transpose_reshape, (n, h, d)),
-        model_axis=0)  # [N, H, D]
-    sources[f"{ours}/attn/o_proj/bias"] = WeightSource(f"{hf}.attention.output.dense.bias")
-    sources[f"{ours}/attn_norm/scale"] = WeightSource(f"{hf}.attention.output.LayerNorm.weight")
-    sources[f"{ours}/attn_norm/bias"] = WeightSource(f"{hf}.attention.output.LayerNorm.bias")
-    sources[f"{ours}/mlp/up/kernel"] = WeightSource(
-        f"{hf}.intermediate.dense.weight", _transpose, model_axis=1)  # [D, F]
-    sources[f"{ours}/mlp/up/bias"] = WeightSource(f"{hf}.intermediate.dense.bias", model_axis=0)
-    sources[f"{ours}/mlp/down/kernel"] = WeightSource(
-        f"{hf}.output.dense.weight", _transpose, model_axis=0)  # [F, D]
-    sources[f"{ours}/mlp/down/bias"] = WeightSource(f"{hf}.output.dense.bias")
-    sources[f"{ours}/mlp_norm/scale"] = WeightSource(f"{hf}.output.LayerNorm.weight")
-    sources[f"{ours}/mlp_norm/bias"] = WeightSource(f"{hf}.output.LayerNorm.bias")
+  block = stacked_sources(f"{prefix}encoder.layer.{{layer}}.", config.num_layers)
+  for name, hf_name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
+    sources[f"layers/attn/{name}/kernel"] = block(
+        f"attention.self.{hf_name}.weight", functools.partial(_transpose_reshape, (d, n, h)),
+        model_axis=2)  # [L, D, N, H]
+    sources[f"layers/attn/{name}/bias"] = block(
+        f"attention.self.{hf_name}.bias", functools.partial(_reshape, (n, h)),
+        model_axis=1)  # [L, N, H]
+  sources["layers/attn/o_proj/kernel"] = block(
+      "attention.output.dense.weight", functools.partial(_transpose_reshape, (n, h, d)),
+      model_axis=1)  # [L, N, H, D]
+  sources["layers/attn/o_proj/bias"] = block("attention.output.dense.bias")
+  sources["layers/attn_norm/scale"] = block("attention.output.LayerNorm.weight")
+  sources["layers/attn_norm/bias"] = block("attention.output.LayerNorm.bias")
+  sources["layers/mlp/up/kernel"] = block(
+      "intermediate.dense.weight", _transpose, model_axis=2)  # [L, D, F]
+  sources["layers/mlp/up/bias"] = block("intermediate.dense.bias", model_axis=1)
+  sources["layers/mlp/down/kernel"] = block(
+      "output.dense.weight", _transpose, model_axis=1)  # [L, F, D]
+  sources["layers/mlp/down/bias"] = block("output.dense.bias")
+  sources["layers/mlp_norm/scale"] = block("output.LayerNorm.weight")
+  sources["layers/mlp_norm/bias"] = block("output.LayerNorm.bias")
   if config.head == "score":
     sources["classifier/kernel"] = WeightSource("classifier.weight", _transpose)  # [D, L]
     sources["classifier/bias"] = WeightSource("classifier.bias")

@@ -8,8 +8,9 @@ Layout of a native folder:
 Restoring places each parameter straight into its sharding, as loading from HF does.
 
 Format 1 predates stacked layers: it kept each layer's parameters under their own keys
-(`layers.0.attn.q_proj.kernel`, ...). Such a checkpoint still loads; its layers are stacked on
-restore.
+(`layers.0.attn.q_proj.kernel`, ...). Format 2 stacked every family's layers but GPT-2's and
+BERT's, which kept theirs per layer until format 3 stacked them too. Such checkpoints still load;
+their layers are stacked on restore.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from socialrm_jax.models import weights
 
 MANIFEST = "socialrm_model.json"
 PARAMS_DIR = "params"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+# The families whose format-2 checkpoints keep each layer's parameters under their own keys.
+PER_LAYER_IN_FORMAT_2 = ("gpt2", "bert")
 
 
 def _checkpointer():
@@ -94,7 +97,8 @@ def restore_params(folder: str, module: nnx.Module, sources: Mapping[str, weight
   folder = os.path.abspath(folder)
   manifest = _manifest(folder)
   stored_dtype = jnp.dtype(manifest["param_dtype"])
-  per_layer_keys = manifest["format_version"] == 1
+  per_layer_keys = manifest["format_version"] == 1 or (
+      manifest["format_version"] == 2 and manifest["family"] in PER_LAYER_IN_FORMAT_2)
   variables = weights.param_paths(module)
   shardings, target = {}, {}
   for path, var in variables.items():

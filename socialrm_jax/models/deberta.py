@@ -15,7 +15,7 @@ the layer's key and query projections (`share_att_key`) or by their own, and f c
 Positions come from the caller and restart in each packed segment, so the relative positions of
 two packed sequences are those of each alone (the packer gives an encoder one sequence a segment;
 tokens of other segments are masked). The layers are one stacked module run under
-`jax.lax.scan`, as in `decoder.py`. DeBERTa-v2-xlarge's convolution layer (`conv_kernel_size`) is
+`jax.lax.scan` (`trunk.scan_layers`). DeBERTa-v2-xlarge's convolution layer (`conv_kernel_size`) is
 refused: its kernel would reach across packed segments.
 """
 
@@ -33,13 +33,14 @@ from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
+from socialrm_jax.models import layers, trunk
 from socialrm_jax.models.weights import (WeightSource, linear_to_einsum, reshape_to,
                                          stacked_sources)
 
 ARCHITECTURES = {
     "DebertaV2ForSequenceClassification": "score",
 }
+REFUSED_ARCHITECTURES: dict[str, str] = {}
 IS_CAUSAL = False
 # The relative-position scores are an additive bias only "xla" attention takes.
 HAS_POSITION_BIAS = True
@@ -54,12 +55,8 @@ _SAVED_BUFFER = re.compile(
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """What a DeBERTa-v2 checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
-  architecture: str
-  head: str  # "score" | "none"
-  num_labels: int
-  pad_token_id: int | None
   vocab_size: int
   embedding_size: int
   hidden_size: int
@@ -106,9 +103,7 @@ def _pos_att_types(value: Any) -> tuple[str, ...]:
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF DeBERTa-v2 `config.json` dict (HF's defaults where a field is absent)."""
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a DeBERTa-v2 architecture; "
-                     f"known: {sorted(ARCHITECTURES)}")
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "DeBERTa-v2")
   if int(hf_config.get("conv_kernel_size", 0) or 0) > 0:
     raise ValueError("`conv_kernel_size` > 0 (DeBERTa-v2-xlarge's convolution layer) is not "
                      "supported: its kernel would mix tokens of packed sequences")
@@ -118,9 +113,7 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   layers.activation(pooler_activation)
   hidden_size = int(hf_config["hidden_size"])
   num_heads = int(hf_config["num_attention_heads"])
-  if hidden_size % num_heads:
-    raise ValueError(f"hidden_size={hidden_size} is not a multiple of "
-                     f"num_attention_heads={num_heads}")
+  hf_config_lib.attention_heads(hidden_size, num_heads)
   pooler_size = int(hf_config.get("pooler_hidden_size") or hidden_size)
   if pooler_size != hidden_size:
     raise ValueError(f"`pooler_hidden_size`={pooler_size} differs from hidden_size={hidden_size}; "
@@ -129,10 +122,7 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   max_relative = int(hf_config.get("max_relative_positions", -1))
   norm_rel = [x.strip() for x in str(hf_config.get("norm_rel_ebd", "none")).lower().split("|")]
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      num_labels=hf_config_lib.num_labels(hf_config),
-      pad_token_id=hf_config.get("pad_token_id"),
+      **head_fields,
       vocab_size=int(hf_config["vocab_size"]),
       embedding_size=int(hf_config.get("embedding_size") or hidden_size),
       hidden_size=hidden_size,
@@ -269,16 +259,11 @@ class Block(nnx.Module):
     return self.mlp_norm(self.mlp(x) + x)  # [B, T, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """DeBERTa-v2 encoder plus ContextPooler and classifier (or neither, loaded trunk-only)."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete `attention.attend` implementation (see `attention.resolve`)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs
-    self.config = config
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     d, e = config.hidden_size, config.embedding_size
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.embed = layers.Embedder(config.vocab_size, e, **kw)
     if config.position_biased_input:
       self.position_embed = layers.Embedder(config.max_positions, e, **kw)
@@ -286,21 +271,16 @@ class Model(nnx.Module):
       self.token_type_embed = layers.Embedder(config.type_vocab_size, e, **kw)
     if e != d:
       self.embed_proj = layers.Projection("BTE,ED->BTD", (e, d), None, **kw)
-    norm = functools.partial(nnx.LayerNorm, d, epsilon=config.layer_norm_eps, dtype=dtype,
-                             param_dtype=param_dtype, rngs=rngs)
+    norm = functools.partial(nnx.LayerNorm, d, epsilon=config.layer_norm_eps, **kw)
     self.embed_norm = norm()
     if config.relative_attention:
       self.rel_embed = layers.Embedder(2 * config.attention_span, d, **kw)  # [2A, D]
       if config.norm_rel_embeddings:
         self.rel_norm = norm()
-
-    # One Block whose parameters carry a leading [L] axis, each layer drawn from its own key.
-    @nnx.split_rngs(splits=config.num_layers)
-    @nnx.vmap(in_axes=(0,), out_axes=0)
-    def stacked_blocks(rngs: nnx.Rngs) -> Block:
-      return Block(config, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-
-    self.layers = stacked_blocks(rngs)
+    attention = self.attention
+    self.layers = trunk.stack_layers(
+        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
+        config.num_layers, kw["rngs"])
     if config.head == "score":
       self.pooler = layers.Projection("...D,DE->...E", (d, d), (d,), **kw)
       self.classifier = layers.Projection("...D,DL->...L", (d, config.num_labels),
@@ -327,13 +307,11 @@ class Model(nnx.Module):
       if config.norm_rel_embeddings:
         relative = self.rel_norm(relative)
       c2p_index, p2c_index = relative_indices(config, positions)  # [B, T, S] each
-    graphdef, stacked = nnx.split(self.layers)  # every leaf [L, ...]
 
-    def layer(x, state):
-      block = nnx.merge(graphdef, state)
-      return block(x, positions, layout, relative, c2p_index, p2c_index), None
+    def layer(block: Block, x: jax.Array, _) -> jax.Array:
+      return block(x, positions, layout, relative, c2p_index, p2c_index)
 
-    x, _ = jax.lax.scan(layer, x, stacked)
+    x = trunk.scan_layers(self.layers, x, layer)
     return layers.take_positions(x, output_index)  # [B, T or P, D]
 
   def head(self, cls_hidden: jax.Array) -> jax.Array:

@@ -7,7 +7,9 @@ projections as `Conv1D` weights, laid out [in, out] (the transpose of `nn.Linear
 query, key and value projections.
 
 Positions come from the caller (`positions`), not from the token index, so left padding and
-packed rows see the same position embeddings as the sequence scored alone.
+packed rows see the same position embeddings as the sequence scored alone. The blocks are one
+stacked module run under `jax.lax.scan` (`trunk.scan_layers`), as every family's; with
+`scale_attn_by_inverse_layer_idx` each layer's logit scale is scanned with its parameters.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
-from socialrm_jax.models.weights import WeightSource
+from socialrm_jax.models import layers, trunk
+from socialrm_jax.models.weights import WeightSource, stacked_sources
 
 ARCHITECTURES = {
     "GPT2ForSequenceClassification": "score",
     "GPT2LMHeadModel": "lm",
 }
+REFUSED_ARCHITECTURES: dict[str, str] = {}
 IS_CAUSAL = True
+HAS_POSITION_BIAS = False
 
 # HF's `base_model_prefix`: where the head classes keep the trunk. The original GPT-2 checkpoints
 # were saved from the bare `GPT2Model`, so their tensors lack it (`h.0.attn.c_attn.weight`).
@@ -42,12 +46,8 @@ INIT_STDDEV = 0.02  # HF's `initializer_range` for GPT-2; only matters before we
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """What a GPT-2 checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
-  architecture: str
-  head: str  # "score" | "lm"
-  num_labels: int
-  pad_token_id: int | None
   vocab_size: int
   max_positions: int
   hidden_size: int
@@ -59,7 +59,7 @@ class Config(hf_config_lib.JsonConfig):
   scale_attn_weights: bool = True
   scale_attn_by_inverse_layer_idx: bool = False
   # HF ties GPT-2's LM head to the token embedding unless the config says otherwise.
-  tie_word_embeddings: bool = True
+  tie_word_embeddings: bool = dataclasses.field(default=True, kw_only=True)
 
   @property
   def head_dim(self) -> int:
@@ -68,22 +68,16 @@ class Config(hf_config_lib.JsonConfig):
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF GPT-2 `config.json` dict."""
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a GPT-2 architecture; "
-                     f"known: {sorted(ARCHITECTURES)}")
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "GPT-2")
   activation = hf_config.get("activation_function", "gelu_new")
   layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   if hf_config.get("add_cross_attention"):
     raise ValueError("GPT-2 with cross-attention is an encoder-decoder part, not a reward model")
   hidden_size = int(hf_config["n_embd"])
   num_heads = int(hf_config["n_head"])
-  if hidden_size % num_heads:
-    raise ValueError(f"n_embd={hidden_size} is not a multiple of n_head={num_heads}")
+  hf_config_lib.attention_heads(hidden_size, num_heads, "n_embd", "n_head")
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      num_labels=hf_config_lib.num_labels(hf_config),
-      pad_token_id=hf_config.get("pad_token_id"),
+      **head_fields,
       vocab_size=int(hf_config["vocab_size"]),
       max_positions=int(hf_config["n_positions"]),
       hidden_size=hidden_size,
@@ -116,53 +110,56 @@ def attention_scale(config: Config, layer_index: int) -> float:
   return scale
 
 
+def layer_scale_array(config: Config) -> np.ndarray | None:
+  """[L] float32 logit scale per layer when it differs between layers
+  (`scale_attn_by_inverse_layer_idx`), scanned with the layers; None when every layer has
+  `attention_scale(config, 0)`, a constant of the traced program."""
+  if not config.scale_attn_by_inverse_layer_idx:
+    return None
+  return np.array([attention_scale(config, i) for i in range(config.num_layers)], np.float32)
+
+
 class Block(nnx.Module):
   """Pre-LayerNorm block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
 
-  def __init__(self, config: Config, layer_index: int, *, attention: str, dtype, param_dtype,
-               rngs: nnx.Rngs):
+  def __init__(self, config: Config, *, attention: str, dtype, param_dtype, rngs: nnx.Rngs):
     norm = functools.partial(nnx.LayerNorm, config.hidden_size, epsilon=config.layer_norm_eps,
                              dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.ln_1 = norm()
     self.attn = layers.BiasedSelfAttention(
-        config.hidden_size, config.num_heads, config.head_dim,
-        scale=attention_scale(config, layer_index), implementation=attention, dtype=dtype,
-        param_dtype=param_dtype, rngs=rngs)
+        config.hidden_size, config.num_heads, config.head_dim, scale=attention_scale(config, 0),
+        implementation=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.ln_2 = norm()
     self.mlp = layers.DenseMLP(config.hidden_size, config.intermediate_size, config.activation,
                                dtype=dtype, param_dtype=param_dtype, rngs=rngs)
 
-  def __call__(self, x: jax.Array, positions: jax.Array, layout: attention_lib.Layout) -> jax.Array:
-    x = x + self.attn(self.ln_1(x), positions, layout)  # [B, T, D]
+  def __call__(self, x: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
+               scale: jax.Array | None = None) -> jax.Array:
+    """`scale`: this layer's logit scale where layers differ (`layer_scale_array`)."""
+    x = x + self.attn(self.ln_1(x), positions, layout, scale)  # [B, T, D]
     return x + self.mlp(self.ln_2(x))  # [B, T, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """GPT-2 trunk plus its head (`score`, `lm`, or none when loaded trunk-only), per the contract."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete `attention.attend` implementation (see `attention.resolve`)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs
-    self.config = config
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     d = config.hidden_size
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.embed = layers.Embedder(config.vocab_size, d, **kw)  # also the tied LM head
     self.position_embed = layers.Embedder(config.max_positions, d, **kw)
-    self.layers = nnx.List([
-        Block(config, i, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        for i in range(config.num_layers)])
-    self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
-                                    param_dtype=param_dtype, rngs=rngs)
-    precision = attention_lib.matmul_precision(dtype)  # full fp32 products, as the trunk's
+    attention = self.attention
+    self.layers = trunk.stack_layers(
+        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
+        config.num_layers, kw["rngs"])
+    self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
+    # Full fp32 products, as the trunk's.
+    linear = functools.partial(nnx.Linear, use_bias=False,
+                               precision=attention_lib.matmul_precision(kw["dtype"]),
+                               kernel_init=_normal(), **kw)
     if config.head == "score":
-      self.score = nnx.Linear(d, config.num_labels, use_bias=False, precision=precision,
-                              dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(),
-                              rngs=rngs)
+      self.score = linear(d, config.num_labels)
     if config.head == "lm" and not config.tie_word_embeddings:
-      self.lm_head = nnx.Linear(d, config.vocab_size, use_bias=False, precision=precision,
-                                dtype=dtype, param_dtype=param_dtype, kernel_init=_normal(),
-                                rngs=rngs)
+      self.lm_head = linear(d, config.vocab_size)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
                token_type_ids: jax.Array | None = None,
@@ -173,8 +170,11 @@ class Model(nnx.Module):
     if token_type_ids is not None:
       # HF GPT-2 embeds token types with the token embedding table itself.
       x = x + self.embed(token_type_ids)
-    for layer in self.layers:
-      x = layer(x, positions, layout)
+
+    def layer(block: Block, x: jax.Array, scale: jax.Array | None) -> jax.Array:
+      return block(x, positions, layout, scale)
+
+    x = trunk.scan_layers(self.layers, x, layer, layer_scale_array(self.config))
     return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:
@@ -215,30 +215,26 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
       "final_norm/scale": WeightSource(f"{trunk}ln_f.weight"),
       "final_norm/bias": WeightSource(f"{trunk}ln_f.bias"),
   }
-  for i in range(config.num_layers):
-    hf = f"{trunk}h.{i}"
-    ours = f"layers/{i}"
-    for norm in ("ln_1", "ln_2"):
-      sources[f"{ours}/{norm}/scale"] = WeightSource(f"{hf}.{norm}.weight")
-      sources[f"{ours}/{norm}/bias"] = WeightSource(f"{hf}.{norm}.bias")
-    # c_attn is Conv1D [D, 3D]: columns [0, D) are the queries, then keys, then values.
-    for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
-      start, stop = index * d, (index + 1) * d
-      sources[f"{ours}/attn/{name}/kernel"] = WeightSource(
-          f"{hf}.attn.c_attn.weight", functools.partial(_columns, start, stop, (d, n, h)),
-          model_axis=1)  # [D, N, H]
-      sources[f"{ours}/attn/{name}/bias"] = WeightSource(
-          f"{hf}.attn.c_attn.bias", functools.partial(_columns, start, stop, (n, h)),
-          model_axis=0)  # [N, H]
-    sources[f"{ours}/attn/o_proj/kernel"] = WeightSource(
-        f"{hf}.attn.c_proj.weight", functools.partial(_reshape, (n, h, d)),
-        model_axis=0)  # [N, H, D]
-    sources[f"{ours}/attn/o_proj/bias"] = WeightSource(f"{hf}.attn.c_proj.bias")
-    sources[f"{ours}/mlp/up/kernel"] = WeightSource(f"{hf}.mlp.c_fc.weight", model_axis=1)  # [D, F]
-    sources[f"{ours}/mlp/up/bias"] = WeightSource(f"{hf}.mlp.c_fc.bias", model_axis=0)  # [F]
-    sources[f"{ours}/mlp/down/kernel"] = WeightSource(
-        f"{hf}.mlp.c_proj.weight", model_axis=0)  # [F, D]
-    sources[f"{ours}/mlp/down/bias"] = WeightSource(f"{hf}.mlp.c_proj.bias")
+  block = stacked_sources(f"{trunk}h.{{layer}}.", config.num_layers)
+  for norm in ("ln_1", "ln_2"):
+    sources[f"layers/{norm}/scale"] = block(f"{norm}.weight")  # [L, D]
+    sources[f"layers/{norm}/bias"] = block(f"{norm}.bias")
+  # c_attn is Conv1D [D, 3D]: columns [0, D) are the queries, then keys, then values.
+  for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
+    start, stop = index * d, (index + 1) * d
+    sources[f"layers/attn/{name}/kernel"] = block(
+        "attn.c_attn.weight", functools.partial(_columns, start, stop, (d, n, h)),
+        model_axis=2)  # [L, D, N, H]
+    sources[f"layers/attn/{name}/bias"] = block(
+        "attn.c_attn.bias", functools.partial(_columns, start, stop, (n, h)),
+        model_axis=1)  # [L, N, H]
+  sources["layers/attn/o_proj/kernel"] = block(
+      "attn.c_proj.weight", functools.partial(_reshape, (n, h, d)), model_axis=1)  # [L, N, H, D]
+  sources["layers/attn/o_proj/bias"] = block("attn.c_proj.bias")
+  sources["layers/mlp/up/kernel"] = block("mlp.c_fc.weight", model_axis=2)  # [L, D, F]
+  sources["layers/mlp/up/bias"] = block("mlp.c_fc.bias", model_axis=1)  # [L, F]
+  sources["layers/mlp/down/kernel"] = block("mlp.c_proj.weight", model_axis=1)  # [L, F, D]
+  sources["layers/mlp/down/bias"] = block("mlp.c_proj.bias")
   if config.head == "score":
     # nn.Linear stores [L, D]; ours is [D, L].
     sources["score/kernel"] = WeightSource("score.weight", _transpose)

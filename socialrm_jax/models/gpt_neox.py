@@ -12,7 +12,7 @@ token, `pooling: "last"`). What sets GPT-NeoX apart from the Llama-like decoders
   key and value in turn, so each head's q/k/v is a contiguous block (not q for every head, then k);
 - LayerNorms with bias, biased projections (`attention_bias`), a dense GELU MLP.
 
-The blocks are one stacked module run under `jax.lax.scan`, as in `decoder.py`. Positions come
+The blocks are one stacked module run under `jax.lax.scan` (`trunk.scan_layers`). Positions come
 from the caller, so packed rows and shared prefixes see the positions of the sequence alone.
 """
 
@@ -29,7 +29,7 @@ from flax import nnx
 
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
-from socialrm_jax.models import layers
+from socialrm_jax.models import layers, trunk
 from socialrm_jax.models.weights import (WeightSource, linear_to_einsum,
                                          stacked_sources)
 
@@ -38,7 +38,9 @@ ARCHITECTURES = {
     "GPTNeoXForCausalLM": "lm",
     "GPTNeoXRewardModel": "score",
 }
+REFUSED_ARCHITECTURES: dict[str, str] = {}
 IS_CAUSAL = True
+HAS_POSITION_BIAS = False
 
 # HF's `base_model_prefix`: where every head class keeps the trunk.
 BASE_MODEL_PREFIX = "gpt_neox."
@@ -52,12 +54,8 @@ _SAVED_BUFFER = re.compile(
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(hf_config_lib.JsonConfig):
+class Config(hf_config_lib.FamilyConfig):
   """What a GPT-NeoX checkpoint needs to be rebuilt; JSON-able through `to_dict`/`from_dict`."""
-  architecture: str
-  head: str  # "score" | "lm" | "none"
-  num_labels: int
-  pad_token_id: int | None
   vocab_size: int
   hidden_size: int
   intermediate_size: int
@@ -69,7 +67,6 @@ class Config(hf_config_lib.JsonConfig):
   rope_theta: float = 10000.0
   use_parallel_residual: bool = True
   attention_bias: bool = True
-  tie_word_embeddings: bool = False
   score_bias: bool = False  # GPTNeoXRewardModel's out_proj has one; the HF classifier's not
 
   @property
@@ -91,16 +88,12 @@ def _rope_settings(hf: dict[str, Any]) -> tuple[float, float]:
 
 def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
   """Our config from a HF GPT-NeoX `config.json` dict (or OpenAssistant's reward-model one)."""
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"{architecture!r} is not a GPT-NeoX architecture; "
-                     f"known: {sorted(ARCHITECTURES)}")
+  head_fields = hf_config_lib.head_fields(hf_config, architecture, ARCHITECTURES, "GPT-NeoX")
   activation = hf_config.get("hidden_act", "gelu")
   layers.activation(activation)  # a ValueError naming the supported ones, if unknown
   hidden_size = int(hf_config["hidden_size"])
   num_heads = int(hf_config["num_attention_heads"])
-  if hidden_size % num_heads:
-    raise ValueError(f"hidden_size={hidden_size} is not a multiple of "
-                     f"num_attention_heads={num_heads}")
+  hf_config_lib.attention_heads(hidden_size, num_heads)
   reward_model = architecture == "GPTNeoXRewardModel"
   if reward_model:
     pooling = hf_config.get("pooling") or "last"
@@ -111,12 +104,10 @@ def config_from_hf(hf_config: dict[str, Any], architecture: str) -> Config:
                        f"supported: {', '.join(SUPPORTED_POOLING)}")
   pct, theta = _rope_settings(hf_config)
   head_dim = hidden_size // num_heads
+  if reward_model:  # OpenAssistant's out_proj is Linear(hidden, 1) whatever the labels say
+    head_fields["num_labels"] = 1
   return Config(
-      architecture=architecture,
-      head=ARCHITECTURES[architecture],
-      # OpenAssistant's out_proj is Linear(hidden, 1) whatever the config's labels say.
-      num_labels=1 if reward_model else hf_config_lib.num_labels(hf_config),
-      pad_token_id=hf_config.get("pad_token_id"),
+      **head_fields,
       vocab_size=int(hf_config["vocab_size"]),
       hidden_size=hidden_size,
       intermediate_size=int(hf_config["intermediate_size"]),
@@ -199,27 +190,17 @@ class Block(nnx.Module):
     return self.mlp(self.post_attn_norm(x)) + x  # [B, T, D]
 
 
-class Model(nnx.Module):
+class Model(trunk.FamilyModel):
   """Embedding -> scanned blocks -> final LayerNorm; `head` maps chosen hidden states."""
 
-  def __init__(self, config: Config, *, attention: str = "xla", dtype=jnp.float32,
-               param_dtype=jnp.float32, rngs: nnx.Rngs | None = None):
-    """`attention`: a concrete `attention.attend` implementation (see `attention.resolve`)."""
-    rngs = nnx.Rngs(0) if rngs is None else rngs
-    kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.config = config
+  def build(self, config: Config, kw: dict[str, Any]) -> None:
     d = config.hidden_size
     self.embed = layers.Embedder(config.vocab_size, d, **kw)
-
-    # One Block whose parameters carry a leading [L] axis, each layer drawn from its own key.
-    @nnx.split_rngs(splits=config.num_layers)
-    @nnx.vmap(in_axes=(0,), out_axes=0)
-    def stacked_blocks(rngs: nnx.Rngs) -> Block:
-      return Block(config, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-
-    self.layers = stacked_blocks(rngs)
-    self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, dtype=dtype,
-                                    param_dtype=param_dtype, rngs=rngs)
+    attention = self.attention
+    self.layers = trunk.stack_layers(
+        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
+        config.num_layers, kw["rngs"])
+    self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
     if config.head == "score":
       self.score = layers.Projection("...D,DL->...L", (d, config.num_labels),
                                      (config.num_labels,) if config.score_bias else None, **kw)
@@ -233,12 +214,7 @@ class Model(nnx.Module):
     `output_index` [B, P])."""
     del token_type_ids  # GPT-NeoX has no segment embeddings
     x = self.embed(input_ids)  # [B, T, D]
-    graphdef, stacked = nnx.split(self.layers)  # every leaf [L, ...]
-
-    def layer(x, state):
-      return nnx.merge(graphdef, state)(x, positions, layout), None
-
-    x, _ = jax.lax.scan(layer, x, stacked)
+    x = trunk.scan_layers(self.layers, x, lambda block, x, _: block(x, positions, layout))
     return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:

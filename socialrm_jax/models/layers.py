@@ -226,11 +226,14 @@ class BiasedSelfAttention(nnx.Module):
     self.v_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
     self.o_proj = Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
 
-  def __call__(self, x: jax.Array, positions: jax.Array, layout: attention.Layout) -> jax.Array:
+  def __call__(self, x: jax.Array, positions: jax.Array, layout: attention.Layout,
+               scale: jax.Array | None = None) -> jax.Array:
+    """`scale`: the logit scale of this call (a scanned layer's own) in place of `self.scale`."""
     q = self.q_proj(x)  # [B, T, N, H]
     k = self.k_proj(x)  # [B, S, N, H]
     v = self.v_proj(x)  # [B, S, N, H]
-    attended = attention.attend(q, k, v, layout, positions, scale=self.scale,
+    attended = attention.attend(q, k, v, layout, positions,
+                                scale=self.scale if scale is None else scale,
                                 implementation=self.implementation)  # [B, T, N, H]
     return self.o_proj(attended)  # [B, T, D]
 

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import glob
 import os
-import types
 from typing import Any, Mapping
 
 import jax
@@ -125,23 +124,23 @@ def _native_family_and_config(path: str):
                      os.path.join(path, checkpoint.MANIFEST)) from None
 
 
-def abstract_module(family: types.ModuleType, config, dtype, attention: str) -> nnx.Module:
+def abstract_module(family: families.ModelFamily, config: families.ModelConfig, dtype,
+                    attention: str) -> nnx.Module:
   """The family's Model with shapes only (no memory), ready for `weights.load_params`;
   `attention` is a concrete implementation (see `resolve_attention`)."""
   return nnx.eval_shape(lambda: family.Model(config, attention=attention, dtype=dtype,
                                              param_dtype=dtype, rngs=nnx.Rngs(0)))
 
 
-def resolve_attention(attention: str, family: types.ModuleType, config, dtype, mesh) -> str:
+def resolve_attention(attention: str, family: families.ModelFamily, config: families.ModelConfig,
+                      dtype, mesh) -> str:
   """The concrete attention implementation for this model on the devices it will run on."""
   backend = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
-  windows = getattr(config, "layer_windows", ())  # only some families slide or soft-cap
   try:
     return attention_lib.resolve(
-        attention, backend=backend, dtype=dtype,
-        logit_cap=getattr(config, "attn_logit_softcap", None),
-        has_windows=any(window is not None for window in windows), is_causal=family.IS_CAUSAL,
-        has_position_bias=getattr(family, "HAS_POSITION_BIAS", False))
+        attention, backend=backend, dtype=dtype, logit_cap=config.attention_logit_cap,
+        has_windows=config.has_sliding_windows, is_causal=family.IS_CAUSAL,
+        has_position_bias=family.HAS_POSITION_BIAS)
   except ValueError as e:  # an unknown name, or one that cannot run this model here
     raise InputError(f"attention={attention!r}: {e}") from None
 
@@ -172,17 +171,17 @@ def _gguf_file(path: str) -> str | None:
   return None if found is None else os.fspath(found)
 
 
-def _ignored_tensors(family: types.ModuleType, config, tensors: weights.TensorSource) -> set[str]:
+def _ignored_tensors(family: families.ModelFamily, config: families.ModelConfig,
+                     tensors: weights.TensorSource) -> set[str]:
   """HF tensors a checkpoint may hold that this model does not use."""
-  is_buffer = getattr(family, "is_saved_buffer", None)  # e.g. position ids, RoPE frequencies
-  ignored = {name for name in tensors.keys() if is_buffer(name)} if is_buffer else set()
-  if getattr(config, "tie_word_embeddings", False):
+  # Saved buffers: position ids, RoPE frequencies, causal masks.
+  ignored = {name for name in tensors.keys() if family.is_saved_buffer(name)}
+  if config.tie_word_embeddings:
     ignored.add("lm_head.weight")  # some tied checkpoints still save the copy
-  reward_head = getattr(config, "reward_head", None)
-  if reward_head is not None:
-    ignored |= heads.ignored_tensors(reward_head, tensors.keys())
+  if config.reward_head is not None:
+    ignored |= heads.ignored_tensors(config.reward_head, tensors.keys())
     if config.head == "none":  # a trunk-only load leaves the head out on purpose
-      ignored |= heads.head_tensors(reward_head)
+      ignored |= heads.head_tensors(config.reward_head)
   if config.head == "none":
     for head in ("score", "lm"):
       try:
@@ -193,8 +192,9 @@ def _ignored_tensors(family: types.ModuleType, config, tensors: weights.TensorSo
   return ignored
 
 
-def _refuse_unused_head_tensors(family: types.ModuleType, config, tensors: weights.TensorSource,
-                                ignored: set[str], path: str) -> None:
+def _refuse_unused_head_tensors(family: families.ModelFamily, config: families.ModelConfig,
+                                tensors: weights.TensorSource, ignored: set[str],
+                                path: str) -> None:
   """A checkpoint holding reward-head tensors its architecture would not read is refused,
   naming them: it is never scored as a base model with its head dropped."""
   used = {name for s in family.weight_sources(config).values() for name in s.hf_names}
@@ -246,9 +246,9 @@ class _BasePrefixedTensors:
     return self.tensors.get(name.removeprefix(self.prefix), index)
 
 
-def _with_base_prefix(family: types.ModuleType, config,
+def _with_base_prefix(family: families.ModelFamily, config: families.ModelConfig,
                       tensors: weights.TensorSource) -> weights.TensorSource:
-  prefix = getattr(family, "BASE_MODEL_PREFIX", "")
+  prefix = family.BASE_MODEL_PREFIX
   names = set(tensors.keys())
   if not prefix or any(name.startswith(prefix) for name in names):
     return tensors
@@ -321,9 +321,8 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
 
   hf_config, tensors, tokenizer_path = _checkpoint_files(path)
   family, config = family_and_config(hf_config, path, head, tensors)
-  reward_head = getattr(config, "reward_head", None)
-  if reward_head is not None and reward_head.trunk_prefix != "model.":
-    tensors = _RenamedTrunk(tensors, reward_head.trunk_prefix)
+  if config.reward_head is not None and config.reward_head.trunk_prefix != "model.":
+    tensors = _RenamedTrunk(tensors, config.reward_head.trunk_prefix)
   tensors = _with_base_prefix(family, config, tensors)
   implementation = resolve_attention(attention, family, config, jdtype, mesh)
   module = abstract_module(family, config, jdtype, implementation)
@@ -382,7 +381,7 @@ class RewardModel:
   """A loaded model plus what a scorer needs: its config, family, tokenizer location, and the
   attention implementation it runs (`attention`, resolved at load)."""
 
-  def __init__(self, config, family: types.ModuleType, module: nnx.Module, tokenizer_path: str,
+  def __init__(self, config, family: families.ModelFamily, module: nnx.Module, tokenizer_path: str,
                attention: str):
     self.config = config
     self.family = family
@@ -403,7 +402,7 @@ class RewardModel:
     if self.config.head == "lm":
       raise ValueError(f"{self.config.architecture} is a language model, with no score head; "
                        "use token_logprobs (or score it with --proxy=loglik)")
-    spec = getattr(self.config, "reward_head", None)
+    spec = self.config.reward_head
     gate = None
     if spec is not None and spec.gate_pattern:
       gate = jnp.asarray(gate_indices(spec, input_ids, attention_mask))

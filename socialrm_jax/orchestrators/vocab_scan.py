@@ -204,7 +204,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   mesh = mesh_lib.make_mesh(options.mesh)
   model, path, ref_model, options = engine.load_models(model_path, options, mesh)
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
-  vocab_rows.check_model(tokenizer, getattr(model.config, "vocab_size", None), path)
+  vocab_rows.check_model(tokenizer, model.config.vocab_size, path)
   vocab = vocab_rows.vocabulary(tokenizer, max_tokens)
   pairs = list(zip(prompts.ids, prompts.texts))
   items = item_source.ItemSource(lambda: vocab_rows.scan_items(pairs, vocab),

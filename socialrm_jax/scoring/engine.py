@@ -183,7 +183,7 @@ def make_scorer(model, mesh, options: ScoringOptions, ref_model=None,
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
   templater = item_tokens.Templater(tokenizer, is_causal=model.is_causal,
                                     max_length=options.max_length, truncation=options.truncation,
-                                    appended_ids=item_tokens.appended_token_ids(model.config))
+                                    appended_ids=model.config.appended_token_ids)
   name = proxies.resolve(model.config.head, options.proxy)
   reference = None
   if name == "implicit":

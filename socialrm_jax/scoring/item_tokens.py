@@ -40,20 +40,13 @@ import tokenizers
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["EncodedItem", "PINNED_DATE", "Templater", "TRUNCATION_MODES", "appended_token_ids",
-           "load_tokenizer", "plain_messages"]
+__all__ = ["EncodedItem", "PINNED_DATE", "Templater", "TRUNCATION_MODES", "load_tokenizer",
+           "plain_messages"]
 
 # What a template that prints today's date prints instead, so scores are reproducible.
 PINNED_DATE = "26 Jul 2024"
 PLAIN_ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System"}
 TRUNCATION_MODES = ("left", "error")
-
-
-def appended_token_ids(model_config) -> tuple[int, ...]:
-  """What a model's own scorer appends after the templated conversation: InternLM2's reward
-  token (`reward_token_id`), nothing for any other model."""
-  token = getattr(model_config, "reward_token_id", None)
-  return () if token is None else (int(token),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +105,8 @@ class Templater:
   def __init__(self, tokenizer: Any, *, is_causal: bool, max_length: int,
                truncation: str = "left", appended_ids: Sequence[int] = ()):
     """`appended_ids`: tokens the model's own scorer appends after every templated conversation
-    (InternLM2's reward token, `appended_token_ids`); the score is read at the last of them."""
+    (the model config's `appended_token_ids`: InternLM2's reward token); the score is read at the
+    last of them."""
     if truncation not in TRUNCATION_MODES:
       raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
     if not isinstance(tokenizer, Tokenizer):

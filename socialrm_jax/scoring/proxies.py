@@ -448,8 +448,7 @@ def make(name: str, *, model, templater: Templater, objective: Objective = Objec
     raise InputError(f"--objective and --objective_weights pick an output of a score head; "
                      f"--proxy={name} has none")
   if name == "none":
-    return ScoreHead(getattr(model.config, "num_labels", 1), objective,
-                     getattr(model.config, "reward_head", None))
+    return ScoreHead(model.config.num_labels, objective, model.config.reward_head)
   if name == "loglik":
     return LogLik()
   if name == "implicit":

@@ -45,7 +45,7 @@ def batch_fields(readout: str, gated: bool = False) -> tuple[str, ...]:
 
 def is_gated(model) -> bool:
   """Whether `model`'s reward head reads a gate at a prompt position (ArmoRM, QRM)."""
-  spec = getattr(model.config, "reward_head", None)
+  spec = model.config.reward_head
   return spec is not None and bool(spec.gate_pattern) and model.config.head == "score"
 
 

@@ -226,7 +226,7 @@ def scorer_factory(prompts: Sequence[tuple[str, str]]):
       suffix = own_suffix
     buckets = packing.length_buckets(options.max_length, options.smallest_bucket)
     row_length = row_length_for([len(p) for p in prefixes.values()], len(suffix) + 1, buckets,
-                                int(getattr(model.config, "hidden_size", 0) or 1024))
+                                model.config.hidden_size)
     proxy = VocabAnswers(base.proxy, prefixes, suffix, row_length)
     platform = mesh.devices.flat[0].platform
     step = step_lib.ScoringStep(model, mesh, proxy.readout,

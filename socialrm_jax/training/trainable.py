@@ -104,7 +104,7 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
   if not loaded.is_causal:
     raise InputError(f"--model: {architecture} is not a decoder; only decoders are trained", path)
   config = loaded.config
-  custom_head = getattr(config, "reward_head", None) is not None
+  custom_head = config.reward_head is not None
   if custom_head or (head == "score" and config.num_labels != 1):
     raise InputError(f"--model: {architecture} has a reward head of {config.num_labels} outputs "
                      "or a custom one; only a one-output `score` head is trained", path)

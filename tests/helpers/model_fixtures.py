@@ -10,6 +10,7 @@ eager attention, as the reference to compare against.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pathlib
 from typing import Any, Callable
@@ -226,3 +227,28 @@ def with_config_changes(source: pathlib.Path, folder: pathlib.Path, **changes) -
   config.update(changes)
   (folder / "config.json").write_text(json.dumps(config))
   return folder
+
+
+def save_native_per_layer(folder, model, family: str, format_version: int) -> None:
+  """`model` (a RewardModel) as a native checkpoint of an older format that kept each layer's
+  parameters under their own keys ('layers.0.attn.q_proj.kernel', ...): format 1, or format 2
+  of GPT-2 and BERT (`checkpoint.PER_LAYER_IN_FORMAT_2`)."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.models import checkpoint, weights  # pylint: disable=import-outside-toplevel
+  checkpoint.save(folder, model.module, family, model.config)
+  per_layer = {}
+  for path, variable in weights.param_paths(model.module).items():
+    value = np.asarray(variable.get_value())
+    if path.startswith("layers/"):
+      for i, layer in enumerate(value):
+        per_layer[f"layers/{i}/{path.removeprefix('layers/')}".replace("/", ".")] = layer
+    else:
+      per_layer[path.replace("/", ".")] = value
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(os.path.join(folder, "params"), per_layer, force=True)
+    checkpointer.wait_until_finished()
+  manifest_path = os.path.join(folder, "socialrm_model.json")
+  with open(manifest_path) as f:
+    manifest = json.load(f)
+  with open(manifest_path, "w") as f:
+    json.dump(dict(manifest, format_version=format_version), f)

@@ -76,6 +76,22 @@ def test_cudnn_call_arguments_through_xla(is_causal, window):
   assert diff <= TOLERANCE
 
 
+def test_a_traced_scale_reaches_every_implementation():
+  """A scanned layer's own scale (GPT-2's `scale_attn_by_inverse_layer_idx`) is a traced scalar:
+  xla multiplies the logits by it, the fused call (its constant scale) takes it on the queries."""
+  q, k, v, layout, positions = random_case(3, rows=3, length=96, heads=4, kv_heads=4,
+                                           is_causal=True)
+  want = reference(q, k, v, layout, positions)
+  for implementation in ("xla", "cudnn_through_xla"):
+    def run(scale, q, k, v, layout, positions, implementation=implementation):
+      if implementation == "xla":
+        return attention.attend(q, k, v, layout, positions, scale=scale)
+      return attention.dense_fused_attention(q, k, v, layout, positions, scale=scale,
+                                             implementation="xla")
+    got = jax.jit(run)(jnp.float32(SCALE), q, k, v, layout, positions)
+    assert max_diff(got, want) <= TOLERANCE, implementation
+
+
 @pytest.mark.parametrize("is_causal, kv_heads, logit_cap", [
     (True, 2, None),   # GQA, two passes merged
     (True, 1, 30.0),   # MQA with Gemma 2's soft-cap

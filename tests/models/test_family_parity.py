@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from flax import nnx  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
-from socialrm_jax.models import families  # noqa: E402
+from socialrm_jax.models import families, hf_config, trunk  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 from tests.helpers.family_cases import (CASES, LENGTHS, PAD_ID, REPRESENTATIVES,  # noqa: E402
                                         SEQ_LEN, sequences)
@@ -46,6 +46,30 @@ def test_every_registered_family_and_architecture_has_a_case():
                     for c in CASES.values()}
   assert family_of_case == set(families.FAMILY_MODULES)
   assert {c.architecture for c in CASES.values()} == set(families.supported_architectures())
+
+
+def test_every_family_declares_the_whole_interface(monkeypatch):
+  """Each family module declares every `ModelFamily` member itself (nothing is read with a
+  default), and one that lacks a member is refused naming it."""
+  for module in families.family_modules():
+    assert isinstance(module, families.ModelFamily)
+    assert issubclass(module.Config, hf_config.FamilyConfig)
+    assert issubclass(module.Model, trunk.FamilyModel)
+  gpt2 = next(m for m in families.family_modules() if m.__name__.endswith(".gpt2"))
+  monkeypatch.delattr(gpt2, "BASE_MODEL_PREFIX")
+  with pytest.raises(TypeError, match="gpt2 does not declare the ModelFamily interface: lacks "
+                     "BASE_MODEL_PREFIX$"):
+    families.family_modules()
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_every_config_declares_the_config_interface(tiny_checkpoint, case):
+  _, folder = tiny_checkpoint(case)
+  architecture = CASES[case].architecture
+  config = families.family_for(architecture).config_from_hf(
+      json.loads((folder / "config.json").read_text()), architecture)
+  assert isinstance(config, families.ModelConfig)
+  assert config.head_dim * config.num_heads > 0 and config.reward_head is None
 
 
 def reference_outputs(reference, rows: list[np.ndarray], head: str, padding_side: str):

@@ -94,30 +94,6 @@ def test_native_checkpoint_gives_bit_identical_outputs(tmp_path, architecture):
   assert from_native.tokenizer_path == str(native)
 
 
-def save_format_1(folder, model) -> None:
-  """`model` as a format-1 native checkpoint, written before layers were stacked: each layer's
-  parameters under their own keys ('layers.0.attn.q_proj.kernel', ...)."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  from socialrm_jax.models import checkpoint, weights  # pylint: disable=import-outside-toplevel
-  checkpoint.save(folder, model.module, "decoder", model.config)
-  per_layer = {}
-  for path, variable in weights.param_paths(model.module).items():
-    value = np.asarray(variable.get_value())
-    if path.startswith("layers/"):
-      for i, layer in enumerate(value):
-        per_layer[f"layers/{i}/{path.removeprefix('layers/')}".replace("/", ".")] = layer
-    else:
-      per_layer[path.replace("/", ".")] = value
-  with ocp.StandardCheckpointer() as checkpointer:
-    checkpointer.save(os.path.join(folder, "params"), per_layer, force=True)
-    checkpointer.wait_until_finished()
-  manifest_path = os.path.join(folder, "socialrm_model.json")
-  with open(manifest_path) as f:
-    manifest = json.load(f)
-  with open(manifest_path, "w") as f:
-    json.dump(dict(manifest, format_version=1), f)
-
-
 def test_native_checkpoints_store_stacked_layers_and_format_1_still_loads(tmp_path):
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   from socialrm_jax.models import checkpoint  # pylint: disable=import-outside-toplevel
@@ -125,7 +101,7 @@ def test_native_checkpoints_store_stacked_layers_and_format_1_still_loads(tmp_pa
                                              sliding_window=3)
   model = load_reward_model(folder)
   checkpoint.save(tmp_path / "native", model.module, "decoder", model.config)
-  save_format_1(tmp_path / "format_1", model)
+  model_fixtures.save_native_per_layer(tmp_path / "format_1", model, "decoder", format_version=1)
   with ocp.StandardCheckpointer() as checkpointer:
     stacked = set(checkpointer.metadata(tmp_path / "native" / "params").item_metadata.keys())
     per_layer = set(checkpointer.metadata(tmp_path / "format_1" / "params").item_metadata.keys())
@@ -150,7 +126,6 @@ SHARDED_SCRIPT = """
     from jax.sharding import AxisType, Mesh
     from tests.helpers import model_fixtures
     from socialrm_jax.models import checkpoint, load_reward_model
-    from tests.models.test_reward_model import save_format_1
     assert jax.device_count() == 8, jax.devices()
     folder, native = {folder!r}, {native!r}
     devices = np.array(jax.devices()).reshape(4, 2)
@@ -158,7 +133,7 @@ SHARDED_SCRIPT = """
     ids, mask = model_fixtures.random_batch([7, 3, 10, 5], 10, padding_side="left")
     plain = load_reward_model(folder)
     checkpoint.save(native, plain.module, "decoder", plain.config)
-    save_format_1(native + "_format_1", plain)
+    model_fixtures.save_native_per_layer(native + "_format_1", plain, "decoder", format_version=1)
     out = {{"plain": np.asarray(plain(ids, mask)).tolist()}}
     for name, path in (("hf", folder), ("native", native), ("format_1", native + "_format_1")):
       model = load_reward_model(path, mesh=mesh)

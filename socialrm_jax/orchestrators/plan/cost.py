@@ -58,12 +58,12 @@ def model_counts(module: nnx.Module, config, readout: str) -> ModelCounts:
                if path.endswith(MATMUL_SUFFIX) and not path.startswith(HEAD_PREFIXES))
   head = sum(n for path, n in sizes.items()
              if path.startswith(HEAD_PREFIXES) and path.endswith(MATMUL_SUFFIX))
-  if readout == "loglik" and head == 0 and getattr(config, "tie_word_embeddings", False):
+  if readout == "loglik" and head == 0 and config.tie_word_embeddings:
     head = sizes.get("embedder/embedding", 0)  # the tied LM head is the embedding
   heads = config.num_heads
   return ModelCounts(parameters=sum(sizes.values()), matmul_params=matmul, head_params=head,
                      layers=config.num_layers, heads=heads,
-                     head_dim=getattr(config, "head_dim", config.hidden_size // heads),
+                     head_dim=config.head_dim,
                      hidden=config.hidden_size)
 
 

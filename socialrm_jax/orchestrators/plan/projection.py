@@ -27,7 +27,7 @@ def project(setup: Setup, items_path: str, tokenizer_path: str,
   templater = item_tokens.Templater(item_tokens.load_tokenizer(tokenizer_path),
                                     is_causal=setup.step.is_causal,
                                     max_length=options.max_length, truncation=options.truncation,
-                                    appended_ids=item_tokens.appended_token_ids(setup.config))
+                                    appended_ids=setup.config.appended_token_ids)
   # The proxy encodes; of the model it reads only the config (a score head's label count).
   model = types.SimpleNamespace(config=setup.config)
   proxy = proxies.make(setup.proxy, model=model, templater=templater,

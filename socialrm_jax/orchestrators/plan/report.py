@@ -48,7 +48,7 @@ def build_plan(setup: compiler.Setup, model_name: str, source: str, options,
       "estimate": f"estimated_seconds: {ESTIMATE}, max(analytic_flops / chips / peak bf16 "
                   "FLOP/s, bytes moved / HBM bandwidth); no communication, no inefficiency",
   }
-  head = getattr(setup.config, "reward_head", None)
+  head = setup.config.reward_head
   if head is not None:  # a custom head (heads.py), read from the checkpoint's tensor names
     plan["model"]["reward_head"] = {"class": head.architecture, "kind": head.kind,
                                     "outputs": head.num_outputs}

@@ -50,7 +50,7 @@ def abstract_train_model(setup: compiler.Setup, hf_config: dict,
   """The base `trainable.load_base` would give for `hf_config`, abstract, on the plan's mesh: a
   one-output score head (a causal LM gets a new one, as the loader gives it, unsplit)."""
   config, family = setup.config, setup.family
-  if getattr(config, "reward_head", None) is not None or (
+  if config.reward_head is not None or (
       config.head == "score" and config.num_labels != 1) or config.head not in ("score", "lm"):
     raise InputError("--train: socialrm-train trains decoders with a one-output score head (or a "
                      f"causal LM, which gets one); {config.architecture} has another head")
