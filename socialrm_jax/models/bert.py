@@ -131,10 +131,7 @@ class Model(trunk.FamilyModel):
     self.position_embed = layers.Embedder(config.max_positions, d, **kw)
     self.token_type_embed = layers.Embedder(config.type_vocab_size, d, **kw)
     self.embed_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
-    attention = self.attention
-    self.layers = trunk.stack_layers(
-        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
-        config.num_layers, kw["rngs"])
+    self.layers = self.stacked_blocks(Block, config, kw)
     # Full fp32 products, as the trunk's.
     linear = functools.partial(nnx.Linear, precision=attention_lib.matmul_precision(kw["dtype"]),
                                kernel_init=_normal(), **kw)

@@ -277,10 +277,7 @@ class Model(trunk.FamilyModel):
       self.rel_embed = layers.Embedder(2 * config.attention_span, d, **kw)  # [2A, D]
       if config.norm_rel_embeddings:
         self.rel_norm = norm()
-    attention = self.attention
-    self.layers = trunk.stack_layers(
-        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
-        config.num_layers, kw["rngs"])
+    self.layers = self.stacked_blocks(Block, config, kw)
     if config.head == "score":
       self.pooler = layers.Projection("...D,DE->...E", (d, d), (d,), **kw)
       self.classifier = layers.Projection("...D,DL->...L", (d, config.num_labels),

@@ -147,10 +147,7 @@ class Model(trunk.FamilyModel):
     d = config.hidden_size
     self.embed = layers.Embedder(config.vocab_size, d, **kw)  # also the tied LM head
     self.position_embed = layers.Embedder(config.max_positions, d, **kw)
-    attention = self.attention
-    self.layers = trunk.stack_layers(
-        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
-        config.num_layers, kw["rngs"])
+    self.layers = self.stacked_blocks(Block, config, kw)
     self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
     # Full fp32 products, as the trunk's.
     linear = functools.partial(nnx.Linear, use_bias=False,

@@ -196,10 +196,7 @@ class Model(trunk.FamilyModel):
   def build(self, config: Config, kw: dict[str, Any]) -> None:
     d = config.hidden_size
     self.embed = layers.Embedder(config.vocab_size, d, **kw)
-    attention = self.attention
-    self.layers = trunk.stack_layers(
-        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
-        config.num_layers, kw["rngs"])
+    self.layers = self.stacked_blocks(Block, config, kw)
     self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
     if config.head == "score":
       self.score = layers.Projection("...D,DL->...L", (d, config.num_labels),

@@ -52,6 +52,14 @@ class FamilyModel(nnx.Module):
     """Creates the family's parameters; `kw`: dtype, param_dtype and rngs, as layers take them."""
     raise NotImplementedError(f"{type(self).__name__} must define build")
 
+  def stacked_blocks(self, block: Callable[..., nnx.Module], config,
+                     kw: dict[str, Any]) -> nnx.Module:
+    """The family's `block(config, attention=, dtype=, param_dtype=, rngs=)` stacked over
+    `config.num_layers` (`stack_layers`), for `scan_layers`."""
+    attention = self.attention
+    return stack_layers(lambda rngs: block(config, attention=attention, **dict(kw, rngs=rngs)),
+                        config.num_layers, kw["rngs"])
+
 
 def stack_layers(make_layer: Callable[[nnx.Rngs], nnx.Module], num_layers: int,
                  rngs: nnx.Rngs) -> nnx.Module:

@@ -128,10 +128,7 @@ class Model(trunk.FamilyModel):
 
   def build(self, config: Config, kw: dict[str, Any]) -> None:
     self.embedder = layers.Embedder(config.vocab_size, config.hidden_size, **kw)
-    attention = self.attention
-    self.layers = trunk.stack_layers(
-        lambda rngs: Block(config, attention=attention, **dict(kw, rngs=rngs)),
-        config.num_layers, kw["rngs"])
+    self.layers = self.stacked_blocks(Block, config, kw)
     self.final_norm = layers.RMSNorm(config.hidden_size, config.rms_norm_eps,
                                      unit_offset=config.unit_offset_norm, dtype=kw["dtype"],
                                      param_dtype=kw["param_dtype"],
