@@ -67,6 +67,10 @@ def makefile_commands(makefile: str) -> list[str]:
           for line in makefile.splitlines() if re.match(r"\t\$\(PY\) -m socialrm_jax", line)]
 
 
+# Launchers that take a socialrm command's name, then its flags (docs/multihost.md).
+LAUNCHERS = ("launch/slurm.sbatch", "launch/tpu_pod.sh")
+
+
 def program(command: str) -> tuple[list[str], list[str]]:
   """(the argv that runs the program with `--help`, the words after the program)."""
   words = shlex.split(command)
@@ -75,6 +79,15 @@ def program(command: str) -> tuple[list[str], list[str]]:
     # `taskset -c CPUS` pins the command that follows it to cores.
     words = words[3:] if words[0] == "taskset" else words[1:]
   scripts = command_help.console_scripts()
+  if words[0] == "sbatch":  # sbatch's own options, then the launcher
+    words = words[1:]
+    while words and words[0].startswith("-"):
+      words = words[1:]
+  if words[0] in LAUNCHERS:  # the launcher runs `python -m socialrm_jax.main.<command>` per host
+    assert (REPO / words[0]).is_file(), f"no launcher {words[0]}: {command}"
+    return [sys.executable, "-m", f"socialrm_jax.main.{words[1]}", "--help"], words[2:]
+  if words[0] in PYTHONS and words[1] == "launch/local.py" and "--" in words:
+    return program(shlex.join(words[words.index("--") + 1:]))  # what each process runs
   if words[0] in PYTHONS and words[1] == "-m":
     return [sys.executable, "-m", words[2], "--help"], words[3:]
   if words[0] in PYTHONS and words[1].endswith(".py"):
