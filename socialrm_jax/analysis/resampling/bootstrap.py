@@ -210,14 +210,14 @@ class StratifiedSums:
     """The resampling units under the cells `where` accepts that hold items of column `items`
     (a count per item): the items, except that where groups are drawn whole each group with such
     items is one unit (StereoSet's control accuracy rests on its terms, not its sentences)."""
-    counts = self._rows(items)[0]                                            # [S]
-    keep = [(where is None or bool(where(s))) and counts[i] > 0
-            for i, s in enumerate(self.strata)]
-    if not self.clustered:
-      return float(counts[np.asarray(keep, dtype=bool)].sum()) if keep else 0.0
-    by_items = sum(counts[i] for i, s in enumerate(self.strata) if keep[i] and not s.group)
-    groups = {s.group for i, s in enumerate(self.strata) if keep[i] and s.group}
-    return float(by_items + len(groups))
+    by_items, groups = 0.0, set()
+    for stratum, count in zip(self.strata, self._rows(items)[0]):
+      if count > 0 and (where is None or where(stratum)):
+        if self.clustered and stratum.group:
+          groups.add(stratum.group)
+        else:
+          by_items += float(count)
+    return by_items + len(groups)
 
   def _rows(self, column: str) -> np.ndarray:
     """One column's sums. # [1 + B, S]"""

@@ -125,8 +125,7 @@ def settings_for(options, training: train.Settings, mode: str) -> train.Settings
     raise InputError(f"--train=lora needs --lora_rank of 1 or more, got {training.lora_rank}")
   settings = dataclasses.replace(training, max_length=options.max_length, dtype=options.dtype,
                                  mesh=options.mesh,
-                                 attention="xla" if options.attention == "splash"
-                                 else options.attention,
+                                 attention=trained_attention(options.attention),
                                  lora_rank=training.lora_rank if mode == "lora" else 0)
   train.check(dataclasses.replace(settings, model="plan", data=("plan",), output_dir="plan"))
   return settings
@@ -150,9 +149,14 @@ def job_setup(setup: compiler.Setup) -> compiler.Setup:
   training's rows)."""
   sizes = setup.mesh.shape
   spec = f"data:{sizes['data'] * setup.groups},model:{sizes['model']}"
-  # Scoring's splash runs forward only: the step trains with xla there (`attention.for_training`).
   return dataclasses.replace(setup, mesh=mesh_lib.make_mesh(spec, devices=setup.topology.devices),
-                             attention="xla" if setup.attention == "splash" else setup.attention)
+                             attention=trained_attention(setup.attention))
+
+
+def trained_attention(scoring: str) -> str:
+  """The attention a plan trains with where it scores with `scoring`: splash runs forward only
+  (`attention.for_training`), so its step trains with xla; anything else as it is."""
+  return "xla" if scoring == "splash" else scoring
 
 
 def host_share(mesh) -> dict[str, int]:
