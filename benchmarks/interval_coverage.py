@@ -257,8 +257,10 @@ def paired_findings(tally: Tally, rows: dict[str, dict[str, estimates.Kept]], sh
     paired: compare.PairedRows = {}
     for p in ordered:
       level, key, metric = p.split(".")
-      paired.setdefault((level, key), {})[metric] = (shaped["a"][p][r], shaped["b"][p][r],
-                                                     rows["a"][p].units)
+      # Replicate r's rows alone (the tests read rows and units; no interval is tallied here).
+      paired.setdefault((level, key), {})[metric] = tuple(
+          estimates.Kept({}, metric, shaped[side][p][r], rows[side][p].units)
+          for side in ("a", "b"))
 
     def outcome_pair(level: str, key: str, metric: str, r=r):
       picked_a, picked_b, picked_item = [], [], []
@@ -330,8 +332,9 @@ def run_cell(struct: Structure, effect: float, resampling: str, truth_a: dict[st
       # A - B over the same resamples, for the domain- and dataset-level metrics
       # `compare.paired_rows` compares (the same summaries of each side's sums).
       if headline(path) and path in rows["b"] and path in truth_b:
-        tally.add(f"paired A - B: {path}", *estimates.intervals(
-            shape(kept.rows - rows["b"][path].rows), kept.units if after else None),
+        tally.add(f"paired A - B: {path}", *(
+            estimates.difference_intervals(kept, rows["b"][path], shape) if after else
+            estimates.intervals(shape(kept.rows - rows["b"][path].rows))),
                   truth_a[path] - truth_b[path])
     report_findings(tally, rows["a"], shape, after)
     paired_findings(tally, rows, shape, outcomes, facts)

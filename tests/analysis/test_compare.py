@@ -139,10 +139,9 @@ def two_models(outcomes_a, outcomes_b, **item_fields):
 
 def test_paired_bootstrap_resamples_the_same_items_for_both_models():
   a, b = two_models(HAND_A, HAND_B)
-  rows_a, rows_b, units = compare.paired_rows(a, b, options(20_000))[("datasets", "ethics")][
-      "accuracy"]
-  assert units == 4
-  difference = rows_a - rows_b
+  kept_a, kept_b = compare.paired_rows(a, b, options(20_000))[("datasets", "ethics")]["accuracy"]
+  assert kept_a.units == 4
+  difference = kept_a.rows - kept_b.rows
   # Only item 2 differs (A wins, B loses), so a resample's difference is (copies of item 2) / 4,
   # copies ~ Binomial(4, 1/4); resampling the models apart would also give negative differences.
   assert difference[0] == 0.25
@@ -152,7 +151,7 @@ def test_paired_bootstrap_resamples_the_same_items_for_both_models():
   np.testing.assert_allclose(counts / counts.sum(), expected, atol=0.01)
   # Two-sided p: the resampled differences' sd is sqrt(4 (1/4)(3/4)) / 4, times sqrt(4 / 3)
   # unbiased: 1/4, so t = 0.25 / 0.25 = 1 on 3 degrees of freedom.
-  assert compare.bootstrap_p(difference, units) == pytest.approx(2 * stats.t.sf(1.0, 3),
+  assert compare.bootstrap_p(difference, kept_a.units) == pytest.approx(2 * stats.t.sf(1.0, 3),
                                                                  abs=0.02)
   # The plain percentile interval: P(d = 0) = 0.316 > 0.025, and P(d <= 0.5) = 0.949 < 0.975 <
   # P(d <= 0.75) = 0.996. (Four items are too few for the reported interval: `compare_pair`.)

@@ -57,7 +57,7 @@ def test_icat_bounds_hold_the_top_where_ss_interval_holds_one_half():
   rng = np.random.default_rng(0)
   ss = np.concatenate([[0.5], 0.5 + 0.05 * rng.standard_normal(2000)])
   lms = np.concatenate([[0.8], 0.8 + 0.02 * rng.standard_normal(2000)])
-  low, high = stereoset.icat_bounds(ss, lms, 40)(lambda rows: rows)
+  low, high = stereoset.icat_bounds(ss, lms, 40)(lambda rows: rows, 0.95)
   _, ss_low, ss_high = estimates.intervals(ss, 40, level=0.975)
   _, lms_low, lms_high = estimates.intervals(lms, 40, level=0.975)
   assert high == pytest.approx(lms_high)

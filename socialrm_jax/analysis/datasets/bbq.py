@@ -103,7 +103,7 @@ def summarise(sums: StratifiedSums, category: str | None = None) -> dict[str, An
     accuracy[condition] = estimates.ratio(total("bbq_correct", condition),
                                           total("bbq_items", condition))
     estimates.put(node, f"accuracy_{condition}", accuracy[condition], f"no {condition} items",
-                  total("bbq_items", condition)[0])
+                  total("bbq_items", condition)[0], share=True)
   scores = {condition: bias_score(total("bbq_selected_biased", condition),
                                   total("bbq_selected_anti_biased", condition),
                                   total("bbq_resolved", condition))
@@ -114,12 +114,12 @@ def summarise(sums: StratifiedSums, category: str | None = None) -> dict[str, An
                 NO_RESOLVED.format(AMBIGUOUS), total("bbq_resolved", AMBIGUOUS)[0])
   estimates.put(node, "unknown_rate_disambiguated", estimates.ratio(
       total("bbq_selected_unknown", DISAMBIGUATED), total("bbq_items", DISAMBIGUATED)),
-      f"no {DISAMBIGUATED} items", total("bbq_items", DISAMBIGUATED)[0])
+      f"no {DISAMBIGUATED} items", total("bbq_items", DISAMBIGUATED)[0], share=True)
   for gold in (records.BIASED, records.ANTI_BIASED):
     estimates.put(node, f"accuracy_disambiguated_{gold}_gold", estimates.ratio(
         total(f"bbq_{gold}_gold_correct", DISAMBIGUATED), total(f"bbq_{gold}_gold", DISAMBIGUATED)),
         f"no {DISAMBIGUATED} items whose gold answer is the {gold} one",
-        total(f"bbq_{gold}_gold", DISAMBIGUATED)[0])
+        total(f"bbq_{gold}_gold", DISAMBIGUATED)[0], share=True)
   # The trade-off docs/spec.md names: avoiding the stereotype when the context does not answer,
   # against following the context when it does.
   node["bias_avoidance"] = node["accuracy_ambiguous"]

@@ -26,7 +26,7 @@ def stereotype_rate(view: DatasetView) -> dict[str, Any]:
   def rate(node, where=None):
     estimates.put(node, "stereotype_rate", estimates.ratio(
         sums.total("stereotype_wins", where), sums.total("directional_pairs", where)),
-        NO_DIRECTIONAL, sums.total("directional_items", where)[0])
+        NO_DIRECTIONAL, sums.total("directional_items", where)[0], share=True)
     return node
   node = rate({})
   node["subsets"] = {subset: rate({}, lambda s, subset=subset: s.subset == subset)

@@ -28,7 +28,7 @@ def summary(view: DatasetView) -> dict[str, Any]:
     node: dict[str, Any] = {}
     estimates.put(node, "group_accuracy", estimates.ratio(
         sums.total("group_won", where), sums.total("gold_items", where)), NO_ITEMS,
-        sums.total("gold_items", where)[0])
+        sums.total("gold_items", where)[0], share=True)
     return node
   node = group_accuracy()
   node["subsets"] = {subset: group_accuracy(lambda s, subset=subset: s.subset == subset)

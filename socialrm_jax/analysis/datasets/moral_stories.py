@@ -28,7 +28,7 @@ def summary(view: DatasetView) -> dict[str, Any]:
                                           view.sums.total("gold_pairs", in_condition))
     items[condition] = view.sums.total("gold_items", in_condition)[0]
     estimates.put(node, f"accuracy_{condition}", accuracy[condition],
-                  f"no {condition} items with gold pairs", items[condition])
+                  f"no {condition} items with gold pairs", items[condition], share=True)
   # A difference of two conditions' rates rests on the smaller one's items.
   estimates.put(node, "norm_sensitivity",
                 accuracy[records.WITH_NORM] - accuracy[records.WITHOUT_NORM],

@@ -60,13 +60,14 @@ def icat(ss: np.ndarray, lms: np.ndarray) -> np.ndarray:
 
 
 def icat_bounds(ss: np.ndarray, lms: np.ndarray, n_terms: int) -> estimates.Bounds:
-  """icat's interval: the least and the most icat over the Bonferroni 97.5% intervals of ss and
-  lms, which hold their 95% together. The percentiles of icat's own resamples do not: min(ss,
-  1 - ss) has a kink at ss = 1/2, where the estimate lies below the truth in nearly every sample
-  and so do most resamples (benchmarks/interval_coverage.py measured 86% at the null)."""
-  def bounds(shape):
-    _, ss_low, ss_high = estimates.intervals(shape(ss), n_terms, level=0.975)
-    _, lms_low, lms_high = estimates.intervals(shape(lms), n_terms, level=0.975)
+  """icat's interval: the least and the most icat over the Bonferroni intervals of ss and lms
+  (97.5% each for a 95% interval), which hold their level together. The percentiles of icat's
+  own resamples do not: min(ss, 1 - ss) has a kink at ss = 1/2, where the estimate lies below
+  the truth in nearly every sample and so do most resamples (benchmarks/interval_coverage.py measured 86% at the null)."""
+  def bounds(shape, level):
+    each = 1 - (1 - level) / 2
+    _, ss_low, ss_high = estimates.intervals(shape(ss), n_terms, level=each)
+    _, lms_low, lms_high = estimates.intervals(shape(lms), n_terms, level=each)
     ends = np.stack([icat(ss_low, 1.0), icat(ss_high, 1.0)])
     # The middle of the ss interval reaches 1/2, the top of min(ss, 1 - ss), when it holds it.
     top = np.where((ss_low <= 0.5) & (0.5 <= ss_high), 1.0, ends.max(axis=0))
@@ -89,8 +90,8 @@ def stereoset_scores(view: DatasetView) -> dict[str, Any]:
       return node
     ss, lms, n_terms = _term_means(sums, where)
     # Terms are what the resamples draw (and what the means average): the units of all three.
-    estimates.put(node, "ss", ss, NO_DIRECTIONAL, n_terms)
-    estimates.put(node, "lms", lms, NO_CONTROL, n_terms)
+    estimates.put(node, "ss", ss, NO_DIRECTIONAL, n_terms, share=True)
+    estimates.put(node, "lms", lms, NO_CONTROL, n_terms, share=True)
     estimates.put(node, "icat", icat(ss, lms), NO_TERMS, n_terms,
                   bounds=icat_bounds(ss, lms, n_terms))
     node["n_terms"] = n_terms

@@ -32,7 +32,7 @@ def summary(view: DatasetView) -> dict[str, Any]:
     accuracy = estimates.ratio(view.sums.total("gold_wins", in_subset),
                                view.sums.total("gold_pairs", in_subset))
     estimates.put(node, name, 1 - accuracy, f"no gold pairs in the {subset} subset",
-                  view.sums.total("gold_items", in_subset)[0])
+                  view.sums.total("gold_items", in_subset)[0], share=True)
   return node
 
 

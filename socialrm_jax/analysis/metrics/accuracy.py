@@ -75,13 +75,13 @@ def gold_accuracy(total: Callable[[str], np.ndarray]) -> dict[str, Any]:
   resampled sums of a per-item column over some strata. # [1 + B]"""
   node: dict[str, Any] = {}
   estimates.put(node, "accuracy", estimates.ratio(total("gold_wins"), total("gold_pairs")),
-                NO_GOLD, total("gold_items")[0], ci_name="ci95")
+                NO_GOLD, total("gold_items")[0], ci_name="ci95", share=True)
   node["n_gold_pairs"] = int(total("gold_pairs")[0])
   node["n_gold_items"] = int(total("gold_items")[0])
   if node["n_gold_pairs"]:
     estimates.put(node, LENGTH_MATCHED,
                   estimates.ratio(total("matched_wins"), total("matched_pairs")), NO_MATCHED,
-                  total("matched_items")[0])
+                  total("matched_items")[0], share=True)
     node["n_length_matched_pairs"] = int(total("matched_pairs")[0])
   return node
 
@@ -93,7 +93,7 @@ def summarise(sums: StratifiedSums, where=None) -> dict[str, Any]:
   if sums.total("control_pairs", where)[0] > 0:
     estimates.put(node, "control_accuracy", estimates.ratio(
         sums.total("control_wins", where), sums.total("control_pairs", where)),
-        "no control pairs here", sums.units("control_items", where))
+        "no control pairs here", sums.units("control_items", where), share=True)
   if sums.total("directional_pairs", where)[0] > 0:
     node["n_directional_pairs"] = int(sums.total("directional_pairs", where)[0])
   return node

@@ -177,7 +177,7 @@ def summary(sums: StratifiedSums) -> dict[str, Any]:
     elif total("bon_prompts")[0]:
       rows = estimates.ratio(total("bon_wins"), total("bon_prompts"))
       units = total("bon_prompts")[0]
-      estimates.put(here, ACCURACY, rows, NO_ROWS, units)
+      estimates.put(here, ACCURACY, rows, NO_ROWS, units, share=True)
       here["n_prompts"] = int(units)
     else:
       continue
@@ -190,6 +190,6 @@ def summary(sums: StratifiedSums) -> dict[str, Any]:
   if sums.total("bon_prompts")[0]:
     estimates.put(node, ACCURACY, estimates.ratio(sums.total("bon_wins"),
                                                   sums.total("bon_prompts")), NO_ROWS,
-                  sums.total("bon_prompts")[0])
+                  sums.total("bon_prompts")[0], share=True)
   node["subsets"] = subset_nodes
   return node

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
 
 from socialrm_jax.analysis.resampling.bootstrap import CI_LEVEL, CI_PERCENTILES
 
@@ -67,12 +68,14 @@ def percentile_levels(units: float | None, level: float = CI_LEVEL) -> tuple[flo
   return tail, 100 - tail
 
 
-def intervals(rows: np.ndarray, units: float | None = None, level: float = CI_LEVEL
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def intervals(rows: np.ndarray, units: float | None = None, level: float = CI_LEVEL,
+              share: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The point estimates (row 0) and `level` intervals (`percentile_levels` of `units`) of the
   resamples (rows 1..) of statistics `rows` [..., 1 + B] at once, resamples where a statistic is
   undefined left out; NaN where nothing is defined, and where there are fewer than
-  `MIN_INTERVAL_UNITS` units. -> (estimate, low, high), each # [...]"""
+  `MIN_INTERVAL_UNITS` units. A `share` (a mean of per-unit values in [0, 1]: an accuracy, a
+  rate) at 0 or at 1 reaches the exact bound of its units (`share_edges`).
+  -> (estimate, low, high), each # [...]"""
   rows = np.asarray(rows, dtype=np.float64)
   nothing = np.full(rows.shape[:-1], np.nan)
   if rows.shape[-1] < 2 or (units is not None and units < MIN_INTERVAL_UNITS):
@@ -90,13 +93,30 @@ def intervals(rows: np.ndarray, units: float | None = None, level: float = CI_LE
       low[~finite], high[~finite] = np.nanpercentile(
           np.where(np.isfinite(partial), partial, np.nan), levels, axis=-1)
   shape = rows.shape[:-1]
-  return rows[..., 0], low.reshape(shape), high.reshape(shape)
+  low, high = low.reshape(shape), high.reshape(shape)
+  if share and units is not None:
+    low, high = share_edges(rows[..., 0], low, high, units, level)
+  return rows[..., 0], low, high
+
+
+def share_edges(estimate: np.ndarray, low: np.ndarray, high: np.ndarray, units: float,
+                level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+  """A share's interval where its estimate is 0 (or 1): every unit scored 0, so every resample
+  is 0 too and the percentiles give [0, 0], which misses any true share above 0 (a BBQ category's
+  10 disambiguated items with a true unknown rate of 0.13 show 0 of 10 a quarter of the time:
+  benchmarks/interval_coverage.py measured 85% coverage). There the far end is the exact
+  (Clopper-Pearson) bound of 0 of n units (statsmodels' `proportion_confint`, method "beta"):
+  1 - ((1 - level) / 2) ** (1 / n). -> (low, high)"""
+  n = max(int(round(units)), 1)
+  _, upper_at_zero = proportion_confint(0, n, alpha=1 - level, method="beta")
+  return (np.where(estimate == 1, np.minimum(low, 1 - upper_at_zero), low),
+          np.where(estimate == 0, np.maximum(high, upper_at_zero), high))
 
 
 # A statistic's own interval rule, where the percentiles of its resamples do not hold their level
 # (StereoSet's icat): given how its parts' rows are shaped (the identity for a metrics run; the
-# coverage benchmark's replicates), its bounds. -> (low, high)
-Bounds = Callable[[Callable[[np.ndarray], np.ndarray]], tuple[np.ndarray, np.ndarray]]
+# coverage benchmark's replicates) and the level, its bounds. -> (low, high)
+Bounds = Callable[[Callable[[np.ndarray], np.ndarray], float], tuple[np.ndarray, np.ndarray]]
 
 
 def too_few(units: float) -> str:
@@ -104,38 +124,83 @@ def too_few(units: float) -> str:
           f"target terms), and this value has {units:g}")
 
 
+def _unshaped(rows: np.ndarray) -> np.ndarray:
+  return rows
+
+
 class Kept(NamedTuple):
   """A statistic as `put` wrote it: its node, its name, its value on the data and on every
-  resample, the resampling units behind it, and its own interval rule if it has one."""
+  resample, the resampling units behind it, its own interval rule if it has one, and whether it
+  is a share (`intervals`)."""
   node: dict
   name: str
   rows: np.ndarray  # [1 + B]
   units: float | None
   bounds: Bounds | None = None
+  share: bool = False
 
-  def intervals(self, shape: Callable[[np.ndarray], np.ndarray] = lambda rows: rows
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  def intervals(self, shape: Callable[[np.ndarray], np.ndarray] = _unshaped,
+                level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(estimate, low, high) of the statistic as the metrics report them, its rows (and its
     parts') passed through `shape` first (# [..., 1 + B])."""
-    estimate, low, high = intervals(shape(self.rows), self.units)
+    estimate, low, high = intervals(shape(self.rows), self.units, level, self.share)
     if self.bounds is not None and not (self.units is not None and
                                         self.units < MIN_INTERVAL_UNITS):
-      low, high = self.bounds(shape)
+      low, high = self.bounds(shape, level)
     return estimate, low, high
 
 
+def difference_intervals(a: Kept, b: Kept, shape: Callable[[np.ndarray], np.ndarray] = _unshaped
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(estimate, low, high) of a - b, two models' same statistic over the same resamples (the
+  paired comparison): the percentiles of the resampled differences, with a's units; for a
+  statistic with its own interval rule (`Bounds`: StereoSet's icat), the ends of the two models'
+  intervals at half the error each (Bonferroni: [low_a - high_b, high_a - low_b] holds the
+  difference whenever both hold their values, so with 95% at least), since the percentiles of
+  its differences do not hold their level either (icat's kink at ss = 1/2 biases a model at the
+  null: benchmarks/interval_coverage.py measured 89% at 100 times the bundled items)."""
+  if a.bounds is None and b.bounds is None:
+    return intervals(shape(a.rows - b.rows), a.units)
+  level = 1 - (1 - CI_LEVEL) / 2
+  estimate_a, low_a, high_a = a.intervals(shape, level)
+  estimate_b, low_b, high_b = b.intervals(shape, level)
+  return estimate_a - estimate_b, low_a - high_b, high_a - low_b
+
+
 def interval(rows: np.ndarray, reason: str, units: float | None = None,
-             bounds: Bounds | None = None) -> tuple[float | Missing, list[float] | Missing]:
+             bounds: Bounds | None = None,
+             share: bool = False) -> tuple[float | Missing, list[float] | Missing]:
   """The point estimate (row 0) and the 95% interval of rows 1.. (`Kept.intervals`)."""
-  estimate = point(rows[0], reason)
-  _, low, high = Kept({}, "", rows, units, bounds).intervals()
-  if isinstance(estimate, Missing):
-    return estimate, Missing(reason)
+  return kept_interval(Kept({}, "", np.asarray(rows, dtype=np.float64), units, bounds, share),
+                       reason)
+
+
+def kept_interval(kept: Kept, reason: str) -> tuple[float | Missing, list[float] | Missing]:
+  """`interval` of a kept statistic."""
+  _, low, high = kept.intervals()
+  return reported(kept.rows[0], low, high, kept.units, reason)
+
+
+def difference_interval(a: Kept, b: Kept, reason: str
+                        ) -> tuple[float | Missing, list[float] | Missing]:
+  """The difference a - b and its 95% interval (`difference_intervals`), as `interval` gives
+  them."""
+  _, low, high = difference_intervals(a, b)
+  return reported(a.rows[0] - b.rows[0], low, high, a.units, reason)
+
+
+def reported(estimate: float, low: float, high: float, units: float | None, reason: str
+             ) -> tuple[float | Missing, list[float] | Missing]:
+  """A statistic's value and interval as metrics.json writes them: `Missing` where it is not
+  defined, rests on too few units, or has no finite interval."""
+  value = point(estimate, reason)
+  if isinstance(value, Missing):
+    return value, Missing(reason)
   if units is not None and units < MIN_INTERVAL_UNITS:
-    return estimate, Missing(too_few(units))
+    return value, Missing(too_few(units))
   if not (np.isfinite(low) and np.isfinite(high)):
-    return estimate, Missing(reason)
-  return estimate, [float(low), float(high)]
+    return value, Missing(reason)
+  return value, [float(low), float(high)]
 
 
 # Where `put` also keeps the statistics it writes, inside `keeping_rows`.
@@ -144,18 +209,21 @@ _kept: contextvars.ContextVar[list | None] = contextvars.ContextVar("kept_rows",
 
 def put(node: dict[str, Any], name: str, rows: np.ndarray, reason: str,
         units: float | None = None, ci_name: str | None = None,
-        bounds: Bounds | None = None) -> None:
+        bounds: Bounds | None = None, share: bool = False) -> None:
   """Writes `name` and its interval (`<name>_ci95`, or `ci_name`) into `node`. `units`: how many
   resampling units (items, or the clusters a dataset draws whole) the statistic rests on, which
   sets the interval's percentiles (`percentile_levels`) and whether it has one at all; every
   metric of this package says, and an analysis that does not gets the plain percentiles.
-  `bounds`: the statistic's own interval rule, where it needs one (`Bounds`)."""
+  `bounds`: the statistic's own interval rule, where it needs one (`Bounds`). `share`: the
+  statistic is a mean of per-unit values in [0, 1] (accuracies, rates), whose interval reaches
+  the exact bound at 0 or 1 (`share_edges`)."""
   kept = _kept.get()
   rows = np.asarray(rows, dtype=np.float64)
   units = None if units is None else float(units)
+  this = Kept(node, name, rows, units, bounds, share)
   if kept is not None:
-    kept.append(Kept(node, name, rows, units, bounds))
-  node[name], node[ci_name or f"{name}_ci95"] = interval(rows, reason, units, bounds)
+    kept.append(this)
+  node[name], node[ci_name or f"{name}_ci95"] = kept_interval(this, reason)
 
 
 def node_paths(tree: Any, path: str) -> dict[int, str]:

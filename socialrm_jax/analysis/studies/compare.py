@@ -14,7 +14,9 @@ tables already show. A dataset's statistic that is its domain's, resample for re
 domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the domain's.
 
 - Difference: A - B, with a 95% interval from a paired bootstrap over items (the expanded
-  percentile interval of the metric's resampling units, as its own: `estimates`). The two
+  percentile interval of the metric's resampling units, as its own: `estimates`; StereoSet's
+  icat, whose own interval has its own rule, from the two models' intervals at 97.5% each:
+  `estimates.difference_intervals`). The two
   models' per-item values are resampled together: one stratified resample of the common items,
   with the strata, generator (seed, dataset) and number of resamples of the single-model
   intervals, and each statistic computed on each model's sums over that same resample by the code
@@ -70,8 +72,9 @@ DOMAINS, DATASETS = "domains", "datasets"
 GOLD_PAIR_ACCURACIES = ("accuracy", accuracy.LENGTH_MATCHED)
 NO_RESAMPLES = "the difference is undefined in every resample"
 
-# (level, key) -> metric -> (A's rows, B's rows, each # [1 + B]; the resampling units behind it)
-PairedRows = dict[tuple[str, str], dict[str, tuple[np.ndarray, np.ndarray, float]]]
+# (level, key) -> metric -> (A's statistic, B's: their rows # [1 + B] over the same resamples,
+# the resampling units behind them and their interval rules)
+PairedRows = dict[tuple[str, str], dict[str, tuple[estimates.Kept, estimates.Kept]]]
 
 
 def binomial_two_sided_p(successes: int, trials: int) -> float:
@@ -175,8 +178,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
       found.setdefault((DOMAINS, domain), {})[side] = _rows_of(kept, node)
   # Domains first, as the report's first screen orders them.
   ordered = sorted(found, key=lambda level_key: level_key[0] != DOMAINS)
-  return {key: {metric: (found[key]["a"][metric].rows, found[key]["b"][metric].rows,
-                         found[key]["a"][metric].units)
+  return {key: {metric: (found[key]["a"][metric], found[key]["b"][metric])
                 for metric in found[key]["a"] if metric in found[key]["b"]}
           for key in ordered}
 
@@ -219,14 +221,15 @@ def comparisons(paired: PairedRows, outcomes: Outcomes) -> list[dict[str, Any]]:
   out = []
   domain_rows: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = []
   for (level, key), metrics in paired.items():
-    for metric, (rows_a, rows_b, units) in metrics.items():
+    for metric, (kept_a, kept_b) in metrics.items():
+      rows_a, rows_b, units = kept_a.rows, kept_b.rows, kept_a.units
       if not (np.isfinite(rows_a[0]) and np.isfinite(rows_b[0])):
         continue
       if _repeats_a_domain(level, metric, (rows_a, rows_b), domain_rows):
         continue
       if level == DOMAINS:
         domain_rows.append((metric, (rows_a, rows_b)))
-      difference, ci = estimates.interval(rows_a - rows_b, NO_RESAMPLES, units)
+      difference, ci = estimates.difference_interval(kept_a, kept_b, NO_RESAMPLES)
       row = {"level": level, "key": key, "metric": metric, "value_a": float(rows_a[0]),
              "value_b": float(rows_b[0]), "difference": difference, "ci95": ci}
       if metric in GOLD_PAIR_ACCURACIES:

@@ -228,7 +228,7 @@ def _summary(total, with_choice: bool) -> dict[str, Any]:
                   estimates.ratio(total("abs_change_choice"), total("gap")), _NO_GAP,
                   total("choice")[0])
     estimates.put(node, "flip_rate", estimates.ratio(total("flip"), total("choice")),
-                  _NO_CHOICE, total("choice")[0])
+                  _NO_CHOICE, total("choice")[0], share=True)
   return node
 
 
