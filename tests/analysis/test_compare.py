@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from socialrm_jax.analysis import evaluate
-from socialrm_jax.analysis.metrics import accuracy, confounds
+from socialrm_jax.analysis.metrics import accuracy
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.studies import compare
@@ -67,13 +67,6 @@ def length_case():
   rewards = [{1.0: (1.0, 0.0), 0.0: (0.0, 1.0), 0.5: (0.0, 0.0)}[outcome]
              for _, outcome, _ in LENGTH_CASE]
   return items, pair_rows, scores_for(items, rewards)
-
-
-def test_length_matched_pairs_differ_by_less_than_a_tenth_of_the_longer():
-  scored = pairs.join(*length_case(), fields=FIELDS)
-  assert confounds.length_matched(scored).tolist() == [m for _, _, m in LENGTH_CASE]
-  chosen, rejected = confounds.pair_lengths(scored, np.arange(len(LENGTH_CASE)))
-  assert list(zip(chosen, rejected)) == [lengths for lengths, _, _ in LENGTH_CASE]
 
 
 def test_length_matched_accuracy_beside_the_full_accuracy():

@@ -1,5 +1,6 @@
 """`analysis.tables.pairs.Scored` built by hand from a few items, for the tests of the metric
-that read it (bias, best_of_n, distribution) without writing tables."""
+that read it (bias, best_of_n, distribution) without writing tables; the same items as table rows
+joined to their scores (`joined`); resampled sums written by hand (`sums_of`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from socialrm_jax.analysis.resampling import bootstrap
 from socialrm_jax.analysis.tables.categorical import Categorical, Coder
-from socialrm_jax.analysis.tables.pairs import Scored
+from socialrm_jax.analysis.tables.pairs import ItemFields, Scored, join, no_fields
+from socialrm_jax.analysis.tables.reward_tables import Scores
 
 
 def categorical(values: Sequence[Any]) -> Categorical:
@@ -40,3 +43,41 @@ def scored(items: Sequence[dict[str, Any]]) -> Scored:
       candidate_length=np.zeros((n, k), np.int32), pair_item=np.zeros(0, np.int32),
       pair_chosen=np.zeros(0, np.int8), pair_rejected=np.zeros(0, np.int8),
       pair_source=categorical([]), coverage={})
+
+
+def tables_of(items: Sequence[dict[str, Any]]) -> tuple[list[dict], list[dict], Scores]:
+  """Items-table rows, pairs-table rows and their `Scores`, from items given as dicts of `id`,
+  `candidates` (texts), `roles`, `desirability`, `rewards`, `pairs` ([(chosen, rejected,
+  label_source)]) and, optionally, `dataset`, `domain`, `subset`, `context_condition`, `template`,
+  `prompt`, `attributes`."""
+  item_rows, pair_rows, ids, candidates, rewards = [], [], [], [], []
+  for item in items:
+    row = {"item_id": item["id"], "dataset": item.get("dataset", "d"),
+           "domain": item.get("domain", "bias"), "subset": item.get("subset", "s"),
+           "context_condition": item.get("context_condition"), "template": item.get("template"),
+           "prompt": item.get("prompt", [{"role": "user", "content": "q"}]),
+           "candidates": list(item["candidates"]), "roles": list(item["roles"]),
+           "desirability": list(item["desirability"]), "attributes": item.get("attributes", {})}
+    item_rows.append(row)
+    pair_rows += [{"pair_id": f"{item['id']}:{c}>{r}", "item_id": item["id"],
+                   "dataset": row["dataset"], "domain": row["domain"], "subset": row["subset"],
+                   "label_source": source, "chosen_index": c, "rejected_index": r,
+                   "chosen_role": row["roles"][c], "rejected_role": row["roles"][r]}
+                  for c, r, source in item["pairs"]]
+    ids += [item["id"]] * len(item["rewards"])
+    candidates += list(range(len(item["rewards"])))
+    rewards += list(item["rewards"])
+  return item_rows, pair_rows, Scores.of(ids, candidates, rewards, "scores")
+
+
+def joined(items: Sequence[dict[str, Any]], fields: ItemFields = no_fields) -> Scored:
+  """`tables_of(items)` joined (`pairs.join`), with the dataset analyses' `fields`."""
+  return join(*tables_of(items), fields=fields)
+
+
+def sums_of(strata: Sequence[bootstrap.Stratum], columns: Sequence[str],
+            rows: Any) -> bootstrap.StratifiedSums:
+  """Resampled sums written by hand: `rows` [1 + B, S, V] (row 0 the data) in `columns` order,
+  over cells `strata`, each drawn once."""
+  rows = np.asarray(rows, dtype=np.float64)
+  return bootstrap.StratifiedSums(tuple(strata), tuple(columns), rows, np.ones(rows.shape[:2]))
