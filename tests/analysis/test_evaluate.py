@@ -11,7 +11,6 @@ import pytest
 from socialrm_jax.base import tables
 from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.analysis.resampling import estimates
-from socialrm_jax.analysis.tables import evidence
 
 
 # Each item: (id, dataset, domain, subset, context_condition, candidates, roles, desirability,
@@ -378,10 +377,3 @@ def test_worst_pairs_by_hand(result, report_dir):
   assert "Chosen (anti_biased):\n> The boy" in section
   assert "largest stereotype-consistent margin" in section.split("### hand: crows_pairs", 1)[1]
 
-
-def test_worst_pairs_cut_long_texts_and_prompts():
-  assert evidence.cut("x" * 10, 8) == "xx [...]" and evidence.cut("short", 8) == "short"
-  assert evidence.prompt_text([{"role": "user", "content": "hi"}]) == "hi"
-  assert evidence.prompt_text([{"role": "user", "content": "a"}, {"role": "assistant",
-                                                                   "content": "b"}]) == (
-      "user: a\nassistant: b")
