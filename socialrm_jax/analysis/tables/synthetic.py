@@ -57,7 +57,9 @@ class Plan:
     for role in STEREOTYPED_ROLES:
       out = out + self.stereotype * (scored.roles == role)
     if self.length:
-      out = out + self.length * np.log(np.maximum(scored.candidate_length, 1))
+      # As float64: the lengths are kept in the narrowest integer type, whose log numpy takes
+      # in float16 (int8) or float32 (int16).
+      out = out + self.length * np.log(np.maximum(scored.candidate_length, 1).astype(np.float64))
     return np.where(scored.valid, out, 0.0)
 
   def rewards(self, scored: Scored, rng: np.random.Generator) -> np.ndarray:
