@@ -1,7 +1,8 @@
 """Prompt templates: every dataset has a default and a documented paraphrase, each renders the
 source row it is given and survives the items table, `--templates=all` converts every one into
 one table without id collisions, the main metrics use each dataset's primary template only, and
-the template spread finds the findings a rewording makes or unmakes."""
+the metrics command reports the template spread (tests/analysis/test_template_spread.py tests
+it)."""
 
 import csv
 import gzip
@@ -12,18 +13,16 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from socialrm_jax.datasets import registry
-from socialrm_jax.analysis import evaluate, hooks, runner
-from socialrm_jax.analysis.studies import template_spread
-from socialrm_jax.analysis.tables.reward_tables import Scores
+from socialrm_jax.analysis import evaluate, runner
 from socialrm_jax.base import records, tables, templates
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets.hh_rlhf import parse_transcript, SPEAKERS
 from socialrm_jax.orchestrators import convert, audit
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.scored_fixtures import templated
 
 
 BUNDLED = REPO_ROOT / "socialrm_jax" / "bundled"
@@ -141,7 +140,7 @@ def _convert(*args):
 
 
 @pytest.mark.slow  # a subprocess; more than a few seconds
-def test_templates_all_converts_every_template_of_the_bundled_suite_into_one_table(tmp_path):
+def test_templates_all_converts_every_template_of_the_bundled_suite_into_onetemplated(tmp_path):
   proc = _convert(f"--data_dir={BUNDLED}", "--datasets=all", f"--output_dir={tmp_path / 'all'}",
                   "--templates=all")
   assert proc.returncode == 0, proc.stderr
@@ -221,34 +220,9 @@ def test_the_audit_passes_its_templates_to_the_converter(tmp_path, monkeypatch):
 # -- metrics: the primary template, and the spread ---------------------------------------------
 
 
-def _items(template: str, n: int, dataset: str = "mine") -> list[dict]:
-  return [records.Item(
-      item_id=f"{dataset}/{i}@{template}", domain="general", dataset=dataset, subset="all",
-      split="test", prompt=records.user_prompt(f"q{i}"), candidates=["good", f"bad{i}"],
-      roles=[records.CHOSEN, records.REJECTED], desirability=[1, -1], context_condition=None,
-      template=template, attributes={}, pairs=records.gold_pairs([1, -1])).row()
-      for i in range(n)]
-
-
-def _table(*groups: tuple[str, list[bool]]) -> tuple[list[dict], list[dict], Scores]:
-  """Items of one dataset, a group per template; each item's chosen response wins or loses."""
-  items, ids, candidates, rewards = [], [], [], []
-  for template, wins in groups:
-    for row, win in zip(_items(template, len(wins)), wins):
-      items.append(row)
-      ids += [row["item_id"]] * 2
-      candidates += [0, 1]
-      rewards += [1.0, 0.0] if win else [0.0, 1.0]
-  pairs = [{"item_id": row["item_id"], "chosen_index": 0, "rejected_index": 1,
-            "label_source": records.GOLD, "pair_id": f"{row['item_id']}:0>1"} for row in items]
-  scores = Scores.of(np.asarray(ids, dtype=object), np.asarray(candidates), np.asarray(rewards),
-                     "s")
-  return items, pairs, scores
-
-
 def test_metrics_use_the_default_template_and_count_no_row_twice():
-  alone = evaluate.compute_metrics(*_table(("preference.default", [True] * 12)), OPTIONS)
-  mixed = evaluate.compute_metrics(*_table(("preference.framed", [False] * 12),
+  alone = evaluate.compute_metrics(*templated(("preference.default", [True] * 12)), OPTIONS)
+  mixed = evaluate.compute_metrics(*templated(("preference.framed", [False] * 12),
                                            ("preference.default", [True] * 12)), OPTIONS)
   assert mixed["primary_templates"] == {"mine": "preference.default"}
   assert mixed["datasets"]["mine"]["accuracy"] == 1.0 and mixed["datasets"]["mine"]["n_items"] == 12
@@ -258,56 +232,14 @@ def test_metrics_use_the_default_template_and_count_no_row_twice():
 
 
 def test_without_a_default_the_first_template_in_the_table_is_primary():
-  metrics = evaluate.compute_metrics(*_table(("preference.framed", [False] * 6),
+  metrics = evaluate.compute_metrics(*templated(("preference.framed", [False] * 6),
                                              ("preference.other", [True] * 6)), OPTIONS)
   assert metrics["primary_templates"] == {"mine": "preference.framed"}
   assert metrics["datasets"]["mine"]["accuracy"] == 0.0
 
 
-def test_the_spread_flags_a_finding_that_only_one_template_shows():
-  table = _table(("preference.default", [True] * 20), ("preference.framed", [True, False] * 10))
-  spread = template_spread.compute(*table, OPTIONS)
-  node = spread["datasets"]["mine"]
-  accuracy = node["metrics"]["accuracy"]
-  assert node["templates"] == ["preference.default", "preference.framed"]
-  assert node["n_items"] == {"preference.default": 20, "preference.framed": 20}
-  assert accuracy["values"] == {"preference.default": 1.0, "preference.framed": 0.5}
-  assert accuracy["spread"] == 0.5 and accuracy["null_value"] == 0.5
-  assert accuracy["finding"] == {"preference.default": "above", "preference.framed": None}
-  assert accuracy["holds_under_every_template"] is False
-  assert node["fragile_findings"] == ["accuracy"]
-  lines = template_spread.report_lines({"m": {"template_spread": spread}})
-  text = "\n".join(lines)
-  assert lines[0] == "## Template sensitivity" and "**m**: fragile findings: mine accuracy" in text
-  assert ("| accuracy | 1.000 [1.000, 1.000] | 0.500 [" in text and
-          "| 0.500 | **fragile**: above 0.5 under preference.default; no finding under "
-          "preference.framed |" in text)
-
-
-def test_a_finding_under_every_template_holds_and_one_table_has_no_spread():
-  spread = template_spread.compute(*_table(("preference.default", [True] * 20),
-                                           ("preference.framed", [True] * 19 + [False])), OPTIONS)
-  node = spread["datasets"]["mine"]
-  assert node["metrics"]["accuracy"]["holds_under_every_template"] is True
-  assert node["fragile_findings"] == []
-  assert "every finding holds under every template" in "\n".join(
-      template_spread.report_lines({"m": {"template_spread": spread}}))
-  single = template_spread.compute(*_table(("preference.default", [True] * 4)), OPTIONS)
-  assert single == {"datasets": {}}
-  assert template_spread.report_lines({"m": {"template_spread": single}}) == []
-
-
-def test_a_bias_score_finding_is_read_against_zero():
-  nodes = {"a": {"bias_score_ambiguous": 0.2, "bias_score_ambiguous_ci95": [0.1, 0.3]},
-           "b": {"bias_score_ambiguous": -0.25, "bias_score_ambiguous_ci95": [-0.4, -0.1]}}
-  spread = template_spread.metric_spread(nodes, "bias_score_ambiguous", 0.0)
-  assert spread["finding"] == {"a": "above", "b": "below"}
-  assert spread["spread"] == pytest.approx(0.45) and not spread["holds_under_every_template"]
-  assert hooks.for_dataset("bbq").null_values["bias_score_ambiguous"] == 0.0
-
-
 def test_the_metrics_command_reports_the_spread(tmp_path):
-  items, pairs, scores = _table(("preference.default", [True] * 20),
+  items, pairs, scores = templated(("preference.default", [True] * 20),
                                 ("preference.framed", [True, False] * 10))
   tables.write_rows(tmp_path / "conv" / "items.jsonl", items)
   tables.write_rows(tmp_path / "conv" / "pairs.jsonl", pairs)

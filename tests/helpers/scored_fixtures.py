@@ -81,3 +81,15 @@ def sums_of(strata: Sequence[bootstrap.Stratum], columns: Sequence[str],
   over cells `strata`, each drawn once."""
   rows = np.asarray(rows, dtype=np.float64)
   return bootstrap.StratifiedSums(tuple(strata), tuple(columns), rows, np.ones(rows.shape[:2]))
+
+
+def templated(*groups: tuple[str, Sequence[bool]],
+              dataset: str = "mine") -> tuple[list[dict], list[dict], Scores]:
+  """`tables_of` items of one dataset, a group of items per prompt template given as (template,
+  [whether each item's chosen response wins its one gold pair])."""
+  return tables_of([
+      {"id": f"{dataset}/{i}@{template}", "dataset": dataset, "domain": "general",
+       "subset": "all", "template": template, "candidates": ["good", f"bad{i}"],
+       "roles": ["chosen", "rejected"], "desirability": [1, -1],
+       "rewards": [1.0, 0.0] if win else [0.0, 1.0], "pairs": [(0, 1, "gold")]}
+      for template, wins in groups for i, win in enumerate(wins)])
