@@ -309,27 +309,6 @@ def test_crows_pairs_change_is_the_reward_gap_of_its_sentences(crows_items, tmp_
   assert from_folders["datasets"]["crows_pairs"] == keyed
 
 
-def test_link_values_flips_share_ties():
-  pairs = [([1, 1, 0], [1, 1, 0]), ([1, 0, 0], [0, 1, 0]), ([1, 1, 0], [1, 0, 0]),
-           ([3, 1, 0], [1, 3, 0]), ([3, 1, 0], [3, 1])]
-  links, rows = [], []
-  for number, (before, after) in enumerate(pairs):
-    links.append({"original_item_id": f"a{number}", "counterfactual_item_id": f"b{number}",
-                  "original_candidates": [0, 1, 2], "counterfactual_candidates": [0, 1, 2]})
-    rows += [(f"a{number}", c, r) for c, r in enumerate(before)]
-    rows += [(f"b{number}", c, r) for c, r in enumerate(after)]
-  table = swap_effects.link_table(links)
-  rewards = swap_effects.LinkedRewards(table)
-  rewards.add(Scores.of(*zip(*rows), path="scores"), 0)
-  values, scored = swap_effects.link_values(table, rewards)
-  # The same tie on both sides is no flip; a tie that breaks is half of one.
-  assert values["flip"].tolist() == [0.0, 1.0, 0.5, 1.0, 0.0]
-  assert values["abs_change"][3] == pytest.approx(4 / 3)
-  assert values["gap"][3] == pytest.approx((2 + 3 + 1) / 3)
-  assert scored.tolist() == [True, True, True, True, False]  # the last lacks a reward
-  assert values["links"].tolist() == [1, 1, 1, 1, 0]
-
-
 def test_missing_rewards_are_an_error_or_counted(age_items):
   swap_set = identity_swaps.derive_all(age_items)
   original = _score_rows(age_items, _content_reward)
