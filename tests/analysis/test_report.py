@@ -39,7 +39,8 @@ def test_cells_and_verdicts_in_words():
   assert report.cell({"x": None}, "x") == "null" and report.cell(None, "x") == "–"
   assert report.length_matched_cell(node) == "0.600 [0.500, 0.700] (n=12)"
   assert report.length_matched_cell({"accuracy": 0.5}) == "–"
-  assert report.verdict(None) == "not measured" and report.verdict({"accuracy": 0.5}) == "not tested"
+  assert report.verdict(None) == "not measured"
+  assert report.verdict({"accuracy": 0.5}) == "not tested"
   assert report.verdict({"accuracy": 0.5, "verdicts": {"accuracy": {
       "verdict": verdicts.NO_PREFERENCE, "delta": 0.05}}}) == "no preference as large as 0.05"
   assert report.verdict({"accuracy": 0.5, "verdicts": {"accuracy": {
