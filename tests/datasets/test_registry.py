@@ -169,14 +169,6 @@ def test_bad_dataset_specs(values, message):
     registry.parse_specs(values)
 
 
-def test_items_of_a_path_source_are_analysed_as_the_generic_dataset():
-  assert hooks.for_dataset("someone_elses") is hooks.for_dataset(registry.GENERIC)
-  assert hooks.for_dataset("bbq") is not hooks.for_dataset(registry.GENERIC)
-  assert hooks.for_dataset("hh_rlhf") == hooks.for_dataset("hh_rlhf")  # its own, generic work only
-  assert hooks.for_dataset("hh_rlhf").summary is None
-  assert hooks.for_dataset(registry.GENERIC).summary is not None
-
-
 def test_every_dataset_has_an_adapter_and_an_analysis_of_its_name():
   for name in registry.BUILT_IN:
     assert registry.get(name).name == name
