@@ -201,17 +201,6 @@ def test_a_pair_of_an_unknown_item_is_named_with_its_file_and_row(tmp_path, conv
                         evaluate.Options(n_resamples=10))
 
 
-def test_display_names_from_flag_run_json_or_stem(tmp_path):
-  (tmp_path / "x").mkdir()
-  tables.atomic_write_json(tmp_path / "x" / "run.json", {"model": "org/rm-7b"})
-  (tmp_path / "y").mkdir()
-  assert runner.model_names([str(tmp_path / "x"), str(tmp_path / "y" / "scores.parquet")], []) \
-      == ["rm-7b", "y"]
-  assert runner.model_names(["a", "b"], ["same", "same"]) == ["same", "same-2"]
-  with pytest.raises(InputError, match="--names has 1 names for 2 scores sets"):
-    runner.model_names(["a", "b"], ["only"])
-
-
 def _parquet_in_groups(path, rows, group_rows):
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
@@ -252,15 +241,6 @@ def test_rows_are_picked_by_id_from_the_row_groups_that_hold_them(tmp_path, conv
                                 item_ids=wanted))
   assert [r["item_id"] for r in found] == ["bbq/Age/3", "moral_stories/19"]
   assert set(found[0]) == {"item_id", "candidates"} and found[1]["candidates"][1] == "immoral 19"
-
-
-def test_reward_vectors_of_another_length_in_a_later_row_group_are_an_error(tmp_path, converted):
-  _, items = converted
-  rows = [{**row, "rewards": [0.0, 1.0] if j < 7 else [0.0, 1.0, 2.0]}
-          for j, row in enumerate(score_rows(items, lambda i, k: 0.0))]
-  _parquet_in_groups(tmp_path / "s" / "scores.parquet", rows, 7)
-  with pytest.raises(InputError, match=r"row 8: rewards has 3 values here but 2 in an earlier"):
-    list(scores_module.score_parts(tmp_path / "s"))
 
 
 def test_a_label_source_that_is_not_text_is_named_with_its_row(converted):
