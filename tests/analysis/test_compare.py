@@ -118,12 +118,6 @@ def outcome_rewards(outcomes):
   return [{1: (1.0, 0.0), 0.5: (0.0, 0.0), 0: (0.0, 1.0)}[o] for o in outcomes]
 
 
-def test_items_given_as_rows_need_their_plug_ins_fields():
-  """Rows without the analyses' fields would silently lose StereoSet's strata and BBQ's facts."""
-  with pytest.raises(ValueError, match="Options.item_fields"):
-    pairs.join(*length_case())
-
-
 def two_models(outcomes_a, outcomes_b, **item_fields):
   items, pair_rows = gold_items([("good", "a much worse answer")] * len(outcomes_a), **item_fields)
   return [pairs.join(items, pair_rows, scores_for(items, outcome_rewards(o)), fields=FIELDS)

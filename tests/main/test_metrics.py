@@ -179,17 +179,6 @@ def test_items_are_kept_as_columns_without_texts(converted):
       assert column.codes.dtype == np.int8 and len(column.categories) <= 8, field.name
 
 
-def test_item_columns_are_padded_across_batches_of_different_widths(monkeypatch):
-  monkeypatch.setattr(tables, "BATCH_ROWS", 2)
-  rows = [{"item_id": str(i), "dataset": "d", "candidates": ["ab"] * n, "roles": ["r"] * n,
-           "desirability": [1] + [-1] * (n - 1)} for i, n in enumerate((2, 3, 4, 2, 3))]
-  table = pairs_module.item_table(rows, pairs_module.no_fields)
-  assert table.roles.tolist()[2:4] == [["r"] * 4, ["r", "r", "", ""]]
-  assert table.desirability.tolist()[1] == [1, -1, -1, 0]
-  assert table.candidate_length.tolist()[4] == [2, 2, 2, 0]
-  assert table.n_candidates.tolist() == [2, 3, 4, 2, 3]
-
-
 def test_a_pair_of_an_unknown_item_is_named_with_its_file_and_row(tmp_path, converted):
   folder, items = converted
   rows = pair_rows(items)
