@@ -3,7 +3,6 @@ from the arrays a chunk at a time, their texts read from the items table, and th
 section; on items worked by hand."""
 
 import numpy as np
-import pytest
 
 from socialrm_jax.analysis.tables import evidence, pairs
 from tests.helpers.scored_fixtures import joined, tables_of
