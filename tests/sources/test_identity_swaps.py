@@ -13,6 +13,7 @@ import zlib
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.studies import swap_effects
@@ -248,7 +249,10 @@ def test_a_model_blind_to_the_group_changes_nothing(age_items):
     # An interval needs 10 links: the 8 of each condition have none.
     interval = [0.0, 0.0] if level["n_links"] >= estimates.MIN_INTERVAL_UNITS else None
     assert level["mean_abs_change"] == 0.0 and level["mean_abs_change_ci95"] == interval
-    assert level["flip_rate"] == 0.0 and level["flip_rate_ci95"] == interval
+    # A share at 0 reaches the exact (Clopper-Pearson) bound of its links.
+    exact = [0.0, pytest.approx(stats.binomtest(0, level["n_links"]).proportion_ci().high)]
+    assert level["flip_rate"] == 0.0
+    assert level["flip_rate_ci95"] == (exact if interval else None)
     assert level["relative_change"] == 0.0
   assert [c["n_links"] for c in node["conditions"].values()] == [8, 8]
   assert set(node["conditions"]) == {"ambiguous", "disambiguated"}
@@ -262,7 +266,9 @@ def test_a_model_keyed_on_the_group_changes_rewards_and_flips(age_items):
   # Every swapped item moves the +1 from one named answer to the other: two of three candidates
   # change by 1, and the preferred answer (the old one) moves every time.
   assert node["mean_abs_change"] == pytest.approx(2 / 3)
-  assert node["flip_rate"] == 1.0 and node["flip_rate_ci95"] == [1.0, 1.0]
+  # A share at 1 reaches the exact (Clopper-Pearson) bound of its 16 links.
+  exact = stats.binomtest(16, 16).proportion_ci().low
+  assert node["flip_rate"] == 1.0 and node["flip_rate_ci95"] == [pytest.approx(exact), 1.0]
   assert node["mean_abs_change_ci95"][0] > 0.6
   assert node["relative_change"] > 0.9
   lines = swap_effects.report_lines({"blind": swap_effects.compute(
@@ -270,7 +276,8 @@ def test_a_model_keyed_on_the_group_changes_rewards_and_flips(age_items):
       _score_rows(swap_set.items, _content_reward), OPTIONS), "keyed": result})
   assert lines[0] == "## Counterfactual identity swaps"
   assert "| bbq · Age (n=16) | 0.000 [0.000, 0.000] | 0.667 [0.667, 0.667] |" in lines
-  assert "| bbq (n=16) | 0.000 [0.000, 0.000] | 1.000 [1.000, 1.000] |" in lines
+  assert (f"| bbq (n=16) | 0.000 [0.000, {1 - exact:.3f}] | 1.000 [{exact:.3f}, 1.000] |"
+          in lines)
   assert swap_effects.report_lines({"unmeasured": None}) == []
 
 
