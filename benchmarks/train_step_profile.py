@@ -9,7 +9,7 @@ value-and-gradient step on the same rows, in one process, and what changed it.
 DIR and PAIRS are what `benchmarks/train_throughput.py --preset=cpu35m --runs=` writes in its
 WORK_DIR: `models/llama-35m-*` and `pairs-cpu35m-in-order.jsonl` (the pairs in the trainer's
 order). The first `--steps` steps' pairs (batch 8) are packed as the trainer packs them on a CPU
-(`orchestrators.train.pair_packing`: one row a block, rows of 512 tokens, longer buckets for longer
+(`training.pair_batches.pair_packing`: one row a block, rows of 512 tokens, longer buckets for longer
 pairs), and the trainer's own jitted programs (`training.train_step.TrainStep`) run on them:
 
 - forward: `add_block_sums`, the loss and metrics of a block (the scorer's forward, the last layer
@@ -206,7 +206,7 @@ def blocks_of(tokenizer, rows: list[dict]) -> list[list]:
   encoded = pair_batches.encode_pairs(templater, [
       pair_batches.Pair(str(i), row["prompt"], row["chosen"], row["rejected"])
       for i, row in enumerate(rows)])
-  layout = train.pair_packing(train.Settings(max_length=_MAX_LENGTH.value), "cpu", 1)
+  layout = pair_batches.pair_packing(train.Settings().row_length, _MAX_LENGTH.value, "cpu", 1)
   size = _BATCH_SIZE.value
   return [pair_batches.pack_pairs(encoded[s:s + size], [0.0] * size, **layout)
           for s in range(0, len(encoded), size)]
@@ -224,10 +224,8 @@ class Programs:
     from socialrm_jax.training import optimizer, trainable
     from socialrm_jax.training import train_step as train_step_lib
     self.name, self.mesh, self.jnp = name, mesh, jnp
-    tx, _ = optimizer.make_optimizer(
-        learning_rate=5e-5, total_steps=100, warmup_steps=0, schedule="linear", weight_decay=0.0,
-        max_grad_norm=1.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
-        accumulation_steps=1)
+    # socialrm-train's defaults (AdamW's betas and epsilon, clipping at 1, no accumulation).
+    tx, _ = optimizer.OptimizerConfig.of(train.Settings(learning_rate=5e-5)).build(100)
     lora = _LORA_RANK.value > 0
     self.trained, self.frozen = trainable.split_trainable(model.params, lora)
     if lora:

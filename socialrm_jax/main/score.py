@@ -1,13 +1,13 @@
 """Scores every (item, candidate) with a reward model (docs/spec.md sec. 4, 6).
 
   python -m socialrm_jax.main.score --model=PATH --items=CONVERTED --output_dir=SCORES \
-      [--datasets=bbq,...] [--limit=N] [--max_length=2048] [--dtype=float32] \
-      [--mesh=data:8,model:1] [--tokens_per_batch=16384] [--truncation=left|error] \
+      [--datasets=bbq,...] [--limit=N] [--max_length=2048] [--truncation=left|error] \
       [--proxy=none|loglik|implicit|judge] [--ref_model=PATH] [--length_normalize] \
-      [--objective=INDEX | --objective_weights=w1,w2,...] \
-      [--attention=auto|xla|cudnn|splash] [--compilation_cache=DIR]
+      [--objective=INDEX | --objective_weights=w1,w2,...] [--dtype=float32|bfloat16] \
+      [--mesh=data:8,model:1] [--attention=auto|xla|cudnn|splash] [--tokens_per_batch=16384] \
+      [--chunk_size=1024] [--smallest_bucket=128] [--compilation_cache=DIR] [--check_invariance=N]
 
-Proxies and objectives: socialrm_jax/scoring/proxies.py (and scoring/README.md).
+How it scores, the proxies and objectives: docs/scoring.md.
 
 Rerunning into the same --output_dir resumes: finished shards are kept. Several processes (one per
 host) are started by a launcher (see launch/README.md), which passes --coordinator_address,

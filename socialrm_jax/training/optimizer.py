@@ -5,7 +5,12 @@ gradient clipped to a global norm, and accumulated over micro-batches (`optax.Mu
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import optax
+
+from socialrm_jax.base.errors import InputError
 
 SCHEDULES = ("linear", "cosine", "constant")
 
@@ -34,18 +39,49 @@ def decays(path: str) -> bool:
   return not (path.endswith("bias") or "norm" in path.rsplit("/", 2)[0].rsplit("/", 1)[-1])
 
 
-def make_optimizer(*, learning_rate: float, total_steps: int, warmup_steps: int, schedule: str,
-                   weight_decay: float, max_grad_norm: float, adam_beta1: float,
-                   adam_beta2: float, adam_epsilon: float, accumulation_steps: int):
-  """(optax transformation over flat {path: array} parameters, its schedule)."""
-  lr = learning_rate_schedule(learning_rate, total_steps, warmup_steps, schedule)
-  chain = []
-  if max_grad_norm > 0:
-    chain.append(optax.clip_by_global_norm(max_grad_norm))
-  chain.append(optax.adamw(lr, b1=adam_beta1, b2=adam_beta2, eps=adam_epsilon,
-                           weight_decay=weight_decay,
-                           mask=lambda params: {p: decays(p) for p in params}))
-  tx = optax.chain(*chain)
-  if accumulation_steps > 1:
-    tx = optax.MultiSteps(tx, every_k_schedule=accumulation_steps)
-  return tx, lr
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """The optimizer's settings, by socialrm-train's flag names (transformers' TrainingArguments'):
+  `orchestrators/train.py`'s `Settings` declares them, with their defaults and help."""
+  learning_rate: float
+  lr_schedule: str
+  warmup_steps: int
+  weight_decay: float
+  max_grad_norm: float
+  adam_beta1: float
+  adam_beta2: float
+  adam_epsilon: float
+  gradient_accumulation_steps: int
+
+  @classmethod
+  def of(cls, settings: Any) -> OptimizerConfig:
+    """The optimizer's fields of `settings` (any object with these attributes, by these names)."""
+    return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+
+  def check(self) -> None:
+    """Refuses settings no optimizer can take, one line naming the flag."""
+    if self.gradient_accumulation_steps < 1:
+      raise InputError("--gradient_accumulation_steps must be at least 1, got "
+                       f"{self.gradient_accumulation_steps}")
+    if self.warmup_steps < 0:
+      raise InputError(f"--warmup_steps must be 0 or more, got {self.warmup_steps}")
+    if self.learning_rate <= 0:
+      raise InputError(f"--learning_rate must be positive, got {self.learning_rate}")
+    if self.lr_schedule not in SCHEDULES:
+      raise InputError(f"--lr_schedule must be one of {', '.join(SCHEDULES)}")
+
+  def build(self, total_steps: int):
+    """(optax transformation over flat {path: array} parameters, its learning-rate schedule) for
+    a run of `total_steps` optimizer steps."""
+    lr = learning_rate_schedule(self.learning_rate, total_steps, self.warmup_steps,
+                                self.lr_schedule)
+    chain = []
+    if self.max_grad_norm > 0:
+      chain.append(optax.clip_by_global_norm(self.max_grad_norm))
+    chain.append(optax.adamw(lr, b1=self.adam_beta1, b2=self.adam_beta2, eps=self.adam_epsilon,
+                             weight_decay=self.weight_decay,
+                             mask=lambda params: {p: decays(p) for p in params}))
+    tx = optax.chain(*chain)
+    if self.gradient_accumulation_steps > 1:
+      tx = optax.MultiSteps(tx, every_k_schedule=self.gradient_accumulation_steps)
+    return tx, lr

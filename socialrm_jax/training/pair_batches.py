@@ -22,12 +22,14 @@ models read the prompt and their loss stayed at ln 2).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import hashlib
+import json
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.scoring import packing
+from socialrm_jax.scoring import engine, packing
 from socialrm_jax.scoring.item_tokens import EncodedItem, Templater
 
 # Token fields of a block, each [R, T] int32.
@@ -45,6 +47,30 @@ class Pair:
   chosen: str
   rejected: str
   margin: float = 0.0
+
+
+def gold_pairs(items: Sequence[Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]]
+               ) -> list[Pair]:
+  """A conversion's gold pairs to train on (the converter's item and pair rows); a `margin`
+  attribute of an item is TRL's margin."""
+  margins = {}
+  for item in items:
+    attributes = item.get("attributes") or {}
+    if isinstance(attributes, str):
+      attributes = json.loads(attributes)
+    if attributes.get("margin") is not None:
+      margins[item["item_id"]] = float(attributes["margin"])
+  return [Pair(p["pair_id"], list(p["prompt"]), p["chosen"], p["rejected"],
+               margins.get(p["item_id"], 0.0)) for p in pairs]
+
+
+def data_sha256(pairs: Sequence[Pair]) -> str:
+  """sha256 of the pairs as trained on (ids, conversations, margins), in their order."""
+  digest = hashlib.sha256()
+  for p in pairs:
+    digest.update(json.dumps(dataclasses.asdict(p), sort_keys=True).encode("utf-8"))
+    digest.update(b"\n")
+  return digest.hexdigest()
 
 
 def encode_pairs(templater: Templater, pairs: Sequence[Pair],
@@ -197,6 +223,50 @@ def _block(rows: Sequence[Sequence[EncodedItem]], margins: Sequence[Sequence[flo
     packed += writer.used
   return PairBlock(**fields, readout_index=readout_index, margin=margin, weight=weight,
                    packed_tokens=packed, sequence_tokens=sequence_tokens)
+
+
+def pair_packing(row_length: int, max_length: int, platform: str, data_size: int) -> dict:
+  """`pack_pairs`' layout arguments for a run: rows of `row_length` (at most twice `max_length`,
+  the longest pair: the prompt once, both responses), longer buckets up to that, blocks of
+  `rows_per_block` rows."""
+  row_length = min(row_length, 2 * max_length)
+  return dict(buckets=packing.length_buckets(2 * max_length, row_length),
+              row_length=row_length, row_multiple=data_size,
+              rows_per_block=rows_per_block(platform, row_length, data_size))
+
+
+def rows_per_block(platform: str, row_length: int, data_size: int) -> int:
+  """Rows of one block (one call of the jitted train step): on a CPU one a device (there a padding
+  row costs as much as a real one, and rows run no faster together); on accelerators as many as
+  the scorer's default batch holds, a multiple of the data axis."""
+  if platform == "cpu":
+    return data_size
+  return packing.rows_per_batch(row_length, engine.DEFAULT_TOKENS_PER_BATCH, data_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedPairs:
+  """Pairs as the train step reads them: encoded by the scorer's templater, with their margins."""
+  items: list[EncodedItem]
+  margins: list[float]
+
+  @classmethod
+  def encode(cls, templater: Templater, pairs: Sequence[Pair]) -> EncodedPairs:
+    return cls(encode_pairs(templater, pairs), [p.margin for p in pairs])
+
+  def micro_batch(self, micro: int, *, batch_size: int, seed: int, layout: dict
+                  ) -> list[PairBlock]:
+    """Micro-batch `micro` (the data position) packed: `batch_size` pairs of its epoch's seeded
+    order (`epoch_order`); the pairs an epoch leaves over a whole micro-batch wait."""
+    epoch, position = divmod(micro, len(self.items) // batch_size)
+    order = epoch_order(len(self.items), seed, epoch)
+    chosen = order[position * batch_size:(position + 1) * batch_size]
+    return pack_pairs([self.items[i] for i in chosen], [self.margins[i] for i in chosen],
+                      **layout)
+
+  def blocks(self, layout: dict) -> list[PairBlock]:
+    """Every pair packed (an evaluation's blocks)."""
+    return pack_pairs(self.items, self.margins, **layout)
 
 
 def split_indices(num_pairs: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -42,6 +42,9 @@ from socialrm_jax.scoring import step as scoring_step
 SCORE_KERNEL = "score/kernel"
 LORA_A, LORA_B = "lora_a", "lora_b"
 DEFAULT_INITIALIZER_RANGE = 0.02  # transformers' PretrainedConfig default
+# The projections LoRA adapts by default (socialrm-train's --lora_targets).
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj")
 
 
 @dataclasses.dataclass

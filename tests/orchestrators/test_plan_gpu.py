@@ -87,7 +87,7 @@ def test_train_step_on_eight_h100s_holds_the_gradient_all_reduce_over_data():
   assert settings.lora_rank == 0 and settings.max_length == setup_options.max_length
   step = training.compile_training(setup, model, settings)
   (block,) = step["blocks"]
-  # 16384 token slots of rows of 128 (train.rows_per_block), over 8 devices.
+  # 16384 token slots of rows of 128 (pair_batches.rows_per_block), over 8 devices.
   assert block["shape"] == [128, 128] and block["compiled"]
   assert block["attention_kernel"] == "cudnn"
   # Each device's gradients of its rows, summed across the data axis.

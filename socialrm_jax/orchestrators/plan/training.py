@@ -3,7 +3,7 @@ scorer's: the same `training.train_step.TrainStep` (its "accumulate" program onc
 shape a run packs, its "update" program once), the same optimizer (`training.optimizer`), the
 trained and frozen parameters as `trainable.split_trainable` and `init_lora` make them (float32
 trained copies, LoRA's A and B), every one a `jax.ShapeDtypeStruct` with the sharding the loader
-gives it, and the block shapes of `orchestrators.train.pair_packing` on the target's platform.
+gives it, and the block shapes of `training.pair_batches.pair_packing` on the target's platform.
 
 A block shape's memory is its accumulate program's (parameters, gradients, the block, the
 activations its backward pass keeps) plus the optimizer state, which stays on the device while
@@ -104,8 +104,9 @@ def trained_and_frozen(model: trainable.TrainModel, settings: train.Settings, me
 
 def block_shapes(settings: train.Settings, platform: str, data_size: int) -> list[tuple[int, int]]:
   """(rows, row length) of the largest block of each row length a run packs
-  (`train.pair_packing`): pairs go to rows of `row_length`, or of a longer bucket."""
-  packing_args = train.pair_packing(settings, platform, data_size)
+  (`pair_batches.pair_packing`): pairs go to rows of `row_length`, or of a longer bucket."""
+  packing_args = pair_batches.pair_packing(settings.row_length, settings.max_length, platform,
+                                           data_size)
   rows = packing_args["rows_per_block"]
   return [(rows, length) for length in packing_args["buckets"]
           if length >= packing_args["row_length"]]
@@ -183,12 +184,7 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
   settings = dataclasses.replace(settings, mesh=mesh_lib.describe(mesh))
   share = host_share(mesh)
   data_size = mesh.shape["data"]
-  tx, _ = optimizer.make_optimizer(
-      learning_rate=settings.learning_rate, total_steps=1000, warmup_steps=settings.warmup_steps,
-      schedule=settings.lr_schedule, weight_decay=settings.weight_decay,
-      max_grad_norm=settings.max_grad_norm, adam_beta1=settings.adam_beta1,
-      adam_beta2=settings.adam_beta2, adam_epsilon=settings.adam_epsilon,
-      accumulation_steps=settings.gradient_accumulation_steps)
+  tx, _ = optimizer.OptimizerConfig.of(settings).build(total_steps=1000)
   step = train_step_lib.TrainStep(
       model, tx, mesh, dtype=setup.dtype,
       lora_scale=settings.lora_alpha / settings.lora_rank if lora else 1.0,
