@@ -8,6 +8,6 @@ compiled programs and time from an analytic roofline. Modules: `hardware` (chips
 topologies), `shapes` (real model configs), `cost` (the analytic FLOPs, bytes and roofline),
 `programs` (what a compiled program holds), `compiler` (the scoring step per shape, and its
 checks), `training` (the train step per block shape), `projection` (a real item set packed as the
-engine packs it), `report` (plan.json and plan.md). Nothing below the command imports this
-package.
+engine packs it), `report` (plan.json and plan.md), `planner` (the settings and the plan the
+command runs). Nothing below the command imports this package.
 """
