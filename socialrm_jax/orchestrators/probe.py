@@ -38,7 +38,6 @@ import pathlib
 import time
 from typing import Any
 
-import ml_collections
 import numpy as np
 from absl import logging
 
@@ -187,21 +186,19 @@ class ProbeOptions:
                                        "Permutations of the contrasts' tests.")
 
 
-def audit_config() -> ml_collections.ConfigDict:
-  """`config.probe` of an audit (`audit.audit_config`): the probe runs on every model unless
-  `enabled` is off; the rest is `ProbeOptions`."""
-  config = settings.config_dict(ProbeOptions)
-  config.enabled = True
-  return config
+@dataclasses.dataclass(frozen=True)
+class ProbeStage:
+  """The audit's `config.probe`: the value probe of every model, unless `enabled` is off."""
+  enabled: bool = settings.field(True, "Probe every model (but one scored by the judge proxy).")
+  options: ProbeOptions = settings.group(ProbeOptions)
 
 
-def run_for_audit(config: ml_collections.ConfigDict | None,
-                  models: list[tuple[str, str, engine.ScoringOptions]],
+def run_for_audit(stage: ProbeStage, models: list[tuple[str, str, engine.ScoringOptions]],
                   output_dir) -> list[list[str]]:
   """The audit's probe stage: probes each (name, path, scoring options) into
   `output_dir/probe/<name>/`, draws `value_probe.png` beside the report, and returns the report's
-  section ([] when `config.enabled` is off). A model scored by the judge proxy is not probed."""
-  if config is None or not config.enabled:
+  section ([] when `stage.enabled` is off). A model scored by the judge proxy is not probed."""
+  if not stage.enabled:
     return []
   out = pathlib.Path(output_dir)
   results, skipped = {}, []
@@ -210,7 +207,7 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
       skipped.append(name)
       continue
     results[name] = run(path, out / "probe" / name, options, name=name,
-                        **dataclasses.asdict(settings.from_config(ProbeOptions, config)))
+                        **dataclasses.asdict(stage.options))
   if not distributed.is_coordinator():  # process 0 writes the probe's files and section
     return []
   figure = values.plot(results, out / "value_probe.png")

@@ -30,7 +30,6 @@ import pathlib
 import time
 from typing import Any, Sequence
 
-import ml_collections
 import numpy as np
 import pyarrow as pa
 from absl import logging
@@ -298,22 +297,22 @@ class ScanOptions:
                                        "Permutations of the contrasts' tests.")
 
 
-def audit_config() -> ml_collections.ConfigDict:
-  """`config.vocab_scan` of an audit (`audit.audit_config`): off unless `enabled`; the rest is
-  `ScanOptions` (`max_tokens` unset or 0: the whole vocabulary)."""
-  config = settings.config_dict(ScanOptions)
-  config.enabled = False
-  return config
+@dataclasses.dataclass(frozen=True)
+class ScanStage:
+  """The audit's `config.vocab_scan`: every token of each model's vocabulary as a one-word
+  answer, off unless `enabled` (`max_tokens` unset or 0: the whole vocabulary)."""
+  enabled: bool = settings.field(False, "Scan every model's vocabulary (but one scored by the "
+                                 "judge proxy).")
+  options: ScanOptions = settings.group(ScanOptions)
 
 
-def run_for_audit(config: ml_collections.ConfigDict | None,
-                  models: list[tuple[str, str, engine.ScoringOptions]],
+def run_for_audit(stage: ScanStage, models: list[tuple[str, str, engine.ScoringOptions]],
                   output_dir) -> list[list[str]]:
   """The audit's scan stage: scans each (name, path, options) into `output_dir/vocab_scan/<name>/`
-  and returns the report's sections ([] when `config.enabled` is off): one per model, then the
+  and returns the report's sections ([] when `stage.enabled` is off): one per model, then the
   agreement of every two (over their tokens, or the words both vocabularies spell). Judge-proxy
   models are not scanned."""
-  if config is None or not config.enabled:
+  if not stage.enabled:
     return []
   out = pathlib.Path(output_dir) / "vocab_scan"
   sections, scans, skipped = [], {}, []
@@ -322,8 +321,7 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
       skipped.append(name)
       continue
     options = dataclasses.replace(options, chunk_size=CHUNK_SIZE, check_invariance=0)
-    scan = settings.from_config(ScanOptions, config)
-    scan = dataclasses.replace(scan, max_tokens=scan.max_tokens or None)
+    scan = dataclasses.replace(stage.options, max_tokens=stage.options.max_tokens or None)
     result = run(path, out / name, options, name=name, **dataclasses.asdict(scan))
     if not distributed.is_coordinator():  # process 0 ranks, writes and reports
       continue

@@ -95,8 +95,9 @@ def test_a_model_config_holds_every_scoring_setting_typed_and_gives_them_back():
   spec.proxy = "loglik"  # a None default is a typed placeholder: overridable, type-checked
   with pytest.raises(TypeError):
     spec.objective = "first"
-  assert audit.scoring_options(spec) == engine.ScoringOptions(max_length=512, proxy="loglik")
-  with pytest.raises(InputError, match="unknown ScoringOptions setting 'max_lenght'"):
+  assert settings.from_config(audit.ModelSpec, spec).scoring == engine.ScoringOptions(
+      max_length=512, proxy="loglik")
+  with pytest.raises(InputError, match="--config sets max_lenght, which is no setting"):
     audit.model_config("m", "smollm2", max_lenght=512)
 
 

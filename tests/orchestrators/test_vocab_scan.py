@@ -206,9 +206,9 @@ def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
 
 
 def test_audit_stage_scans_each_model_and_compares_those_sharing_tokens(models, tmp_path):
-  config = vocab_scan.audit_config()
-  assert not config.enabled  # off by default
-  config.enabled, config.max_tokens, config.n_resamples, config.n_permutations = True, 30, 20, 50
+  assert not vocab_scan.ScanStage().enabled  # off by default
+  config = vocab_scan.ScanStage(enabled=True, options=vocab_scan.ScanOptions(
+      max_tokens=30, n_resamples=20, n_permutations=50))
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024)
   sections = vocab_scan.run_for_audit(
       config, [("rm", str(models["rm"][0]), options), ("lm", str(models["lm"][0]), options),
