@@ -244,7 +244,8 @@ def _checked(where: str, key: _Key, value: Any) -> Any:
     value = float(value)
   if kind in (bool, int, float, str) and (
       not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-    raise InputError(f"--config: {where} must be a {kind.__name__}, got {value!r}")
+    article = "an" if kind.__name__[0] in "aeiou" else "a"
+    raise InputError(f"--config: {where} must be {article} {kind.__name__}, got {value!r}")
   if choices and value not in choices:
     raise InputError(f"--config: {where}={value!r}: use one of {', '.join(choices)}")
   return value
@@ -255,8 +256,8 @@ def _as_mapping(where: str, config: Any) -> Mapping[str, Any]:
     return config.to_dict()
   if isinstance(config, Mapping):
     return config
-  raise InputError(f"--config: {where or 'get_config()'} must be a ConfigDict or a dict of "
-                   f"settings, got {type(config).__name__}")
+  raise InputError(f"--config: {where.rstrip('.') or 'get_config()'} must be a ConfigDict or a "
+                   f"dict of settings, got {type(config).__name__}")
 
 
 def _read(settings: S, cls: type[S], config: Any, where: str = "") -> S:

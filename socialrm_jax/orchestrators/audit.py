@@ -201,7 +201,8 @@ def run_audit(config: ml_collections.ConfigDict | AuditSettings) -> dict[str, An
   return models
 
 
-def score_counterfactuals(config: AuditSettings, specs: list[ModelSpec], items_dir: pathlib.Path, score_dirs: list[str],
+def score_counterfactuals(config: AuditSettings, specs: list[ModelSpec], items_dir: pathlib.Path,
+                          score_dirs: list[str],
                           options: evaluate.Options) -> list[str]:
   """Derives the identity-swap set of the scored items (`socialrm_jax.sources.identity_swaps`) into
   `counterfactuals/`, scores it with every model into `scores_counterfactual/<model>/`, and writes
