@@ -225,19 +225,19 @@ def _replace_at(settings: Any, path: tuple[str, ...], value: Any) -> Any:
   return dataclasses.replace(settings, **{path[0]: inner})
 
 
-def _checked(where: str, key: _Key, value: Any) -> Any:
+def _checked(where: str, key: _Key, value: Any, source: str = "--config") -> Any:
   """A config value as its setting's type; a value of another type is refused, naming it."""
   kind, choices = key.kind, key.field.metadata.get(_CHOICES)
   if value is None:
     if key.optional or key.field.default is None:
       return None
-    raise InputError(f"--config: {where} cannot be None")
+    raise InputError(f"{source}: {where} cannot be None")
   origin = typing.get_origin(kind)
   if origin in (list, tuple):
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-      raise InputError(f"--config: {where} must be a list, got {value!r}")
+      raise InputError(f"{source}: {where} must be a list, got {value!r}")
     element = (typing.get_args(kind) or (str,))[0]
-    items = [_checked(f"{where}[{i}]", _Key(key.path, key.field, element), v)
+    items = [_checked(f"{where}[{i}]", _Key(key.path, key.field, element), v, source)
              for i, v in enumerate(value)]
     return tuple(items) if origin is tuple else items
   if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -245,39 +245,41 @@ def _checked(where: str, key: _Key, value: Any) -> Any:
   if kind in (bool, int, float, str) and (
       not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
     article = "an" if kind.__name__[0] in "aeiou" else "a"
-    raise InputError(f"--config: {where} must be {article} {kind.__name__}, got {value!r}")
+    raise InputError(f"{source}: {where} must be {article} {kind.__name__}, got {value!r}")
   if choices and value not in choices:
-    raise InputError(f"--config: {where}={value!r}: use one of {', '.join(choices)}")
+    raise InputError(f"{source}: {where}={value!r}: use one of {', '.join(choices)}")
   return value
 
 
-def _as_mapping(where: str, config: Any) -> Mapping[str, Any]:
+def _as_mapping(where: str, config: Any, source: str) -> Mapping[str, Any]:
   if isinstance(config, ml_collections.ConfigDict):
     return config.to_dict()
   if isinstance(config, Mapping):
     return config
-  raise InputError(f"--config: {where.rstrip('.') or 'get_config()'} must be a ConfigDict or a "
+  raise InputError(f"{source}: {where.rstrip('.') or 'get_config()'} must be a ConfigDict or a "
                    f"dict of settings, got {type(config).__name__}")
 
 
-def _read(settings: S, cls: type[S], config: Any, where: str = "") -> S:
+def _read(settings: S, cls: type[S], config: Any, where: str = "",
+          source: str = "--config") -> S:
   """`settings` with what `config` (a mapping of `cls`'s keys) sets; a key of no setting of
-  `cls` is refused, naming it and the known ones."""
+  `cls` is refused, naming it (its place `where`, what gave it `source`) and the known ones."""
   keys = {key.path[-1]: key for key in _keys(cls)}
-  for name, value in _as_mapping(where, config).items():
+  for name, value in _as_mapping(where, config, source).items():
     key = keys.get(name)
     if key is None:
-      raise InputError(f"--config sets {where}{name}, which is no setting of "
+      raise InputError(f"{source} sets {where}{name}, which is no setting of "
                        f"{where.rstrip('.') or 'this command'} (known: {', '.join(keys)})")
     if key.by_name:
-      parts = {part: _read(_default_instance(key.part), key.part, spec, f"{where}{name}.{part}.")
-               for part, spec in _as_mapping(f"{where}{name}", value).items()}
+      parts = {part: _read(_default_instance(key.part), key.part, spec, f"{where}{name}.{part}.",
+                           source)
+               for part, spec in _as_mapping(f"{where}{name}", value, source).items()}
       settings = _replace_at(settings, key.path, parts)
     elif key.part is not None:
-      inner = _read(_get_at(settings, key.path), key.part, value, f"{where}{name}.")
+      inner = _read(_get_at(settings, key.path), key.part, value, f"{where}{name}.", source)
       settings = _replace_at(settings, key.path, inner)
     else:
-      settings = _replace_at(settings, key.path, _checked(where + name, key, value))
+      settings = _replace_at(settings, key.path, _checked(where + name, key, value, source))
   return settings
 
 
@@ -355,11 +357,12 @@ def define_flags(cls: type[S], flag_values: flags.FlagValues = flags.FLAGS, *,
   return SettingsHolder(cls, holders, config, flag_values, config_example)
 
 
-def config_dict(cls: type, **overrides) -> ml_collections.ConfigDict:
+def config_dict(cls: type, *, source: str = "--config", **overrides) -> ml_collections.ConfigDict:
   """`cls`'s settings with their defaults (and `overrides`) as a ConfigDict: every key once (a
   `nested` part as a ConfigDict of its own), a None default as a placeholder of the setting's
-  type, so a command-line override is typed. An override of no setting is refused."""
-  settings = _read(_default_instance(cls), cls, overrides)
+  type, so a command-line override is typed. An override of no setting is refused, naming it
+  and what gave it (`source`)."""
+  settings = _read(_default_instance(cls), cls, overrides, source=source)
   return _as_config(settings, cls)
 
 
@@ -377,11 +380,11 @@ def _as_config(settings: Any, cls: type) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(values)
 
 
-def from_config(cls: type[S], config: Any, where: str = "") -> S:
+def from_config(cls: type[S], config: Any, where: str = "", source: str = "--config") -> S:
   """`config` (a ConfigDict or a mapping of `cls`'s keys) as a `cls`: the defaults and what it
   sets, each value checked against its setting's type; a key of no setting is refused, naming it
-  after `where` (its place in the config: "models.rm.")."""
-  return _read(_default_instance(cls), cls, config, where)
+  after `where` (its place in the config: "models.rm.") and what gave it (`source`)."""
+  return _read(_default_instance(cls), cls, config, where, source)
 
 
 def _typed(key: str, text: str, default: Any) -> Any:
