@@ -12,8 +12,12 @@ by `socialrm-train` and probed along its training (agency vs communion).
 Argument keys (`key=value,...`): `preset` (`tiny`, the default, or `study`), `output_dir`; for
 `tiny`, `bases_dir` (what tools/tiny_bases.py wrote, default runs/tiny_bases); for `study`, each
 base's folder by its name (`llama`, `gemma2`) and each source's spec (`skywork_80k`,
-`unified_feedback`; a spec holding commas is given as `--config.sources.NAME.spec=...`). Every field can be overridden with
-`--config.FIELD=...` (e.g. `--config.seeds="(0, 1, 2)"`, `--config.train.learning_rate=2e-5`).
+`unified_feedback`; a spec holding commas is given as `--config.sources.NAME.spec=...`). The
+config is `orchestrators.ablation.AblationSettings` (a key of no setting is refused, naming it):
+`output_dir`, `data_dir` and `seeds` are also flags (`--seeds=0,1,2`; a flag wins over the file),
+and every field can be overridden with `--config.FIELD=...` (e.g. `--config.seeds="(0, 1, 2)"`,
+`--config.train.learning_rate=2e-5`, `--config.audit.probe.words_per_category=4`); `train` is
+socialrm-train's settings by their flag names.
 
 Presets:
 - `study`: the study's own training settings, as reported from its training code: LoRA rank 32,

@@ -277,8 +277,7 @@ def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: i
     else:
       if step != total:
         train.export_checkpoint(settings, step, model)
-      result = probe.run(str(model), probe_dir, options, name=f"{run.name}@{step}",
-                         **dataclasses.asdict(probing))
+      result = probe.run(str(model), probe_dir, options, probing, name=f"{run.name}@{step}")
     if not distributed.is_coordinator():  # the rest is process 0's, once all have scored
       continue
     if step != total:
@@ -291,8 +290,7 @@ def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: i
   scan = config.audit.vocab_scan
   if scan.enabled and not (folder / "vocab_scan" / "scan.json").exists():
     vocab_scan.run(str(train_dir / train.MODEL_DIR), folder / "vocab_scan", options,
-                   name=run.name, **dataclasses.asdict(dataclasses.replace(
-                       scan.options, max_tokens=scan.options.max_tokens or None)))
+                   scan.scan_options(), name=run.name)
   return rows
 
 
