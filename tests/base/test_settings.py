@@ -15,7 +15,7 @@ import pytest
 
 from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import audit
+from socialrm_jax.orchestrators import ablation, audit
 from socialrm_jax.scoring import engine
 from tests.helpers import scoring_fixtures as fx
 from tests.helpers.paths import REPO_ROOT
@@ -220,3 +220,17 @@ def test_config_dict_holds_every_key_and_reads_back_as_the_settings():
   config.name = "b"  # a None default is a typed placeholder
   assert settings.from_config(WithParts, config) == WithParts(
       Outer("p", inner=Inner(8, "b")), Part(4), {"a": Part(5)})
+
+
+def test_the_scoring_settings_keep_their_names_in_the_audits_and_the_grids_configs():
+  """`--max_length` on socialrm-score is `--config.models.<key>.max_length` in an audit's config,
+  `--config.audit.dtype` / `.tokens_per_batch` and `--config.train.max_length` in the grid's."""
+  names = {"max_length", "tokens_per_batch", "dtype", "attention", "mesh"}
+  assert names <= set(audit.model_config("m", "smollm2"))
+  assert names <= set(settings.flag_names(engine.ScoringOptions))
+  grid = ablation.ablation_config()
+  assert {"dtype", "tokens_per_batch"} <= set(grid.audit)
+  assert {"max_length", "attention", "mesh"} <= set(grid.train)
+  assert "max_lenght" not in grid.train
+  with pytest.raises(InputError, match="--config sets train.max_lenght"):
+    ablation.ablation_settings({"train": {"max_lenght": 1}})
