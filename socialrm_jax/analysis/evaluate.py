@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from socialrm_jax.base import records, tables, templates
+from socialrm_jax.base import records, settings, tables, templates
 from socialrm_jax.analysis.metrics import accuracy, calibration, confounds, distribution, verdicts
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.tables import evidence
@@ -34,6 +34,23 @@ from socialrm_jax.analysis.hooks import DatasetAnalysis, DatasetView, Options, f
 from socialrm_jax.analysis.tables.pairs import Scored, item_chunks, join
 from socialrm_jax.analysis.tables.reward_tables import Scores
 
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsOptions:
+  """The metrics' settings a user sets: socialrm-metrics' flags and the audit's `config.metrics`
+  (as `Options`, `options()`)."""
+  n_resamples: int = settings.field(Options.n_resamples, "Bootstrap resamples per interval.")
+  seed: int = settings.field(Options.seed, "Bootstrap seed.")
+  allow_missing: bool = settings.field(Options.allow_missing, "Compute on the scored items when "
+                                       "some items have no scores (recorded under `coverage`).")
+  delta: float = settings.field(Options.delta, "The smallest preference (distance from the null "
+                                "value) a verdict of no preference must have had 80% power to "
+                                "find (docs/metrics.md#verdicts).")
+
+  def options(self) -> Options:
+    return Options(n_resamples=self.n_resamples, seed=self.seed, allow_missing=self.allow_missing,
+                   delta=self.delta)
 
 def merge(into: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
   """Merges nested dicts: `subsets` from several modules end up side by side."""

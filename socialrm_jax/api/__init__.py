@@ -10,12 +10,13 @@ run in-process through the same orchestrator and the same settings (docs/python_
   socialrm_jax.train("base/", data=["preference:pairs.jsonl"], output_dir="runs/rm", max_steps=20)
 
 The names a keyword takes are the command's: `audit`'s are the audit config's fields
-(`orchestrators.audit.audit_config`: `--config.limit_items`, a group as a dict:
+(`orchestrators.audit.AuditSettings`: `--config.limit_items`, a group as a dict:
 `metrics={"n_resamples": 200}` for `--config.metrics.n_resamples`) and the model's scoring
 settings (`engine.ScoringOptions`: `max_length=512` for `--config.models.<name>.max_length`);
 `score`'s are `ScoringOptions`, as `socialrm-score`'s flags; `train`'s are
-`orchestrators.train.Settings`, as `socialrm-train`'s flags. A name of none of them is refused,
-naming it, as the commands refuse an unknown flag.
+`orchestrators.train.Settings`, as `socialrm-train`'s flags. A name of none of them (or a value
+of another type) is refused, naming it, by the mechanism that reads the commands' config files
+(`base.settings.from_config`).
 
 The package's face (`socialrm_jax/__init__.py`) gives these names lazily (PEP 562): importing
 `socialrm_jax` loads nothing more, and `socialrm_jax.audit` imports this layer on first use.
@@ -77,31 +78,18 @@ def _model_name(model: str) -> str:
 
 def _audit_config(model: str, datasets: str, output_dir: str, name: str | None,
                   overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
-  """The config `socialrm-audit` would run, with `overrides` given by the command's names."""
-  config = audit_lib.audit_config(output_dir=str(output_dir))
-  config.datasets = datasets
+  """The config `socialrm-audit` would run, with `overrides` given by the command's names (the
+  audit's settings, `audit.AuditSettings`, and the model's scoring settings); a name of neither
+  is refused by the one mechanism (`base.settings`), naming it."""
   scoring = {k: v for k, v in overrides.items() if k in _SCORING_FIELDS}
-  config.models = audit_lib.models(audit_lib.model_config(name or _model_name(model), model,
-                                                          **scoring))
-  for key, value in overrides.items():
-    if key in scoring:
-      continue
-    if key not in config or key in ("models", "output_dir", "datasets"):
-      raise InputError(f"audit: unknown setting {key!r}; known: the audit config's fields "
-                       f"({', '.join(k for k in config if k != 'models')}) and the model's "
-                       f"scoring settings ({', '.join(_SCORING_FIELDS)})")
-    if isinstance(config[key], ml_collections.ConfigDict):
-      if not isinstance(value, Mapping):
-        raise InputError(f"audit: {key} is a group of settings: give a dict "
-                         f"({', '.join(config[key])})")
-      unknown = sorted(set(value) - set(config[key]))
-      if unknown:
-        raise InputError(f"audit: unknown setting {key}.{unknown[0]}; known: "
-                         f"{', '.join(config[key])}")
-      config[key].update(value)
-    else:
-      config[key] = value
-  return config
+  given = {k: v for k, v in overrides.items() if k not in scoring}
+  for key in ("models", "output_dir", "datasets"):
+    if key in given:
+      raise InputError(f"audit: {key} is set by audit()'s own arguments, not a keyword")
+  spec = audit_lib.model_config(name or _model_name(model), model, **scoring)
+  return settings.config_dict(audit_lib.AuditSettings, source="audit()",
+                              output_dir=str(output_dir), datasets=datasets,
+                              models=audit_lib.models(spec), **given)
 
 
 def audit(model: str, datasets: str = "all", output_dir: str = "runs/audit", *,
@@ -154,12 +142,8 @@ def score(model: str, pairs: Any, **options: Any) -> pd.DataFrame:
   `reward_chosen`, `reward_rejected` and `margin`. `options`: `ScoringOptions` (as
   `socialrm-score`'s flags). The pairs go through the converter and the scorer as a file of them
   would (in a temporary folder, removed after)."""
-  unknown = sorted(set(options) - set(_SCORING_FIELDS))
-  if unknown:
-    raise InputError(f"score: unknown setting {unknown[0]!r}; known: "
-                     f"{', '.join(_SCORING_FIELDS)}")
+  scoring = settings.from_config(engine.ScoringOptions, options, source="score()")
   rows = _pair_rows(pairs)
-  scoring = settings.from_config(engine.ScoringOptions, options)
   engine.check_inputs(scoring, "model", model)
   with tempfile.TemporaryDirectory(prefix="socialrm-score-") as folder:
     root = pathlib.Path(folder)
@@ -181,13 +165,9 @@ def train(model: str, data: str | Iterable[str], output_dir: str, **overrides: A
   """Trains a reward model from `model` on `data` (the converter's dataset specs) into
   `output_dir`, as `socialrm-train` does (and resumes or extends a run there, as it does).
   `overrides`: `orchestrators.train.Settings`' fields, by the flags' names."""
-  known = [f.name for f in dataclasses.fields(train_lib.Settings)]
-  unknown = sorted(set(overrides) - set(known))
-  if unknown:
-    raise InputError(f"train: unknown setting {unknown[0]!r}; known: {', '.join(known)}")
   data = (data,) if isinstance(data, str) else tuple(data)
   config = settings.from_config(train_lib.Settings, {
-      **overrides, "model": model, "data": data, "output_dir": str(output_dir)})
+      **overrides, "model": model, "data": data, "output_dir": str(output_dir)}, source="train()")
   train_lib.check(config)
   errors.check_output_folder(config.output_dir, "output_dir")
   out = pathlib.Path(train_lib.run(config))

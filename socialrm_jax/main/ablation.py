@@ -6,32 +6,43 @@ base family's effect.
   python -m socialrm_jax.main.ablation --config=configs/value_bias_ablation.py:preset=study,llama=PATH,gemma2=PATH \
       --config.sources.skywork_80k.spec=preference:PATH --config.sources.unified_feedback.spec=preference:PATH
 
+The settings are `orchestrators.ablation.AblationSettings`: `--output_dir`, `--data_dir` and
+`--seeds` are flags (a flag wins over the file), the groups (`bases.<name>`, `sources.<name>`,
+`train`: socialrm-train's settings by their flag names, `audit`) keys of the config file,
+overridden as `--config.<group>.<field>=...`; a key of no setting is refused, naming it.
+
 The same command again skips what is done and resumes a run killed mid-training. What is run and
 written: socialrm_jax/orchestrators/ablation.py; the statistics: socialrm_jax/analysis/ablation.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
-
-from ml_collections import config_flags
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import ablation
 from socialrm_jax.scoring import distributed
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "The grid's config (configs/value_bias_ablation.py[:preset=tiny|study,...]).",
-    lock_config=True)
-_JOB = settings.define_flags(distributed.DistributedSettings)
+
+@dataclasses.dataclass(frozen=True)
+class AblationCommandSettings:
+  """socialrm-ablation's settings: the grid's (`ablation.AblationSettings`) and the job's."""
+  grid: ablation.AblationSettings = settings.group(ablation.AblationSettings)
+  job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
+
+
+_SETTINGS = settings.define_flags(AblationCommandSettings,
+                                  config_example="configs/value_bias_ablation.py")
 
 
 def main(argv):
   del argv
-  config = command.load_config(_CONFIG, "configs/value_bias_ablation.py")
-  errors.check_output_folder(config.output_dir, "config.output_dir")
-  distributed.initialize(_JOB.value)
+  command_settings = _SETTINGS.value
+  config = ablation.check_config(command_settings.grid)
+  errors.check_output_folder(config.output_dir, "output_dir")
+  distributed.initialize(command_settings.job)
   ablation.run(config)
   if not distributed.is_coordinator():  # process 0 wrote the grid and the table
     return
@@ -41,8 +52,7 @@ def main(argv):
 
 
 def run():
-  command.run_command("socialrm-ablation", main,
-                      explain_flag_error=command.unknown_config_field)
+  command.run_command("socialrm-ablation", main)
 
 
 if __name__ == "__main__":

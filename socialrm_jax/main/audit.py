@@ -1,15 +1,20 @@
 """Convert, score and compute metrics in one run, from an ml_collections config.
 
   python -m socialrm_jax.main.audit --config=configs/bundled_suite.py
-  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py --config.output_dir=runs/x \
-      --config.models.smollm2_135m_instruct.max_length=512
+  python -m socialrm_jax.main.audit --config=configs/bundled_suite.py --output_dir=runs/x \
+      --config.models.smollm2_135m_instruct.max_length=512 --config.metrics.n_resamples=200
+
+The settings are `orchestrators.audit.AuditSettings`: each top-level one is a flag (`--output_dir`,
+`--datasets`, `--limit_items`, ...) and a key of the config file, and a flag given on the command
+line wins over the file; the groups (`models.<key>`, whose keys are socialrm-score's flag names,
+`metrics`, `probe`, `vocab_scan`) are set in the file or as `--config.<group>.<field>=...`. A key
+of no setting is refused, naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
-
-from ml_collections import config_flags
 
 from socialrm_jax.analysis.outputs import report, results_dataset
 from socialrm_jax.base import settings
@@ -17,17 +22,25 @@ from socialrm_jax.main import command
 from socialrm_jax.orchestrators import audit
 from socialrm_jax.scoring import distributed
 
-UPLOAD_FAILED_EXIT_CODE = 4  # --config.push_to_hub: the outputs are whole, the upload failed
-_CONFIG = config_flags.DEFINE_config_file("config", None, "An audit config (configs/*.py).",
-                                          lock_config=True)
-_JOB = settings.define_flags(distributed.DistributedSettings)
+UPLOAD_FAILED_EXIT_CODE = 4  # --push_to_hub: the outputs are whole, the upload failed
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditCommandSettings:
+  """socialrm-audit's settings: the audit's (`audit.AuditSettings`) and the job's."""
+  audit: audit.AuditSettings = settings.group(audit.AuditSettings)
+  job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
+
+
+_SETTINGS = settings.define_flags(AuditCommandSettings,
+                                  config_example="configs/bundled_suite.py")
 
 
 def main(argv):
   del argv
-  config = command.load_config(_CONFIG, "configs/bundled_suite.py")
-  audit.check_config(config)
-  distributed.initialize(_JOB.value)
+  command_settings = _SETTINGS.value
+  config = audit.check_config(command_settings.audit)
+  distributed.initialize(command_settings.job)
   models = audit.run_audit(config)
   if not distributed.is_coordinator():  # process 0 wrote the report and the metrics
     return
@@ -40,7 +53,7 @@ def main(argv):
 
 
 def run():
-  command.run_command("socialrm-audit", main, explain_flag_error=command.unknown_config_field,
+  command.run_command("socialrm-audit", main,
                       exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
 
 

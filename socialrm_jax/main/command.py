@@ -28,15 +28,15 @@ def _fail(program: str, message: str, exit_code: int = USER_ERROR_EXIT_CODE) -> 
   sys.exit(exit_code)
 
 
-def _parse_flags(program: str, explain: Callable[[Exception], str | None] | None,
-                 argv: Sequence[str]) -> list[str]:
-  """absl's flag parsing, with a refused flag reported as every other user error."""
+def _parse_flags(program: str, argv: Sequence[str]) -> list[str]:
+  """absl's flag parsing, with a refused flag (or a `--config.*` override of a field the config
+  file lacks) reported as every other user error."""
   try:
     return flags.FLAGS(argv)
   except flags.Error as error:
     _fail(program, str(error))
-  except Exception as error:  # pylint: disable=broad-except  # re-raised unless `explain` knows it
-    message = explain(error) if explain is not None else None
+  except Exception as error:  # pylint: disable=broad-except  # re-raised unless it is an override's
+    message = unknown_config_field(error)
     if message is None:
       raise
     _fail(program, message)
@@ -127,14 +127,12 @@ def _help_lists_the_commands_flags(main: Callable[[list[str]], None]) -> None:
 
 
 def run_command(program: str, main: Callable[[list[str]], None], *,
-                exit_codes: Mapping[type[BaseException], int] | None = None,
-                explain_flag_error: Callable[[Exception], str | None] | None = None) -> None:
+                exit_codes: Mapping[type[BaseException], int] | None = None) -> None:
   """`app.run(main)` for the command `program` (`socialrm-score`): a refused flag or an
   `InputError` is one line on stderr and exit code 2 (no traceback unless `--debug`).
 
   `exit_codes`: further errors reported the same way, with their own codes (the scorer's
-  non-finite reward: 3). `explain_flag_error`: the message for an error a flag's own parser raises
-  for bad input beside absl's (None for one it does not know, which keeps its traceback).
+  non-finite reward: 3).
   Where no TPU chip or GPU is, JAX is kept from starting their runtimes
   (`skip_absent_accelerators`); `socialrm-plan` compiles for them all the same.
   """
@@ -147,29 +145,16 @@ def run_command(program: str, main: Callable[[list[str]], None], *,
   debug = _debug_flag()
   _help_lists_the_commands_flags(main)
   app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
-          flags_parser=functools.partial(_parse_flags, program, explain_flag_error))
+          flags_parser=functools.partial(_parse_flags, program))
 
 
 def unknown_config_field(error: Exception) -> str | None:
-  """The message for what a config file flag's parser raises when an override names a field the
-  config lacks (`--config.metrics.nofield=1`): a KeyError, or an AttributeError holding one."""
+  """The message for what the config file flag's parser (`base/settings.py`) raises when an
+  override names a field the config lacks (`--config.metrics.nofield=1`): a KeyError, or an
+  AttributeError holding one."""
   if not isinstance(error, (KeyError, AttributeError)) or not error.args:
     return None
   name = error.args[0]
   if isinstance(name, KeyError) and name.args:
     name = name.args[0]
   return f"a --config.* override names a field the config does not have: {name}"
-
-
-def load_config(holder: flags.FlagHolder, example: str):
-  """A config file flag's parsed config. A file that could not be loaded comes back from the flag
-  as an object that raises OSError when first used; that is the user's error, named here."""
-  config = holder.value
-  if config is None:
-    raise InputError(f"--config is required (e.g. {example})")
-  try:
-    config.get("output_dir")
-  except OSError as e:
-    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
-    raise InputError(f"--config: cannot load the config file: {reason}") from None
-  return config

@@ -36,17 +36,8 @@ class MetricsSettings:
   names: list[str] = settings.field(default_factory=list, help="Display names, one per scores "
                                     "set (default: run.json's model, else the folder or file "
                                     "stem).")
-  allow_missing: bool = settings.field(False, "Compute on the scored items when some items have "
-                                       "no scores (recorded under `coverage`).")
-  n_resamples: int = settings.field(evaluate.Options.n_resamples,
-                                    "Bootstrap resamples per interval.")
-  seed: int = settings.field(evaluate.Options.seed, "Bootstrap seed.")
-  delta: float = settings.field(evaluate.Options.delta, "The smallest preference (distance from "
-                                "the null value) a verdict of no preference must have had 80% "
-                                "power to find (docs/metrics.md#verdicts).")
-  push_to_hub: str = settings.field("", "A Hub dataset ORG/NAME to upload the results to, with "
-                                    "their card, in one commit (HF_TOKEN); '' uploads nothing.")
-  hub_private_repo: bool = settings.field(False, "--push_to_hub: make a new dataset private.")
+  upload: results_dataset.HubUpload = settings.group(results_dataset.HubUpload)
+  metrics: evaluate.MetricsOptions = settings.group(evaluate.MetricsOptions)
 
 
 _SETTINGS = settings.define_flags(MetricsSettings)
@@ -56,26 +47,25 @@ UPLOAD_FAILED_EXIT_CODE = 4
 def main(argv):
   del argv
   config = _SETTINGS.value
-  errors.check_positive(config.n_resamples, "n_resamples")
+  errors.check_positive(config.metrics.n_resamples, "n_resamples")
   errors.check_output_folder(config.output_dir, "output_dir")
   errors.check_exists(config.items, "items")
   for path in config.scores:
     errors.check_exists(path, "scores")
   names = model_names(config.scores, config.names)  # refuses a --names of another length
-  errors.check_positive(config.delta, "delta")
-  if config.push_to_hub:
-    results_dataset.check_repo_id(config.push_to_hub, "push_to_hub")
-  options = evaluate.Options(n_resamples=config.n_resamples, seed=config.seed, delta=config.delta,
-                             allow_missing=config.allow_missing)
+  errors.check_positive(config.metrics.delta, "delta")
+  if config.upload.push_to_hub:
+    results_dataset.check_repo_id(config.upload.push_to_hub, "push_to_hub")
+  options = config.metrics.options()
   start = time.perf_counter()
   with tables.staged_folder(config.output_dir) as stage:
     models = evaluate_all(config.items, config.scores, str(stage), config.names, options)
   print(json.dumps({"output_dir": config.output_dir, "models": list(models),
                     "seconds": round(time.perf_counter() - start, 1)}, indent=2))
-  if config.push_to_hub:  # the outputs are in place: a failed upload leaves them whole
-    url = results_dataset.push(config.push_to_hub, config.output_dir, config.items,
+  if config.upload.push_to_hub:  # the outputs are in place: a failed upload leaves them whole
+    url = results_dataset.push(config.upload.push_to_hub, config.output_dir, config.items,
                                dict(zip(names, config.scores)),
-                               private=config.hub_private_repo)
+                               private=config.upload.hub_private_repo)
     print(f"Uploaded: {url}")
 
 

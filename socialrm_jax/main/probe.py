@@ -41,8 +41,7 @@ def main(argv):
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
   distributed.initialize(config.job)
-  probe_lib.run(config.model, config.output_dir, config.scoring,
-                **dataclasses.asdict(config.probe))
+  probe_lib.run(config.model, config.output_dir, config.scoring, config.probe)
   if not distributed.is_coordinator():  # process 0 wrote the files
     return
   out = pathlib.Path(config.output_dir)

@@ -6,7 +6,8 @@
 
 Every flag is a field of `orchestrators.train.Settings` (declared once, with its help; the flags
 derive from it through `base/settings.py`); a `--config` file (ml_collections, `get_config()`)
-sets any of them, and a flag given on the command line wins over it. The same command again
+sets any of them by the flag's name, a key of no setting is refused, and a flag given on the
+command line wins over the file. The same command again
 resumes from the last checkpoint; with a larger --max_steps or --epochs it extends the run. A
 second training into a folder a live one is writing is refused (exit 2); a run whose loss or
 gradient norm goes NaN or infinite stops there, exports nothing and exits 3. What a run writes:
@@ -15,8 +16,7 @@ socialrm_jax/orchestrators/train.py.
 
 from __future__ import annotations
 
-from absl import flags
-from ml_collections import config_flags
+import dataclasses
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
@@ -24,44 +24,27 @@ from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import distributed
 from socialrm_jax.training import divergence
 
-_SETTINGS = settings.define_flags(train.Settings)
-_JOB = settings.define_flags(distributed.DistributedSettings)
 DIVERGED_EXIT_CODE = 3  # as socialrm-score's for a reward that is not finite
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "A config file (ml_collections, get_config()) setting any of the flags; "
-    "flags given on the command line win.", lock_config=False)
 
 
-def settings_from_flags() -> train.Settings:
-  """Settings from the flags, where a `--config` file's keys fill the flags not given."""
-  parsed = _SETTINGS.value
-  config = _CONFIG.value
-  if config is None:
-    return parsed
-  try:
-    given = dict(config.to_dict() if hasattr(config, "to_dict") else config)
-  except OSError as e:
-    reason = str(e.__cause__ or e).strip().splitlines()[-1].strip()
-    raise errors.InputError(f"--config: cannot load the config file: {reason}") from None
-  names = settings.flag_names(train.Settings)
-  unknown = sorted(set(given) - set(names))
-  if unknown:
-    raise errors.InputError(f"--config sets {', '.join(unknown)}, which are not settings of "
-                            "socialrm-train (see --help)")
-  from_file = settings.from_config(train.Settings, {k: v for k, v in given.items()
-                                                     if not flags.FLAGS[k].present})
-  return settings.from_config(train.Settings, {
-      name: getattr(from_file if name in given and not flags.FLAGS[name].present else parsed,
-                    name) for name in names})
+@dataclasses.dataclass(frozen=True)
+class TrainCommandSettings:
+  """socialrm-train's settings: the run's (`train.Settings`) and the job's, each a flag and a key
+  of the --config file by its name."""
+  run: train.Settings = settings.group(train.Settings)
+  job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
+
+
+_SETTINGS = settings.define_flags(TrainCommandSettings)
 
 
 def main(argv):
   del argv
-  config = settings_from_flags()
-  train.check(config)
-  errors.check_output_folder(config.output_dir, "output_dir")
-  distributed.initialize(_JOB.value)
-  output = train.run(config)
+  config = _SETTINGS.value
+  train.check(config.run)
+  errors.check_output_folder(config.run.output_dir, "output_dir")
+  distributed.initialize(config.job)
+  output = train.run(config.run)
   print(f"Model: {output}/{train.MODEL_DIR}\nMetrics: {output}/{train.METRICS_FILE}")
 
 

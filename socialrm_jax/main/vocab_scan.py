@@ -56,9 +56,8 @@ def main(argv):
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
   distributed.initialize(config.job)
-  vocab_scan.run(config.model, config.output_dir, config.scoring, prompts=prompts,
-                    compare_with=config.compare_with, families=config.families,
-                    **dataclasses.asdict(config.scan))
+  vocab_scan.run(config.model, config.output_dir, config.scoring, config.scan, prompts=prompts,
+                 compare_with=config.compare_with, families=config.families)
   if not distributed.is_coordinator():  # process 0 wrote the files
     return
   out = pathlib.Path(config.output_dir)

@@ -51,7 +51,7 @@ from absl import logging
 
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.studies import ablation
-from socialrm_jax.base import tables
+from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, train, vocab_scan
 from socialrm_jax.orchestrators.audit import resolve_data_dir
@@ -63,6 +63,68 @@ GRID_FILE = "grid.json"
 REPORT_FILE = "value_bias_ablation.md"
 FIGURE_FILE = "value_bias_ablation.png"
 EXPORTS = "exports"
+
+
+# The training settings the grid sets for each run itself (`train_settings`); keep_checkpoints:
+# the audited checkpoints must all stay.
+SET_BY_THE_GRID = ("model", "data", "output_dir", "seed", "checkpoint_steps", "keep_checkpoints",
+                   "run_name")
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+  """A base of the grid (`config.bases.<name>`)."""
+  path: str = settings.field("", "The base's folder (a causal-LM checkpoint).")
+  family: str = settings.field("", "The base's model family (the test compares families).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A data source of the grid (`config.sources.<name>`)."""
+  spec: str = settings.field("", "The converter's dataset spec (e.g. preference:PATH).")
+  quantities: tuple[int, ...] = settings.field(
+      (0,), "Pair counts (0: all), taken as prefixes of one shuffle of the source's pairs.")
+  shuffle_seed: int = settings.field(0, "Seed of that shuffle.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointAudit:
+  """How each run's checkpoints are audited (`config.audit`)."""
+  checkpoints: int = settings.field(3, "Log-spaced checkpoints probed after step 0 (the last is "
+                                    "the final model).")
+  scoring: engine.ScoringOptions = settings.group(
+      engine.ScoringOptions, flags_of=("dtype", "tokens_per_batch"),
+      tokens_per_batch=probe.TOKENS_PER_BATCH)
+  probe: probe.ProbeOptions = settings.nested(probe.ProbeOptions)
+  vocab_scan: vocab_scan.ScanStage = settings.nested(vocab_scan.ScanStage)
+
+
+@dataclasses.dataclass(frozen=True)
+class AblationSettings:
+  """The grid: socialrm-ablation's flags and its config file's keys (the groups `bases`,
+  `sources`, `train` (`train.Settings`) and `audit` in the file only:
+  `--config.train.learning_rate=2e-5`)."""
+  output_dir: str = settings.field(None, "Where the grid's runs, table and plot go.",
+                                   required=True)
+  data_dir: str = settings.field("", "Folder datasets' parent ('bundled': the suite shipped in "
+                                 "socialrm_jax/bundled; '': sources are paths).")
+  seeds: tuple[int, ...] = settings.field((0,), "Training seeds of every (base, source, quantity).")
+  bases: dict[str, Base] = settings.named(Base)
+  sources: dict[str, Source] = settings.named(Source)
+  train: train.Settings = settings.nested(train.Settings)
+  audit: CheckpointAudit = settings.nested(CheckpointAudit)
+
+
+def ablation_config(**overrides) -> ml_collections.ConfigDict:
+  """A grid with every default (`AblationSettings`) as a ConfigDict; a config file sets the rest."""
+  return settings.config_dict(AblationSettings, **overrides)
+
+
+def ablation_settings(config: ml_collections.ConfigDict | AblationSettings) -> AblationSettings:
+  """A grid's config as `AblationSettings`: a key of no setting is refused, naming it."""
+  if isinstance(config, AblationSettings):
+    return config
+  return settings.from_config(AblationSettings, config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,15 +140,18 @@ class Run:
     return f"{self.source}/{self.base}/{self.quantity}/seed{self.seed}"
 
 
-def plan(config: ml_collections.ConfigDict) -> list[Run]:
+def plan(config: ml_collections.ConfigDict | AblationSettings) -> list[Run]:
   """Every run of the grid, data sources outermost, seeds innermost."""
+  config = ablation_settings(config)
   return [Run(source, base, spec.family, int(q), int(seed))
           for source, data in config.sources.items() for base, spec in config.bases.items()
           for q in data.quantities for seed in config.seeds]
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
-  """Refuses a grid that cannot finish, naming the config field, before anything runs."""
+def check_config(config: ml_collections.ConfigDict | AblationSettings) -> AblationSettings:
+  """Refuses a grid that cannot finish, naming the config field, before anything runs; returns
+  it as `AblationSettings`."""
+  config = ablation_settings(config)
   if not config.bases:
     raise InputError("config.bases is empty: name at least one base")
   for name, spec in config.bases.items():
@@ -111,19 +176,15 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.audit.checkpoints < 1:
     raise InputError(f"config.audit.checkpoints must be at least 1, got "
                      f"{config.audit.checkpoints}")
-  unknown = set(config.train) - {f.name for f in dataclasses.fields(train.Settings)}
-  if unknown:
-    raise InputError(f"config.train sets {', '.join(sorted(unknown))}, which are not settings "
-                     "of socialrm-train")
-  for name in ("model", "data", "output_dir", "seed", "checkpoint_steps", "keep_checkpoints",
-               "run_name"):
-    if name in config.train:  # keep_checkpoints: the audited checkpoints must all stay
+  default = train.Settings()
+  for name in SET_BY_THE_GRID:
+    if getattr(config.train, name) != getattr(default, name):
       raise InputError(f"config.train.{name} is set by the grid itself")
-  train.check(train.Settings(model="base", data=("data",), output_dir="out",
-                             **procedure(config)))
+  train.check(dataclasses.replace(config.train, model="base", data=("data",), output_dir="out"))
+  return config
 
 
-def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str | None,
+def write_subsamples(name: str, data: Source | ml_collections.ConfigDict, data_dir: str | None,
                      out: pathlib.Path) -> dict[int, pathlib.Path]:
   """{quantity: its pairs file}: nested prefixes of one seeded shuffle of the source's pairs."""
   folder = out / "data" / name
@@ -155,34 +216,24 @@ def write_subsamples(name: str, data: ml_collections.ConfigDict, data_dir: str |
   return wanted
 
 
-def total_steps(config: ml_collections.ConfigDict, pairs: int) -> int:
+def total_steps(config: AblationSettings, pairs: int) -> int:
   """The optimizer steps a run on `pairs` pairs takes, as the trainer counts them (checked against
   its manifest once trained)."""
-  settings = train.Settings(**procedure(config))
-  train_index, _ = pair_batches.split_indices(pairs, settings.eval_fraction, 0)
-  per_epoch = len(train_index) // settings.batch_size
-  return settings.max_steps or max(
-      1, settings.epochs * per_epoch // settings.gradient_accumulation_steps)
+  settings_ = config.train
+  train_index, _ = pair_batches.split_indices(pairs, settings_.eval_fraction, 0)
+  per_epoch = len(train_index) // settings_.batch_size
+  return settings_.max_steps or max(
+      1, settings_.epochs * per_epoch // settings_.gradient_accumulation_steps)
 
 
-def procedure(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The training settings every run shares (`config.train`)."""
-  return {k: tuple(v) if isinstance(v, list) else v for k, v in config.train.items()}
-
-
-def train_settings(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path,
+def train_settings(config: AblationSettings, run: Run, pairs: pathlib.Path,
                    out: pathlib.Path, checkpoint_steps: tuple[int, ...]) -> train.Settings:
-  return train.Settings(model=config.bases[run.base].path,
-                        data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
-                        seed=run.seed, checkpoint_steps=checkpoint_steps,
-                        # W&B names the run by its grid key; TensorBoard finds it under
-                        # OUTPUT/runs/<key>/train/logs.
-                        run_name=run.name, **procedure(config))
-
-
-def probe_options(config: ml_collections.ConfigDict) -> engine.ScoringOptions:
-  return engine.ScoringOptions(dtype=config.audit.dtype,
-                               tokens_per_batch=config.audit.probe.tokens_per_batch)
+  return dataclasses.replace(config.train, model=config.bases[run.base].path,
+                             data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
+                             seed=run.seed, checkpoint_steps=checkpoint_steps,
+                             # W&B names the run by its grid key; TensorBoard finds it under
+                             # OUTPUT/runs/<key>/train/logs.
+                             run_name=run.name)
 
 
 def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
@@ -201,7 +252,7 @@ def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
   return True
 
 
-def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, quantity: int,
+def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: int,
             out: pathlib.Path) -> list[dict[str, Any]]:
   """Trains (unless done) and probes one run's checkpoints; returns its rows."""
   folder = out / "runs" / run.name
@@ -215,7 +266,7 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
   if manifest["total_steps"] != total:
     raise RuntimeError(f"{run.name}: the trainer took {manifest['total_steps']} steps, the grid "
                        f"counted {total}")
-  options = probe_options(config)
+  options = config.audit.scoring
   probing = config.audit.probe
   rows = []
   for step in steps:
@@ -226,10 +277,7 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
     else:
       if step != total:
         train.export_checkpoint(settings, step, model)
-      result = probe.run(str(model), probe_dir, options,
-                         words_per_category=probing.words_per_category, seed=probing.seed,
-                         n_resamples=probing.n_resamples,
-                         n_permutations=probing.n_permutations, name=f"{run.name}@{step}")
+      result = probe.run(str(model), probe_dir, options, probing, name=f"{run.name}@{step}")
     if not distributed.is_coordinator():  # the rest is process 0's, once all have scored
       continue
     if step != total:
@@ -242,9 +290,7 @@ def run_one(config: ml_collections.ConfigDict, run: Run, pairs: pathlib.Path, qu
   scan = config.audit.vocab_scan
   if scan.enabled and not (folder / "vocab_scan" / "scan.json").exists():
     vocab_scan.run(str(train_dir / train.MODEL_DIR), folder / "vocab_scan", options,
-                      max_tokens=scan.max_tokens or None, seed=probing.seed,
-                      n_resamples=scan.n_resamples, n_permutations=probing.n_permutations,
-                      name=run.name)
+                   scan.scan_options(), name=run.name)
   return rows
 
 
@@ -259,13 +305,13 @@ def failed_lines(failed: list[dict[str, Any]]) -> list[str]:
                 f["error"].replace("|", "\\|")] for f in failed]) + [""]
 
 
-def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
+def run(config: ml_collections.ConfigDict | AblationSettings) -> dict[str, Any]:
   """Trains and audits every run of the grid (skipping what is done), then writes grid.json, the
   table and the plot; returns grid.json's content ({} on a process other than the coordinator)."""
-  check_config(config)
+  config = check_config(config)
   out = pathlib.Path(config.output_dir)
   # Every run of a base trains and probes at the same few shapes: compiled once, for the grid.
-  step_lib.enable_compilation_cache(probe_options(config).cache_dir())
+  step_lib.enable_compilation_cache(config.audit.scoring.cache_dir())
   data_dir = resolve_data_dir(config.data_dir) if config.data_dir else None
   if distributed.is_coordinator():
     for name, data in config.sources.items():
@@ -296,11 +342,16 @@ def run(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if not distributed.is_coordinator():
     return {}
   tests = ablation.summarise(rows)
-  result = {"runs": len(runs), "bases": {k: dict(v) for k, v in config.bases.items()},
+  procedure = {k: v for k, v in config.train.to_json().items() if k not in SET_BY_THE_GRID}
+  result = {"runs": len(runs),
+            "bases": {k: dataclasses.asdict(v) for k, v in config.bases.items()},
             "sources": {k: {"spec": v.spec, "quantities": list(v.quantities),
                             "shuffle_seed": v.shuffle_seed} for k, v in config.sources.items()},
-            "seeds": list(config.seeds), "train": config.train.to_dict(),
-            "probe": config.audit.probe.to_dict(), "rows": rows, "failed": failed,
+            "seeds": list(config.seeds), "train": procedure,
+            "probe": {**dataclasses.asdict(config.audit.probe),
+                      "dtype": config.audit.scoring.dtype,
+                      "tokens_per_batch": config.audit.scoring.tokens_per_batch},
+            "rows": rows, "failed": failed,
             "tests": tests, "seconds": time.monotonic() - start}
   tables.atomic_write_json(out / GRID_FILE, result)
   figure = ablation.plot(rows, out / FIGURE_FILE)

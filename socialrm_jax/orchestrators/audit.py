@@ -19,6 +19,7 @@ processes return no metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 import time
@@ -42,18 +43,54 @@ BUNDLED_DATA = pathlib.Path(__file__).resolve().parents[1] / "bundled"
 BUNDLED_ALIAS = "bundled"
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """One model to score (`config.models.<key>`): its name, its path, and its scoring settings
+  (`engine.ScoringOptions`, by socialrm-score's flag names: `--config.models.<key>.max_length`)."""
+  name: str = settings.field("", "The model's name in the report and its folders.")
+  path: str = settings.field("", engine.MODEL_HELP)
+  scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSettings:
+  """Everything an audit reads: socialrm-audit's flags and its config file's keys (the groups
+  `models`, `metrics`, `probe` and `vocab_scan` in the file only: `--config.metrics.seed=1`)."""
+  data_dir: str = settings.field(BUNDLED_ALIAS, "The datasets' folder; 'bundled': the suite "
+                                 "shipped in socialrm_jax/bundled.")
+  datasets: str = settings.field("all", "A dataset spec, as socialrm-convert's --datasets: 'all', "
+                                 "names, and path sources such as "
+                                 "preference:data/mine.jsonl:name=mine,domain=safety.")
+  columns: str = settings.field("", "Path sources' columns by role, as socialrm-convert's "
+                                "--columns.")
+  format: str = settings.field("parquet", "The converted tables' format.", choices=tables.FORMATS)
+  on_error: str = settings.field("raise", "A bad source row: raise, or skip it (and count it).",
+                                 choices=ON_ERROR)
+  templates: str = settings.field(
+      "", "Prompt templates, as socialrm-convert's --templates: '' for each dataset's default, "
+      "'all' for every template (metrics use each dataset's default and the report adds the "
+      "spread across templates), 'bbq=all,xstest=xstest.framed'.")
+  output_dir: str = settings.field(None, "Where the audit's folders and report go.",
+                                   required=True)
+  score_datasets: list[str] = settings.field(
+      default_factory=list, help="Score only these datasets (default: every converted one).")
+  limit_items: int = settings.field(0, "Score only the first N items (0: all).")
+  counterfactuals: bool = settings.field(
+      True, "Score identity swaps of the BBQ and CrowS-Pairs items with every model "
+      "(sources/identity_swaps.py).")
+  upload: results_dataset.HubUpload = settings.group(results_dataset.HubUpload)
+  models: dict[str, ModelSpec] = settings.named(ModelSpec)
+  metrics: evaluate.MetricsOptions = settings.nested(evaluate.MetricsOptions)
+  probe: probe.ProbeStage = settings.nested(probe.ProbeStage)
+  vocab_scan: vocab_scan.ScanStage = settings.nested(vocab_scan.ScanStage)
+
+
 def model_config(name: str, path: str, **overrides) -> ml_collections.ConfigDict:
-  """One model to score: its name, its path (HF folder, native checkpoint folder, GGUF file, or
-  "smollm2") and every `engine.ScoringOptions` field with its default (`settings.config_dict`);
-  an override that is no scoring setting is refused, naming it."""
-  config = settings.config_dict(engine.ScoringOptions, **overrides)
-  config.name, config.path = name, path
-  return config
-
-
-def scoring_options(spec: ml_collections.ConfigDict) -> engine.ScoringOptions:
-  """A model config's scoring settings as engine options."""
-  return settings.from_config(engine.ScoringOptions, spec)
+  """One model to score, as `config.models` holds it: its name, its path (HF folder, native
+  checkpoint folder, GGUF file, "smollm2" or a Hub id) and every `engine.ScoringOptions` field
+  with its default (`settings.config_dict`); an override that is no scoring setting is refused,
+  naming it."""
+  return settings.config_dict(ModelSpec, name=name, path=path, **overrides)
 
 
 def models(*specs: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -63,49 +100,31 @@ def models(*specs: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def audit_config(output_dir: str) -> ml_collections.ConfigDict:
-  """An audit of the bundled suite with every default; a config file sets `models`."""
-  config = ml_collections.ConfigDict()
-  config.data_dir = BUNDLED_ALIAS  # the suite shipped in socialrm_jax/bundled, or a folder
-  # A dataset spec, as the converter's --datasets (socialrm_jax.datasets.registry): "all", names, and path
-  # sources such as "preference:data/mine.jsonl:name=mine,domain=safety".
-  config.datasets = "all"
-  config.columns = ""  # path sources' columns by role, as the converter's --columns
-  config.format = "parquet"
-  config.on_error = "raise"
-  # Prompt templates, as the converter's --templates (socialrm_jax.base.templates): "" for each
-  # dataset's default, "all" for every template of every dataset (metrics then use each dataset's
-  # default and the report adds the spread across templates), "bbq=all,xstest=xstest.framed".
-  config.templates = ""
-  config.output_dir = output_dir
-  config.score_datasets = []  # score only these datasets (default: every converted one)
-  config.limit_items = 0  # score only the first N items (0 = all)
-  config.models = models()  # see `models`
-  config.metrics = ml_collections.ConfigDict(
-      {"n_resamples": 1000, "seed": 0, "allow_missing": False, "delta": 0.05})
-  config.probe = probe.audit_config()  # the value probe: socialrm_jax/orchestrators/probe.py
-  # Every token of each model's vocabulary as a one-word answer: socialrm_jax/orchestrators/vocab_scan.py.
-  config.vocab_scan = vocab_scan.audit_config()
-  # Identity swaps of BBQ and CrowS-Pairs items, scored by every model (sources/identity_swaps.py).
-  config.counterfactuals = True
-  # A Hub dataset ORG/NAME the results go to, with their card, in one commit once the audit is
-  # done (HF_TOKEN; analysis/outputs/results_dataset.py); "" uploads nothing.
-  config.push_to_hub = ""
-  config.hub_private_repo = False  # a dataset the push creates is private
-  return config
+  """An audit of the bundled suite with every default (`AuditSettings`); a config file sets
+  `models`."""
+  return settings.config_dict(AuditSettings, output_dir=output_dir)
+
+
+def audit_settings(config: ml_collections.ConfigDict | AuditSettings) -> AuditSettings:
+  """An audit config (a config file's, or `audit_config`'s) as `AuditSettings`: a key of no
+  setting is refused, naming it."""
+  if isinstance(config, AuditSettings):
+    return config
+  return settings.from_config(AuditSettings, config)
 
 
 def resolve_data_dir(data_dir: str) -> pathlib.Path:
   return BUNDLED_DATA if data_dir == BUNDLED_ALIAS else pathlib.Path(data_dir)
 
 
-def score_model(spec: ml_collections.ConfigDict, items_dir: pathlib.Path, scores_dir: pathlib.Path,
+def score_model(spec: ModelSpec, items_dir: pathlib.Path, scores_dir: pathlib.Path,
                 datasets: list[str], limit: int | None) -> dict[str, Any]:
   """Loads one model as its config says and scores the converted items into `scores_dir`."""
-  return engine.score_model_at(spec.path, items_dir, scores_dir, options=scoring_options(spec),
+  return engine.score_model_at(spec.path, items_dir, scores_dir, options=spec.scoring,
                                datasets=datasets, limit=limit)
 
 
-def model_specs(config) -> list[ml_collections.ConfigDict]:
+def model_specs(config: AuditSettings) -> list[ModelSpec]:
   """`config.models` as a list; refused unless there is one or more, with distinct names."""
   specs = list(config.models.values())
   names = [spec.name for spec in specs]
@@ -114,37 +133,34 @@ def model_specs(config) -> list[ml_collections.ConfigDict]:
   return specs
 
 
-def check_config(config) -> None:
-  """Refuses a config no audit can finish, naming the field, before anything is converted."""
+def check_config(config: ml_collections.ConfigDict | AuditSettings) -> AuditSettings:
+  """Refuses a config no audit can finish, naming the field, before anything is converted;
+  returns it as `AuditSettings`."""
+  config = audit_settings(config)
   errors.check_output_folder(config.output_dir, "config.output_dir")
-  if config.format not in tables.FORMATS:
-    raise errors.InputError(f"--config.format={config.format!r}: use one of "
-                            f"{', '.join(tables.FORMATS)}")
-  if config.on_error not in ON_ERROR:
-    raise errors.InputError(f"--config.on_error={config.on_error!r}: use one of "
-                            f"{', '.join(ON_ERROR)}")
   model_specs(config)
   for key, spec in config.models.items():
     field = f"config.models.{key}."
-    engine.check_inputs(scoring_options(spec), f"{field}path", spec.path, prefix=field)
+    engine.check_inputs(spec.scoring, f"{field}path", spec.path, prefix=field)
   errors.check_positive(config.metrics.n_resamples, "config.metrics.n_resamples")
   errors.check_positive(config.metrics.delta, "config.metrics.delta")
-  if config.get("push_to_hub"):
-    results_dataset.check_repo_id(config.push_to_hub, "config.push_to_hub")
-  probe = config.get("probe")
-  if probe is not None and probe.enabled:
-    errors.check_positive(probe.n_resamples, "config.probe.n_resamples")
-  scan = config.get("vocab_scan")
-  if scan is not None and scan.enabled:
-    errors.check_positive(scan.n_resamples, "config.vocab_scan.n_resamples")
-    if scan.max_tokens is not None and scan.max_tokens < 0:
+  if config.upload.push_to_hub:
+    results_dataset.check_repo_id(config.upload.push_to_hub, "config.push_to_hub")
+  if config.probe.enabled:
+    errors.check_positive(config.probe.options.n_resamples, "config.probe.n_resamples")
+  scan = config.vocab_scan
+  if scan.enabled:
+    errors.check_positive(scan.options.n_resamples, "config.vocab_scan.n_resamples")
+    if scan.options.max_tokens is not None and scan.options.max_tokens < 0:
       raise errors.InputError(f"config.vocab_scan.max_tokens must be >= 0 (unset or 0: the whole "
-                              f"vocabulary), got {scan.max_tokens}")
+                              f"vocabulary), got {scan.options.max_tokens}")
+  return config
 
 
-def run_audit(config) -> dict[str, Any]:
+def run_audit(config: ml_collections.ConfigDict | AuditSettings) -> dict[str, Any]:
   """Runs every stage the config names; returns {model name: metrics} ({} on a process of a
   multi-process job but the coordinator, which writes them)."""
+  config = audit_settings(config)
   specs = model_specs(config)
   out = pathlib.Path(config.output_dir)
   items_dir = out / "converted"
@@ -152,8 +168,8 @@ def run_audit(config) -> dict[str, Any]:
   if distributed.is_coordinator():
     totals = convert.convert_to(
         items_dir, resolve_data_dir(config.data_dir), config.datasets, config.format,
-        on_error=config.on_error, templates=config.get("templates", ""),
-        path_options={"columns": config.get("columns", "")})["totals"]
+        on_error=config.on_error, templates=config.templates,
+        path_options={"columns": config.columns})["totals"]
     logging.info("converted %d items, %d pairs in %.1f s", totals["items"],
                  sum(totals["pairs"].values()), time.perf_counter() - start)
   distributed.barrier("audit: items converted")
@@ -162,33 +178,31 @@ def run_audit(config) -> dict[str, Any]:
   score_dirs = []
   for spec in specs:
     score_dir = out / "scores" / spec.name
-    run = score_model(spec, items_dir, score_dir, list(config.get("score_datasets", [])),
-                      config.get("limit_items") or None)
+    run = score_model(spec, items_dir, score_dir, list(config.score_datasets),
+                      config.limit_items or None)
     logging.info("%s: scored %d items in %.1f s", spec.name, run["items"],
                  run["wall_seconds"])
     score_dirs.append(str(score_dir))
 
-  options = evaluate.Options(n_resamples=config.metrics.n_resamples, seed=config.metrics.seed,
-                             allow_missing=config.metrics.allow_missing,
-                             delta=config.metrics.delta)
-  sections = probe.run_for_audit(
-      config.get("probe"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs], out)
-  sections += vocab_scan.run_for_audit(
-      config.get("vocab_scan"), [(spec.name, spec.path, scoring_options(spec)) for spec in specs],
-      out)
-  if config.get("counterfactuals", True):
+  options = config.metrics.options()
+  scored = [(spec.name, spec.path, spec.scoring) for spec in specs]
+  sections = probe.run_for_audit(config.probe, scored, out)
+  sections += vocab_scan.run_for_audit(config.vocab_scan, scored, out)
+  if config.counterfactuals:
     sections.append(score_counterfactuals(config, specs, items_dir, score_dirs, options))
   if not distributed.is_coordinator():
     return {}
   models = runner.evaluate_all(str(items_dir), score_dirs, str(out), names, options, sections)
-  if config.get("push_to_hub"):  # every output is written: a failed upload leaves them whole
-    url = results_dataset.push(config.push_to_hub, out, items_dir, dict(zip(names, score_dirs)),
-                               private=config.get("hub_private_repo", False))
+  if config.upload.push_to_hub:  # every output is written: a failed upload leaves them whole
+    url = results_dataset.push(config.upload.push_to_hub, out, items_dir,
+                               dict(zip(names, score_dirs)),
+                               private=config.upload.hub_private_repo)
     logging.info("uploaded the results to %s", url)
   return models
 
 
-def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: list[str],
+def score_counterfactuals(config: AuditSettings, specs: list[ModelSpec], items_dir: pathlib.Path,
+                          score_dirs: list[str],
                           options: evaluate.Options) -> list[str]:
   """Derives the identity-swap set of the scored items (`socialrm_jax.sources.identity_swaps`) into
   `counterfactuals/`, scores it with every model into `scores_counterfactual/<model>/`, and writes
@@ -197,8 +211,8 @@ def score_counterfactuals(config, specs, items_dir: pathlib.Path, score_dirs: li
   swaps_dir = out / "counterfactuals"
   # Only the items the main run scored get swaps, so a limited run stays limited; the items are
   # streamed (read again for each pass), so the audit's memory does not grow with them.
-  scored = item_source.ItemSource.from_table(items_dir, list(config.get("score_datasets", [])),
-                                             config.get("limit_items") or None)
+  scored = item_source.ItemSource.from_table(items_dir, list(config.score_datasets),
+                                             config.limit_items or None)
   if distributed.is_coordinator():
     identity_swaps.derive_into(lambda: iter(scored), swaps_dir, config.format,
                                name=str(items_dir))

@@ -38,7 +38,6 @@ import pathlib
 import time
 from typing import Any
 
-import ml_collections
 import numpy as np
 from absl import logging
 
@@ -126,10 +125,21 @@ def reward_matrix(scores_dir: pathlib.Path, num_words: int) -> np.ndarray:
   return rewards
 
 
-def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
-        words_per_category: int = DEFAULT_WORDS_PER_CATEGORY, seed: int = SEED,
-        n_resamples: int = values.bootstrap.N_RESAMPLES,
-        n_permutations: int = values.N_PERMUTATIONS, name: str | None = None) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class ProbeOptions:
+  """The probe's own settings (beside the scoring ones): socialrm-probe's flags, the audit's
+  `config.probe` and the ablation's `config.audit.probe`; `run` takes them as one argument."""
+  words_per_category: int = settings.field(DEFAULT_WORDS_PER_CATEGORY, "Words sampled per "
+                                           "lexicon category (0 = every word).")
+  seed: int = settings.field(SEED, "Seed of the word sample, the bootstrap and the permutations.")
+  n_resamples: int = settings.field(values.bootstrap.N_RESAMPLES,
+                                    "Bootstrap resamples over words and prompts.")
+  n_permutations: int = settings.field(values.N_PERMUTATIONS,
+                                       "Permutations of the contrasts' tests.")
+
+
+def run(model_path: str, output_dir, options: engine.ScoringOptions,
+        probe: ProbeOptions = ProbeOptions(), *, name: str | None = None) -> dict[str, Any]:
   """Scores the probe with the model at `model_path` into `output_dir` and writes probe.json,
   value_probe.md and value_probe.png there; returns probe.json's content. Across processes each
   scores its own chunks (the scorer's split) and process 0 alone, once all have, reads the scores
@@ -137,13 +147,14 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   if options.proxy == "judge":
     raise InputError("the value probe scores each word alone; --proxy=judge compares two "
                      "responses: use loglik, implicit or a score head")
-  if words_per_category < 0:
-    raise InputError(f"--words_per_category must be >= 0 (0 = all), got {words_per_category}")
+  if probe.words_per_category < 0:
+    raise InputError(f"--words_per_category must be >= 0 (0 = all), got "
+                     f"{probe.words_per_category}")
   options = dataclasses.replace(options, max_length=min(options.max_length, MAX_LENGTH))
   options.validate()
   start = time.monotonic()
   out = pathlib.Path(output_dir)
-  sample = sample_words(load_lexicons(), words_per_category, seed)
+  sample = sample_words(load_lexicons(), probe.words_per_category, probe.seed)
   words = list(dict.fromkeys(w for ws in sample.values() for w in ws))
   column = {w: i for i, w in enumerate(words)}
   step_lib.enable_compilation_cache(options.cache_dir())
@@ -158,10 +169,11 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   result = {
       "model": name or pathlib.Path(path).name, "model_path": path, "proxy": run_json["proxy"],
       "prompts": f"{PROMPTS_NAME}/{PROMPTS_VERSION}", "example_prompt": PROMPTS[0],
-      "words_per_category": words_per_category, "sample_seed": seed, "n_words": len(words),
+      "words_per_category": probe.words_per_category, "sample_seed": probe.seed,
+      "n_words": len(words),
       "words": sample,
-      **values.summarise(rewards, categories, n_resamples=n_resamples,
-                         n_permutations=n_permutations, seed=seed),
+      **values.summarise(rewards, categories, n_resamples=probe.n_resamples,
+                         n_permutations=probe.n_permutations, seed=probe.seed),
       "truncated": run_json["truncated"], "scoring_seconds": run_json["wall_seconds"],
       "seconds": time.monotonic() - start}
   tables.atomic_write_json(out / "probe.json", result)
@@ -175,33 +187,18 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
 
 
 @dataclasses.dataclass(frozen=True)
-class ProbeOptions:
-  """The probe's own settings (beside the scoring ones): socialrm-probe's flags and the audit's
-  `config.probe`, as `run`'s keyword arguments."""
-  words_per_category: int = settings.field(DEFAULT_WORDS_PER_CATEGORY, "Words sampled per "
-                                           "lexicon category (0 = every word).")
-  seed: int = settings.field(SEED, "Seed of the word sample, the bootstrap and the permutations.")
-  n_resamples: int = settings.field(values.bootstrap.N_RESAMPLES,
-                                    "Bootstrap resamples over words and prompts.")
-  n_permutations: int = settings.field(values.N_PERMUTATIONS,
-                                       "Permutations of the contrasts' tests.")
+class ProbeStage:
+  """The audit's `config.probe`: the value probe of every model, unless `enabled` is off."""
+  enabled: bool = settings.field(True, "Probe every model (but one scored by the judge proxy).")
+  options: ProbeOptions = settings.group(ProbeOptions)
 
 
-def audit_config() -> ml_collections.ConfigDict:
-  """`config.probe` of an audit (`audit.audit_config`): the probe runs on every model unless
-  `enabled` is off; the rest is `ProbeOptions`."""
-  config = settings.config_dict(ProbeOptions)
-  config.enabled = True
-  return config
-
-
-def run_for_audit(config: ml_collections.ConfigDict | None,
-                  models: list[tuple[str, str, engine.ScoringOptions]],
+def run_for_audit(stage: ProbeStage, models: list[tuple[str, str, engine.ScoringOptions]],
                   output_dir) -> list[list[str]]:
   """The audit's probe stage: probes each (name, path, scoring options) into
   `output_dir/probe/<name>/`, draws `value_probe.png` beside the report, and returns the report's
-  section ([] when `config.enabled` is off). A model scored by the judge proxy is not probed."""
-  if config is None or not config.enabled:
+  section ([] when `stage.enabled` is off). A model scored by the judge proxy is not probed."""
+  if not stage.enabled:
     return []
   out = pathlib.Path(output_dir)
   results, skipped = {}, []
@@ -209,8 +206,7 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
     if options.proxy == "judge":
       skipped.append(name)
       continue
-    results[name] = run(path, out / "probe" / name, options, name=name,
-                        **dataclasses.asdict(settings.from_config(ProbeOptions, config)))
+    results[name] = run(path, out / "probe" / name, options, stage.options, name=name)
   if not distributed.is_coordinator():  # process 0 writes the probe's files and section
     return []
   figure = values.plot(results, out / "value_probe.png")

@@ -30,7 +30,6 @@ import pathlib
 import time
 from typing import Any, Sequence
 
-import ml_collections
 import numpy as np
 import pyarrow as pa
 from absl import logging
@@ -183,9 +182,20 @@ def other_scans(compare_with: Sequence[str], name: str,
   return out
 
 
-def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
-        prompts: PromptSet = DEFAULT_PROMPTS, max_tokens: int | None = None, seed: int = SEED,
-        n_resamples: int = bootstrap.N_RESAMPLES, n_permutations: int = values.N_PERMUTATIONS,
+@dataclasses.dataclass(frozen=True)
+class ScanOptions:
+  """The scan's own settings (beside the scoring ones) that socialrm-vocab-scan's flags and the
+  audit's and the ablation's `config.vocab_scan` share; `run` takes them as one argument."""
+  max_tokens: int | None = settings.field(None, "Only the first N tokens, by id (default: every "
+                                          "token but the special ones).")
+  seed: int = settings.field(SEED, "Seed of the bootstrap and the permutations.")
+  n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
+  n_permutations: int = settings.field(values.N_PERMUTATIONS,
+                                       "Permutations of the contrasts' tests.")
+
+
+def run(model_path: str, output_dir, options: engine.ScoringOptions,
+        scan: ScanOptions = ScanOptions(), *, prompts: PromptSet = DEFAULT_PROMPTS,
         name: str | None = None, compare_with: Sequence[str] = (),
         families: Sequence[str] | None = None) -> dict[str, Any]:
   """Scans the model at `model_path` into `output_dir` and writes the scores table, scan.json,
@@ -195,7 +205,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   each scores its own chunks of the token slices (the scorer's split, `--chunk_size` items a
   chunk) and process 0 alone, once all have, ranks them and writes the files; the others return
   {}."""
-  check_settings(options, max_tokens)
+  check_settings(options, scan.max_tokens)
   options.validate()
   start = time.monotonic()
   out = pathlib.Path(output_dir)
@@ -205,7 +215,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   model, path, ref_model, options = engine.load_models(model_path, options, mesh)
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)
   vocab_rows.check_model(tokenizer, model.config.vocab_size, path)
-  vocab = vocab_rows.vocabulary(tokenizer, max_tokens)
+  vocab = vocab_rows.vocabulary(tokenizer, scan.max_tokens)
   pairs = list(zip(prompts.ids, prompts.texts))
   items = item_source.ItemSource(lambda: vocab_rows.scan_items(pairs, vocab),
                                  name="the vocabulary scan")
@@ -220,13 +230,13 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
   _write_parquet(out / "vocab_scores.parquet", scores_table(rewards, prompts, vocab))
   categories = probe.load_lexicons()
   statistics = vocab_stats.summarise(rewards, vocab.ids, vocab.texts, categories,
-                                     n_resamples=n_resamples, n_permutations=n_permutations,
-                                     seed=seed)
+                                     n_resamples=scan.n_resamples,
+                                     n_permutations=scan.n_permutations, seed=scan.seed)
   result = {
       "model": name or pathlib.Path(path).name, "model_path": path, "proxy": run_json["proxy"],
       "prompt_set": prompts.label, "prompts": dict(zip(prompts.ids, prompts.texts)),
       "tokens": {"vocabulary": vocab.size, "scanned": int(len(vocab.ids)),
-                 "excluded": len(vocab.excluded), "max_tokens": max_tokens},
+                 "excluded": len(vocab.excluded), "max_tokens": scan.max_tokens},
       "excluded_tokens": vocab.excluded,
       "settings": {**run_json["manifest"]["settings"], "dtype": run_json["dtype"],
                    "max_length": options.max_length, "mesh": run_json["mesh"],
@@ -238,7 +248,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions, *,
       **({"reward_head": run_json["reward_head"]} if "reward_head" in run_json else {}),
       "statistics": statistics,
       **compare_scans(name or pathlib.Path(path).name, rewards, vocab, statistics, others,
-                      families, n_permutations=n_permutations, seed=seed),
+                      families, n_permutations=scan.n_permutations, seed=scan.seed),
       "seconds": time.monotonic() - start}
   lexicon = vocab_stats.lexicon_tokens(categories, vocab.texts)
   lexicon_rewards = {p: {c: np.asarray([r[s].mean() for s in found.values()])
@@ -287,33 +297,25 @@ def compare_scans(name: str, rewards: dict[str, np.ndarray], vocab: vocab_rows.V
 
 
 @dataclasses.dataclass(frozen=True)
-class ScanOptions:
-  """The scan's own settings (beside the scoring ones) that socialrm-vocab-scan's flags and the
-  audit's `config.vocab_scan` share, as `run`'s keyword arguments."""
-  max_tokens: int | None = settings.field(None, "Only the first N tokens, by id (default: every "
-                                          "token but the special ones).")
-  seed: int = settings.field(SEED, "Seed of the bootstrap and the permutations.")
-  n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
-  n_permutations: int = settings.field(values.N_PERMUTATIONS,
-                                       "Permutations of the contrasts' tests.")
+class ScanStage:
+  """The audit's `config.vocab_scan`: every token of each model's vocabulary as a one-word
+  answer, off unless `enabled` (`max_tokens` unset or 0: the whole vocabulary)."""
+  enabled: bool = settings.field(False, "Scan every model's vocabulary (but one scored by the "
+                                 "judge proxy).")
+  options: ScanOptions = settings.group(ScanOptions)
+
+  def scan_options(self) -> ScanOptions:
+    """The options `run` takes: max_tokens 0 is the whole vocabulary, as unset."""
+    return dataclasses.replace(self.options, max_tokens=self.options.max_tokens or None)
 
 
-def audit_config() -> ml_collections.ConfigDict:
-  """`config.vocab_scan` of an audit (`audit.audit_config`): off unless `enabled`; the rest is
-  `ScanOptions` (`max_tokens` unset or 0: the whole vocabulary)."""
-  config = settings.config_dict(ScanOptions)
-  config.enabled = False
-  return config
-
-
-def run_for_audit(config: ml_collections.ConfigDict | None,
-                  models: list[tuple[str, str, engine.ScoringOptions]],
+def run_for_audit(stage: ScanStage, models: list[tuple[str, str, engine.ScoringOptions]],
                   output_dir) -> list[list[str]]:
   """The audit's scan stage: scans each (name, path, options) into `output_dir/vocab_scan/<name>/`
-  and returns the report's sections ([] when `config.enabled` is off): one per model, then the
+  and returns the report's sections ([] when `stage.enabled` is off): one per model, then the
   agreement of every two (over their tokens, or the words both vocabularies spell). Judge-proxy
   models are not scanned."""
-  if config is None or not config.enabled:
+  if not stage.enabled:
     return []
   out = pathlib.Path(output_dir) / "vocab_scan"
   sections, scans, skipped = [], {}, []
@@ -322,9 +324,7 @@ def run_for_audit(config: ml_collections.ConfigDict | None,
       skipped.append(name)
       continue
     options = dataclasses.replace(options, chunk_size=CHUNK_SIZE, check_invariance=0)
-    scan = settings.from_config(ScanOptions, config)
-    scan = dataclasses.replace(scan, max_tokens=scan.max_tokens or None)
-    result = run(path, out / name, options, name=name, **dataclasses.asdict(scan))
+    result = run(path, out / name, options, stage.scan_options(), name=name)
     if not distributed.is_coordinator():  # process 0 ranks, writes and reports
       continue
     scans[name] = load_rewards(out / name)

@@ -153,7 +153,7 @@ def test_planted_category_is_at_the_top_and_the_contrast_says_so(tmp_path):
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=2048, chunk_size=64,
                                   compilation_cache="")
   result = vocab_scan.run(str(tmp_path / "rm"), tmp_path / "scan", options,
-                             n_resamples=200, n_permutations=2000)
+                          vocab_scan.ScanOptions(n_resamples=200, n_permutations=2000))
   for node in result["statistics"]["prompts"].values():
     n = node["n_tokens"]  # 25 + 25 words and 40 fillers
     assert {row["token"] for row in node["top"]} == set(warmth)  # ranks 1 to 25
@@ -177,8 +177,9 @@ def _quick_scan(folder, out, cache, **kwargs) -> dict:
   """A scan of one prompt, few resamples; models of one shape share the compilation cache."""
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=2048, chunk_size=256,
                                   compilation_cache=str(cache))
-  return vocab_scan.run(str(folder), out, options, prompts=ONE_PROMPT, n_resamples=50,
-                           n_permutations=500, **kwargs)
+  return vocab_scan.run(str(folder), out, options,
+                        vocab_scan.ScanOptions(n_resamples=50, n_permutations=500),
+                        prompts=ONE_PROMPT, **kwargs)
 
 
 def test_planted_frequency_preference_is_found(tmp_path):

@@ -10,10 +10,11 @@ from socialrm_jax.base.errors import InputError
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"limit_itmes": 3}, "unknown setting 'limit_itmes'"),
-    ({"metrics": {"n_resample": 3}}, "unknown setting metrics.n_resample"),
-    ({"metrics": 3}, "metrics is a group of settings"),
-    ({"models": {}}, "unknown setting 'models'"),
+    ({"limit_itmes": 3}, r"audit\(\) sets limit_itmes, which is no setting"),
+    ({"metrics": {"n_resample": 3}}, r"audit\(\) sets metrics.n_resample, which is no setting"),
+    ({"metrics": 3}, r"audit\(\): metrics must be a ConfigDict or a dict"),
+    ({"limit_items": "3"}, r"audit\(\): limit_items must be an int"),
+    ({"models": {}}, "models is set by audit"),
 ])
 def test_audit_refuses_a_setting_it_does_not_know(tmp_path, overrides, message):
   with pytest.raises(InputError, match=message):
@@ -32,11 +33,11 @@ def test_audit_config_takes_the_commands_names(tmp_path):
 
 
 def test_score_and_train_refuse_what_they_do_not_know(tmp_path):
-  with pytest.raises(InputError, match="unknown setting 'max_len'"):
+  with pytest.raises(InputError, match=r"score\(\) sets max_len, which is no setting"):
     socialrm_jax.score("smollm2", [{"chosen": "a", "rejected": "b"}], max_len=3)
   with pytest.raises(InputError, match="pair 1 has no rejected"):
     socialrm_jax.score("smollm2", [{"chosen": "a", "rejected": "b"}, {"chosen": "c"}])
   with pytest.raises(InputError, match="no pairs given"):
     socialrm_jax.score("smollm2", [])
-  with pytest.raises(InputError, match="unknown setting 'max_step'"):
+  with pytest.raises(InputError, match=r"train\(\) sets max_step, which is no setting"):
     socialrm_jax.train("base", data="hh_rlhf", output_dir=str(tmp_path), max_step=3)

@@ -15,7 +15,7 @@ import pytest
 
 from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.orchestrators import audit
+from socialrm_jax.orchestrators import ablation, audit
 from socialrm_jax.scoring import engine
 from tests.helpers import scoring_fixtures as fx
 from tests.helpers.paths import REPO_ROOT
@@ -95,8 +95,9 @@ def test_a_model_config_holds_every_scoring_setting_typed_and_gives_them_back():
   spec.proxy = "loglik"  # a None default is a typed placeholder: overridable, type-checked
   with pytest.raises(TypeError):
     spec.objective = "first"
-  assert audit.scoring_options(spec) == engine.ScoringOptions(max_length=512, proxy="loglik")
-  with pytest.raises(InputError, match="unknown ScoringOptions setting 'max_lenght'"):
+  assert settings.from_config(audit.ModelSpec, spec).scoring == engine.ScoringOptions(
+      max_length=512, proxy="loglik")
+  with pytest.raises(InputError, match="--config sets max_lenght, which is no setting"):
     audit.model_config("m", "smollm2", max_lenght=512)
 
 
@@ -150,3 +151,86 @@ def test_field_of_declares_another_commands_setting_once():
   assert Other() == Other(name=None, size=9)
   with pytest.raises(TypeError, match="has no setting 'colour'"):
     settings.field_of(Inner, "colour")
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  count: int = settings.field(1, "A count.")
+  inner: Inner = settings.group(Inner, flags_of=("size",))
+
+
+@dataclasses.dataclass(frozen=True)
+class WithParts:
+  outer: Outer = settings.group(Outer)
+  part: Part = settings.nested(Part, count=2)
+  parts: dict[str, Part] = settings.named(Part)
+
+
+def _config_file(tmp_path, text: str) -> str:
+  path = tmp_path / "config.py"
+  path.write_text(f"import ml_collections\n\ndef get_config():\n  return {text}\n")
+  return str(path)
+
+
+def test_a_flag_given_wins_over_the_config_file_which_wins_over_the_defaults(tmp_path):
+  path = _config_file(tmp_path, "ml_collections.ConfigDict({'path': 'file', 'size': 5, "
+                      "'weights': [1, 2], 'part': {'count': 7, 'size': 9}, "
+                      "'parts': {'a': {'size': 3}}})")
+  assert settings.flag_names(WithParts) == ["path", "quiet", "size", "name", "weights"]
+  parsed = _parsed(WithParts, f"--config={path}", "--size=6", "--quiet")
+  assert parsed.outer == Outer(path="file", quiet=True, inner=Inner(6, None, (1.0, 2.0)))
+  assert parsed.part == Part(7, Inner(size=9))
+  assert parsed.parts == {"a": Part(1, Inner(size=3))}
+  assert _parsed(WithParts, f"--config={path}", "--path=flag").outer.path == "flag"
+  # No file: the flags and the defaults (a nested part's given by its `nested`).
+  assert _parsed(WithParts, "--path=p").part == Part(2)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{'path': 'p', 'sise': 5}", r"--config sets sise, which is no setting of this command "
+                                 r"\(known: path, quiet, size, name, weights, part, parts\)"),
+    ("{'part': {'name': 'a'}}", r"--config sets part.name, which is no setting of part "
+                                r"\(known: count, size\)"),
+    ("{'parts': {'x': {'colour': 1}}}", r"--config sets parts.x.colour"),
+    ("{'size': '5'}", r"--config: size must be an int, got '5'"),
+    ("{'name': 'c'}", r"--config: name='c': use one of a, b"),
+    ("{'weights': 'ab'}", r"--config: weights must be a list"),
+    ("{'part': 3}", r"--config: part must be a ConfigDict or a dict"),
+    ("{'quiet': True}", r"--path is required \(a flag, or a key of the --config file\)"),
+])
+def test_a_config_file_key_of_no_setting_or_of_the_wrong_type_is_refused_naming_it(
+    tmp_path, text, message):
+  path = _config_file(tmp_path, text)
+  with pytest.raises(InputError, match=message):
+    _parsed(WithParts, f"--config={path}")
+
+
+def test_a_command_that_needs_a_config_file_names_an_example():
+  values = flags.FlagValues()
+  holder = settings.define_flags(Part, flag_values=values, config_example="configs/x.py")
+  values(["prog"])
+  with pytest.raises(InputError, match=r"--config is required \(e.g. configs/x.py\)"):
+    holder.value
+
+
+def test_config_dict_holds_every_key_and_reads_back_as_the_settings():
+  config = settings.config_dict(WithParts, path="p", part={"count": 4},
+                                parts={"a": {"count": 5}})
+  assert set(config) == {"path", "quiet", "size", "name", "weights", "part", "parts"}
+  config.name = "b"  # a None default is a typed placeholder
+  assert settings.from_config(WithParts, config) == WithParts(
+      Outer("p", inner=Inner(8, "b")), Part(4), {"a": Part(5)})
+
+
+def test_the_scoring_settings_keep_their_names_in_the_audits_and_the_grids_configs():
+  """`--max_length` on socialrm-score is `--config.models.<key>.max_length` in an audit's config,
+  `--config.audit.dtype` / `.tokens_per_batch` and `--config.train.max_length` in the grid's."""
+  names = {"max_length", "tokens_per_batch", "dtype", "attention", "mesh"}
+  assert names <= set(audit.model_config("m", "smollm2"))
+  assert names <= set(settings.flag_names(engine.ScoringOptions))
+  grid = ablation.ablation_config()
+  assert {"dtype", "tokens_per_batch"} <= set(grid.audit)
+  assert {"max_length", "attention", "mesh"} <= set(grid.train)
+  assert "max_lenght" not in grid.train
+  with pytest.raises(InputError, match="--config sets train.max_lenght"):
+    ablation.ablation_settings({"train": {"max_lenght": 1}})

@@ -395,6 +395,33 @@ def _scan_empty_prompts(i: Inputs, here: pathlib.Path):
            f"--prompts={here / 'prompts.txt'}"], str(here / "prompts.txt"))
 
 
+def _config_file(here: pathlib.Path, settings: dict) -> pathlib.Path:
+  """A config file (ml_collections) in the row's folder whose get_config() returns `settings`."""
+  path = here / "config.py"
+  path.write_text("import ml_collections\n\n\ndef get_config():\n"
+                  f"  return ml_collections.ConfigDict({settings!r})\n")
+  return path
+
+
+def _unknown_config_key(i: Inputs, here: pathlib.Path):
+  """Any command's config file with a key of no setting: refused before any work, naming it."""
+  return [f"--config={_config_file(here, {'max_lenght': 512})}"], "--config sets max_lenght"
+
+
+def _score_flag_over_config(i: Inputs, here: pathlib.Path):
+  """The file's chunk_size (4) would score; the flag's (0) is refused: the flag won."""
+  config = _config_file(here, {"model": str(i.model), "items": str(i.items),
+                               "output_dir": str(here / "scores"), "chunk_size": 4})
+  return [f"--config={config}", "--chunk_size=0"], "--chunk_size"
+
+
+# Every command takes a config file (base/settings.py), and refuses a key of no setting in it.
+CONFIG_ROWS = [Row(command, "config_file_with_an_unknown_key", _unknown_config_key)
+               for command in ("convert", "score", "metrics", "audit", "convert_checkpoint",
+                               "probe", "ablation", "vocab_scan", "counterfactuals", "plan",
+                               "fetch", "train", "validate")]
+
+
 ROWS = [
     # socialrm-convert
     Row("convert", "output_dir_is_a_file", _into_a_file(
@@ -483,6 +510,7 @@ ROWS = [
     Row("score", "item_without_id", _score_item_without_id),
     # A Hub id offline, not in the Hub cache: the command that fills it, once the AttributeError
     # of huggingface_hub.constants (tests/models/test_hub.py resolves one that is there).
+    Row("score", "flag_wins_over_the_config_file", _score_flag_over_config),
     Row("score", "offline_hub_id_not_in_the_cache",
         _score(lambda i: "other-org/absent@v1",
                names="`hf download other-org/absent --revision v1` fills the cache"),
@@ -524,6 +552,10 @@ ROWS = [
         _audit_of(lambda i: i.model, lambda i, here: i.a_file), names=lambda i: str(i.a_file))),
     Row("audit", "chunk_size_0", _audit(_audit_of(lambda i: i.model),
                                         "--config.models.rm.chunk_size=0", names="--chunk_size")),
+    # The file's output_dir (the row's run/) would audit; the flag's (a file) is refused.
+    Row("audit", "flag_wins_over_the_config_file", lambda i, here: _audit(
+        _audit_of(lambda i: i.model), f"--output_dir={i.a_file}",
+        names=lambda i: str(i.a_file))(i, here)),
     Row("audit", "truncated_safetensors", _audit(_audit_of(lambda i: i.truncated_weights),
                                                  names="model.safetensors")),
     # socialrm-convert-checkpoint
@@ -585,7 +617,7 @@ ROWS = [
     Row("plan", "splash_on_a_gpu_platforms_unset", lambda i, here: (
         ["--topology=h100", f"--model={i.model}", "--attention=splash",
          f"--output_dir={here / 'plan'}"], "attention='splash'"), jax_platforms_set=False),
-]
+] + CONFIG_ROWS
 
 
 def _tree(folder: pathlib.Path) -> dict[str, bytes | None]:

@@ -1,4 +1,4 @@
-"""Every console script's `--help` lists the command's own flags.
+"""Every console script's `--help` lists the command's own flags, `--config` among them.
 
 absl's `--help` lists the flags of the module `sys.argv[0]` names; for a console script that is
 pip's wrapper, which defines none, so `socialrm-convert --help` once printed its usage line and
@@ -39,7 +39,7 @@ def test_every_console_script_help_lists_its_flags(tmp_path):
     wrapper = tmp_path / name
     wrapper.write_text(WRAPPER.format(module=module, function=function))
     commands.append([sys.executable, str(wrapper), "--help"])
-  missing, no_usage = {}, []
+  missing, no_usage, no_config = {}, [], []
   for name, done in zip(scripts, command_help.run_all(commands)):
     line = next((l for l in done.stderr.splitlines() if l.startswith("DEFINED ")), None)
     assert line is not None, f"{name}: {done.stderr[-2000:]}"
@@ -47,8 +47,12 @@ def test_every_console_script_help_lists_its_flags(tmp_path):
     assert defined - {"debug"}, f"{name} defines no flag of its own"
     if defined - command_help.listed_flags(done.stdout):
       missing[name] = sorted(defined - command_help.listed_flags(done.stdout))
+    # Every command takes a config file (base/settings.py: one way to configure every command).
+    if "config" not in defined or "config" not in command_help.listed_flags(done.stdout):
+      no_config.append(name)
     # The usage is the command's docstring, as under `python -m`.
     if "python -m socialrm_jax.main." not in done.stdout:
       no_usage.append(name)
   assert not missing, f"flags a console script's --help leaves out: {missing}"
   assert not no_usage, f"console scripts whose --help shows no usage: {no_usage}"
+  assert not no_config, f"console scripts whose --help lists no --config: {no_config}"

@@ -64,7 +64,7 @@ def test_check_config_names_the_field(tmp_path):
   ok = {"bases.llama.path": str(tmp_path / "b"), "bases.gemma2.path": str(tmp_path / "b")}
   with pytest.raises(InputError, match=r"config.sources.hh_rlhf.spec is empty"):
     orchestrator.check_config(_config(**ok, **{"sources.hh_rlhf.spec": ""}))
-  with pytest.raises(InputError, match=r"config.train sets nonsense"):
+  with pytest.raises(InputError, match=r"--config sets train.nonsense, which is no setting of train"):
     orchestrator.check_config(_config(**ok, **{"train.nonsense": 1}))
   with pytest.raises(InputError, match=r"config.train.seed is set by the grid"):
     orchestrator.check_config(_config(**ok, **{"train.seed": 1}))

@@ -40,8 +40,8 @@ def _check_outputs(out, result, words_per_category):
 
 def test_the_probe_on_a_tiny_random_decoder_equals_pytorch(tiny_lm, tmp_path):
   folder, torch_model, tokenizer = tiny_lm
-  result = probe.run(str(folder), tmp_path, OPTIONS, words_per_category=3, n_resamples=50,
-                               n_permutations=100, name="tiny")
+  result = probe.run(str(folder), tmp_path, OPTIONS, probe.ProbeOptions(
+      words_per_category=3, n_resamples=50, n_permutations=100), name="tiny")
   _check_outputs(tmp_path, result, 3)
   assert result["model"] == "tiny" and result["proxy"] == "loglik"
   # The reward of a category's word under a prompt is its loglik, computed alone by PyTorch.
@@ -76,7 +76,7 @@ def test_the_probe_command_writes_its_table_and_refuses_the_judge(tiny_lm, tmp_p
 @pytest.mark.skipif(importlib.util.find_spec(default_model.PACKAGE) is None,
                     reason=f"package {default_model.PACKAGE} (the default model) is not installed")
 def test_the_probe_runs_on_the_default_model(tmp_path):
-  result = probe.run(default_model.ALIAS, tmp_path, OPTIONS, words_per_category=1,
-                               n_resamples=100, n_permutations=100)
+  result = probe.run(default_model.ALIAS, tmp_path, OPTIONS, probe.ProbeOptions(
+      words_per_category=1, n_resamples=100, n_permutations=100))
   _check_outputs(tmp_path, result, 1)
   assert result["model_path"].endswith(default_model.FILE_NAME) and result["truncated"] == 0

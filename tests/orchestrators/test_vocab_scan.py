@@ -181,8 +181,8 @@ def test_implicit_rewards_equal_transformers_each_sequence_alone(models, random_
 def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
   folder = models["lm"][0]
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=30)
-  result = vocab_scan.run(str(folder), tmp_path / "scan", options, max_tokens=40,
-                             n_resamples=20, n_permutations=50)
+  scan_options = vocab_scan.ScanOptions(max_tokens=40, n_resamples=20, n_permutations=50)
+  result = vocab_scan.run(str(folder), tmp_path / "scan", options, scan_options)
   table = pq.read_table(tmp_path / "scan" / "vocab_scores.parquet")
   assert table.column_names == list(vocab_scan.SCORES_COLUMNS)
   rows = table.to_pylist()
@@ -199,16 +199,15 @@ def test_scan_writes_the_output_contract_and_resumes(models, tmp_path):
   assert (tmp_path / "scan" / "vocab_scan.png").stat().st_size > 0
   assert "Vocabulary scan" in (tmp_path / "scan" / "vocab_scan.md").read_text()
   # A second run into the folder scores nothing again and gives the same table.
-  again = vocab_scan.run(str(folder), tmp_path / "scan", options, max_tokens=40,
-                            n_resamples=20, n_permutations=50)
+  again = vocab_scan.run(str(folder), tmp_path / "scan", options, scan_options)
   assert again["statistics"] == result["statistics"]
   assert pq.read_table(tmp_path / "scan" / "vocab_scores.parquet").equals(table)
 
 
 def test_audit_stage_scans_each_model_and_compares_those_sharing_tokens(models, tmp_path):
-  config = vocab_scan.audit_config()
-  assert not config.enabled  # off by default
-  config.enabled, config.max_tokens, config.n_resamples, config.n_permutations = True, 30, 20, 50
+  assert not vocab_scan.ScanStage().enabled  # off by default
+  config = vocab_scan.ScanStage(enabled=True, options=vocab_scan.ScanOptions(
+      max_tokens=30, n_resamples=20, n_permutations=50))
   options = engine.ScoringOptions(max_length=256, tokens_per_batch=1024)
   sections = vocab_scan.run_for_audit(
       config, [("rm", str(models["rm"][0]), options), ("lm", str(models["lm"][0]), options),

@@ -24,12 +24,13 @@ import importlib.metadata
 import io
 import os
 import pathlib
+import dataclasses
 import re
 from typing import Any, Mapping
 
 from socialrm_jax.analysis.outputs import report, rewardbench2_results
 from socialrm_jax.analysis.tables import pair_scores
-from socialrm_jax.base import tables
+from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.sources import fetch
 
@@ -45,6 +46,15 @@ _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 class UploadError(RuntimeError):
   """The upload failed; the local outputs are whole."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HubUpload:
+  """Where a run's results go on the Hub: socialrm-metrics' flags and the audit's config keys."""
+  push_to_hub: str = settings.field("", "A Hub dataset ORG/NAME to upload the results to, with "
+                                    "their card, in one commit once they are written (HF_TOKEN); "
+                                    "'' uploads nothing.")
+  hub_private_repo: bool = settings.field(False, "push_to_hub: make a new dataset private.")
 
 
 def check_repo_id(repo_id: str, flag: str) -> None:
