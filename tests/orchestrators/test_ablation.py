@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from socialrm_jax.analysis.studies import ablation
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import ablation as orchestrator
 from tests.helpers.paths import REPO_ROOT
