@@ -17,6 +17,7 @@ import time
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
+from socialrm_jax.scoring import engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,8 +26,7 @@ class ConvertCheckpointSettings:
   input: str = settings.field(None, "HF checkpoint folder, .gguf file, or folder with one.",
                               required=True)
   output: str = settings.field(None, "Folder for the native checkpoint.", required=True)
-  dtype: str = settings.field("float32", "Stored parameter dtype.",
-                              choices=("float32", "bfloat16"))
+  dtype: str = settings.field_of(engine.ScoringOptions, "dtype")  # the parameters' as stored
   overwrite: bool = settings.field(False, "Replace a non-empty --output folder.")
 
 

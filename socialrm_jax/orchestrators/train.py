@@ -11,7 +11,6 @@ from typing import Any, Sequence
 from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.writer_lock import WriterLock
-from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import distributed, engine
 from socialrm_jax.training import hooks, optimizer, pair_batches, trainer, training_run
@@ -72,9 +71,7 @@ class Settings:
   row_length: int = settings_lib.field(
       512, "Tokens of a packed row: a step's pairs are packed several to a row this long (a longer "
       "pair gets a row of its own; rows are at most twice max_length), so few shapes compile.")
-  dtype: str = settings_lib.field(
-      "float32", "Compute dtype: float32, or bfloat16 (trained weights and optimizer state stay "
-      "float32).", choices=tuple(reward_model.DTYPES))
+  dtype: str = settings_lib.field_of(engine.ScoringOptions, "dtype")
   lora_rank: int = settings_lib.field(
       0, "LoRA rank; 0: full fine-tuning.")
   lora_alpha: float = settings_lib.field(

@@ -88,8 +88,10 @@ class ScoringOptions:
   objective_weights: tuple[float, ...] = settings.field(
       (), "Multi-output score heads: `reward` is the outputs' sum with these weights, one per "
       "output.")
-  dtype: str = settings.field("float32", "Parameter/compute dtype.",
-                              choices=("float32", "bfloat16"))
+  dtype: str = settings.field(
+      "float32", "Dtype of the parameters and of the computation (socialrm-train computes in it "
+      "and keeps its trained weights and optimizer state in float32).",
+      choices=("float32", "bfloat16"))
   mesh: str | None = settings.field(
       None, "Mesh over this process's devices, e.g. data:8,model:1 (default: every device on "
       "data); a model axis larger than one host's devices spans hosts.")
