@@ -114,25 +114,40 @@ def cpu_name() -> str:
 
 
 def table(results: dict, tokens: int, slots: dict) -> list[str]:
+  """The figures of both runs side by side. A run stopped early (TRL with `--trl_steps`) is
+  measured on the tokens it counted (its `num_tokens`), not the whole run's `tokens`; its token
+  slots and seconds per slot are not shown (the slots are counted for the whole run)."""
+  def counted(r: dict) -> int:
+    return r.get("counted_tokens") or tokens
+
+  def partial(r: dict) -> bool:
+    return counted(r) < tokens
+
   lines = [f"{'run':<32} {'tokens/s':>9} {'train tok/s':>11} {'wall s':>8} {'peak RSS MiB':>12} "
            f"{'final loss':>10}"]
   titles = {"ours": "socialrm_jax (socialrm-train)", "trl": "TRL RewardTrainer"}
   for name, r in results.items():
-    train = f"{tokens / r['train_seconds']:.0f}" if r.get("train_seconds") else "-"
-    lines.append(f"{titles[name]:<32} {tokens / r['wall_seconds']:>9.0f} {train:>11} "
+    train = f"{counted(r) / r['train_seconds']:.0f}" if r.get("train_seconds") else "-"
+    lines.append(f"{titles[name]:<32} {counted(r) / r['wall_seconds']:>9.0f} {train:>11} "
                  f"{r['wall_seconds']:>8.1f} {r['peak_rss_mib']:>12.0f} "
-                 f"{np.mean(r['losses'][-SMOOTH:]):>10.4f}")
+                 f"{np.mean(r['losses'][-SMOOTH:]):>10.4f}"
+                 + (f"  (stopped after {len(r['losses'])} steps)" if partial(r) else ""))
   lines.append("token slots computed (training): " + ", ".join(
       f"{name} {slots[name]:,} ({slots[name] / tokens:.2f} a counted token"
       + (f", {1000 * results[name]['train_seconds'] / slots[name]:.2f} s per 1k slots)"
-         if results.get(name, {}).get("train_seconds") else ")") for name in RUNS))
+         if results.get(name, {}).get("train_seconds") and not partial(results[name])
+         else ")") for name in RUNS))
   lines.append("tokens each trainer counted (its num_tokens): " + ", ".join(
       f"{name} {r['counted_tokens']:,}" for name, r in results.items()) + f"; the pairs' {tokens:,}")
   if {"ours", "trl"} <= set(results):
     ours, trl = results["ours"], results["trl"]
-    lines.append(f"speed-up, whole process: {trl['wall_seconds'] / ours['wall_seconds']:.2f}x")
+    lines.append("speed-up, whole process: "
+                 f"{counted(ours) / ours['wall_seconds'] / (counted(trl) / trl['wall_seconds']):.2f}x"
+                 + (" (TRL stopped early: its start-up weighs on fewer tokens)"
+                    if partial(trl) else ""))
     if ours.get("train_seconds") and trl.get("train_seconds"):
-      lines.append(f"speed-up, training alone: {trl['train_seconds'] / ours['train_seconds']:.2f}x")
+      lines.append("speed-up, training alone: "
+                   f"{counted(ours) / ours['train_seconds'] / (counted(trl) / trl['train_seconds']):.2f}x")
     steps = min(len(ours["losses"]), len(trl["losses"]))
     gap = np.abs(np.subtract(ours["losses"][:steps], trl["losses"][:steps]))
     lines.append(f"losses step by step, {steps} steps: largest difference {gap.max():.2e} (step "
