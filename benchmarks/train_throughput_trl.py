@@ -111,6 +111,13 @@ def main(argv):
   model = transformers.AutoModelForSequenceClassification.from_pretrained(
       _MODEL.value, num_labels=1, dtype=torch.float32, **source)
   tokenizer = transformers.AutoTokenizer.from_pretrained(_MODEL.value, **source)
+  if _GGUF_FILE.value:
+    # transformers dequantizes a GGUF file's tensors as it loads them (to `dtype`), yet keeps its
+    # quantizer on the model, and Trainer refuses a model quantized by a method it cannot train:
+    # these weights are plain float32 tensors, so the quantizer's marks are removed (its own
+    # `remove_quantization_config`).
+    if getattr(model, "hf_quantizer", None) is not None:
+      model.hf_quantizer.remove_quantization_config(model)
   if model.config.pad_token_id is None:
     model.config.pad_token_id = tokenizer.pad_token_id
   peft_config = None
