@@ -33,3 +33,25 @@ def test_tiny_preset_trains_with_both_and_prints_the_table(tmp_path):
   assert len(ours["losses"]) == len(trl["losses"]) == 4
   assert max(abs(a - b) for a, b in zip(ours["losses"], trl["losses"])) < 1e-4
   assert ours["peak_rss_mib"] > 0 and trl["peak_rss_mib"] > 0
+
+
+def test_the_table_measures_a_run_stopped_early_on_its_own_tokens(monkeypatch):
+  """TRL stopped after 2 of 4 steps (`--trl_steps`): its tokens/s are the tokens it counted over
+  its seconds, not the whole run's; its seconds per slot are not shown (the slots are the whole
+  run's); the speed-ups are ratios of tokens/s. Figures by hand."""
+  monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+  import train_comparison  # pylint: disable=import-outside-toplevel
+  results = {"ours": {"wall_seconds": 100.0, "train_seconds": 50.0, "peak_rss_mib": 1000.0,
+                      "losses": [0.7, 0.6, 0.5, 0.4], "counted_tokens": 4000},
+             "trl": {"wall_seconds": 40.0, "train_seconds": 20.0, "peak_rss_mib": 2000.0,
+                     "losses": [0.7, 0.6], "counted_tokens": 1000}}
+  lines = train_comparison.table(results, 4000, {"ours": 2000, "trl": 8000})
+  ours_row, trl_row = lines[1].split(), lines[2].split()
+  assert ours_row[-5:-3] == ["40", "80"]           # 4000 / 100, 4000 / 50
+  assert trl_row[2:4] == ["25", "50"]              # 1000 / 40, 1000 / 20, not 4000 / ...
+  assert "stopped after 2 steps" in lines[2]
+  assert "ours 2,000 (0.50 a counted token, 25.00 s per 1k slots)" in lines[3]
+  assert "trl 8,000 (2.00 a counted token)" in lines[3]
+  assert "speed-up, whole process: 1.60x" in lines[5]  # 40 / 25
+  assert "speed-up, training alone: 1.60x" in lines[6]  # 80 / 50
+  assert "losses step by step, 2 steps" in lines[7]

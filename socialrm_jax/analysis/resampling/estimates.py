@@ -107,8 +107,7 @@ def share_edges(estimate: np.ndarray, low: np.ndarray, high: np.ndarray, units: 
   benchmarks/interval_coverage.py measured 85% coverage). There the far end is the exact
   (Clopper-Pearson) bound of 0 of n units (statsmodels' `proportion_confint`, method "beta"):
   1 - ((1 - level) / 2) ** (1 / n). -> (low, high)"""
-  at_edge = (estimate == 0) | (estimate == 1)
-  if not np.any(at_edge):  # most statistics: no bound to compute
+  if not np.any((estimate == 0) | (estimate == 1)):  # most statistics: no bound to compute
     return low, high
   n = max(int(round(units)), 1)
   _, upper_at_zero = proportion_confint(0, n, alpha=1 - level, method="beta")
