@@ -122,6 +122,45 @@ def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
   return out.reshape(batch, q_len, num_heads, head_dim)
 
 
+def _scan_layers_slicing_outside_checkpoint(layers, x, call, per_layer=None, last_call=None):
+  """trunk.scan_layers before the layer's slice of the stacked weights was taken inside the
+  checkpoint (the backward pass kept every slice as a stacked residual)."""
+  import functools
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from socialrm_jax.models import trunk
+  graphdef, stacked = nnx.split(layers)
+  scanned = (stacked, per_layer)
+
+  @functools.partial(jax.checkpoint, policy=trunk.LAYER_SAVED_RESIDUALS, prevent_cse=False)
+  def layer(x, scanned):
+    state, data = scanned
+    return call(nnx.merge(graphdef, state), x, data), None
+
+  if last_call is None:
+    x, _ = jax.lax.scan(layer, x, scanned)
+    return x
+
+  def layer_at(index):
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
+
+  num_layers = jax.tree.leaves(stacked)[0].shape[0]
+  x, _ = jax.lax.scan(lambda x, index: layer(x, layer_at(index)), x, jnp.arange(num_layers - 1))
+  state, data = layer_at(num_layers - 1)
+  return last_call(nnx.merge(graphdef, state), x, data)
+
+
+def _differentiated_softmax_attention(q, k, v, mask, scale, logit_cap):
+  """attention.softmax_attention before its own backward pass: the softmax and both products
+  differentiated as JAX differentiates them (a checkpointed layer recomputes them all)."""
+  import jax
+  from socialrm_jax.models import attention
+  logits, _ = attention._masked_logits(q, k, mask, scale, logit_cap)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  return attention.einsum("BKQS,BKSH->BKQH", probs, v)
+
+
 def _merged_lora_params(trained, frozen, lora_scale, dtype):
   """train_step.full_params before LoRA ran beside its targets: W + (alpha / r) A B merged."""
   from socialrm_jax.training import train_step, trainable
@@ -165,6 +204,14 @@ def _variant_contexts(name: str, model) -> list:
                                                jax.checkpoint_policies.everything_saveable)],
       # Attention's products over B, T, K, G, H (before: the backward's transposes).
       "grouped_attention": [lambda: _replaced(attention, "xla_attention", _grouped_attention)],
+      # Each layer's slice of the stacked weights taken outside the checkpoint (before: the
+      # slices kept for the backward pass as stacked residuals, a copy of the weights a call).
+      "sliced_outside_checkpoint": [lambda: _replaced(trunk, "scan_layers",
+                                                      _scan_layers_slicing_outside_checkpoint)],
+      # Attention's softmax and products differentiated by JAX (before: recomputed whole under
+      # the checkpoint, then differentiated; now FlashAttention's backward from the output).
+      "differentiated_attention": [lambda: _replaced(attention, "softmax_attention",
+                                                     _differentiated_softmax_attention)],
       # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
       # gradients formed in the backward pass).
       "merged_lora": [lambda: _merged_lora(model)],

@@ -27,6 +27,7 @@ per key/value head, H head width.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -131,12 +132,83 @@ def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Arr
   return out.astype(out_dtype or common)
 
 
+# The names `softmax_attention` gives its output and its rows' softmax statistics (largest logit,
+# sum of exponentials), so that a layer under `jax.checkpoint` can keep them for the backward pass
+# (`trunk.LAYER_SAVED_RESIDUALS`).
+ATTENTION_OUTPUT, ATTENTION_ROW_STATISTICS = "attention_output", "attention_row_statistics"
+
+
+def _masked_logits(q, k, mask, scale, logit_cap):
+  """q [B, K, Q, H] (Q = G x T rows), k [B, K, S, H], mask [B, T, S] -> the float32 logits
+  [B, K, Q, S] as the softmax takes them, and the scaled logits before soft-capping."""
+  batch, num_kv_heads, rows, _ = q.shape
+  q_len = mask.shape[1]
+  raw = einsum("BKQH,BKSH->BKQS", q, k, jnp.float32) * scale
+  logits = soft_cap(raw, logit_cap).reshape(batch, num_kv_heads, rows // q_len, q_len, -1)
+  logits = jnp.where(mask[:, None, None, :, :], logits, MASKED_LOGIT)
+  return logits.reshape(batch, num_kv_heads, rows, -1), raw
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def softmax_attention(q, k, v, mask, scale, logit_cap):
+  """softmax(q k^T scale, masked) v over heads-major operands: q [B, K, Q, H], k/v [B, K, S, H],
+  mask [B, T, S] (Q = G x T: query head n's T rows under key/value head n // G) -> [B, K, Q, H].
+
+  Its backward pass is FlashAttention's: from the output and each row's largest logit and sum of
+  exponentials (kept, under the names above) it recomputes the probabilities with one product, and takes the softmax's
+  row sums from rowsum(dO * O) over H instead of rowsum(dP * P) over S. Differentiated through
+  as plain JAX, a checkpointed layer instead recomputed the whole forward (both products and the
+  softmax) before its backward: the 35M Llama's LoRA step spent a quarter of its time in
+  attention (benchmarks/train_step_profile.py)."""
+  return _softmax_attention_forward(q, k, v, mask, scale, logit_cap)[0]
+
+
+def _softmax_attention_forward(q, k, v, mask, scale, logit_cap):
+  logits, _ = _masked_logits(q, k, mask, scale, logit_cap)
+  # Kept apart rather than as one log-sum-exp: a query that sees no key (padding) has every logit
+  # at MASKED_LOGIT, where adding log(sum) to the largest is lost to rounding; this way its
+  # softmax is uniform, as jax.nn.softmax's is.
+  largest = jnp.max(logits, axis=-1, keepdims=True)
+  exps = jnp.exp(logits - largest)
+  total = jnp.sum(exps, axis=-1, keepdims=True)
+  out = einsum("BKQS,BKSH->BKQH", (exps / total).astype(v.dtype), v)
+  out = jax.ad_checkpoint.checkpoint_name(out, ATTENTION_OUTPUT)
+  largest, total = jax.ad_checkpoint.checkpoint_name((largest, total), ATTENTION_ROW_STATISTICS)
+  return out, (q, k, v, mask, scale, out, largest, total)
+
+
+def _softmax_attention_backward(logit_cap, residuals, d_out):
+  q, k, v, mask, scale, out, largest, total = residuals
+  logits, raw = _masked_logits(q, k, mask, scale, logit_cap)
+  probs = jnp.exp(logits - largest) / total  # [B, K, Q, S] float32
+  d_v = einsum("BKQS,BKQH->BKSH", probs.astype(v.dtype), d_out.astype(v.dtype))
+  d_probs = einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
+  row_sums = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
+  d_logits = probs * (d_probs - row_sums)
+  batch, num_kv_heads, rows, _ = q.shape
+  q_len = mask.shape[1]
+  d_logits = jnp.where(mask[:, None, None, :, :],  # a masked key's logit is a constant
+                       d_logits.reshape(batch, num_kv_heads, rows // q_len, q_len, -1), 0.0)
+  d_logits = d_logits.reshape(batch, num_kv_heads, rows, -1)
+  if logit_cap is not None:  # d/dx cap tanh(x / cap) = 1 - tanh(x / cap)^2
+    d_logits = d_logits * (1.0 - jnp.square(jnp.tanh(raw / logit_cap)))
+  d_logits = d_logits * scale
+  d_q = einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
+  d_k = einsum("BKQS,BKQH->BKSH", d_logits.astype(q.dtype), q)
+  # The mask and the scale (a model's constant, or a layer's scanned constant) get none.
+  return d_q, d_k, d_v, None, None
+
+
+softmax_attention.defvjp(_softmax_attention_forward, _softmax_attention_backward)
+
+
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, scale: float,
                   logit_cap: float | None, bias: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H], mask [B, T, S] -> [B, T, N, H].
 
   Query head n uses key/value head n // G, as HF's `repeat_kv` does. The softmax runs in float32.
-  `bias` [B, N, T, S] is added to the scaled logits (DeBERTa's relative-position scores).
+  `bias` [B, N, T, S] is added to the scaled logits (DeBERTa's relative-position scores);
+  without one, the softmax and its backward pass are `softmax_attention`'s.
 
   The products run heads-major, each key/value head's G query heads and T queries as one axis of
   G x T rows ([B, K, G x T, H] against [B, K, S, H]), so that every product, the backward pass's
@@ -151,14 +223,16 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
   q = q.reshape(batch, num_kv_heads, rows, head_dim)  # [B, K, G x T, H]
   k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, H]
-  logits = einsum("BKQH,BKSH->BKQS", q, k, jnp.float32) * scale  # float32 from here
-  logits = logits.reshape(batch, num_kv_heads, groups, q_len, -1)  # [B, K, G, T, S]
-  if bias is not None:
+  if bias is None:
+    out = softmax_attention(q, k, v, mask, scale, logit_cap)
+  else:
+    logits = einsum("BKQH,BKSH->BKQS", q, k, jnp.float32) * scale  # float32 from here
+    logits = logits.reshape(batch, num_kv_heads, groups, q_len, -1)  # [B, K, G, T, S]
     logits = logits + bias.reshape(batch, num_kv_heads, groups, *bias.shape[2:])
-  logits = soft_cap(logits, logit_cap)
-  logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), MASKED_LOGIT)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  out = einsum("BKQS,BKSH->BKQH", probs.reshape(batch, num_kv_heads, rows, -1), v)
+    logits = soft_cap(logits, logit_cap)
+    logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), MASKED_LOGIT)
+    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    out = einsum("BKQS,BKSH->BKQH", probs.reshape(batch, num_kv_heads, rows, -1), v)
   out = out.reshape(batch, num_kv_heads, groups, q_len, head_dim).transpose(0, 3, 1, 2, 4)
   return out.reshape(batch, q_len, num_heads, head_dim)
 

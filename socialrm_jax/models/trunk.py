@@ -22,12 +22,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from socialrm_jax.models import attention
+
 # What the scanned layers keep for a backward pass (a `jax.checkpoint` policy): their projections'
 # outputs (dots without batch axes); the norms, RoPE, attention and activations are recomputed
 # from them. Keeping everything cost more than recomputing it on a CPU: each saved intermediate is
 # a stacked [L, ...] buffer zeroed, written and read back per call
 # (benchmarks/train_step_profile.py). A forward alone (scoring) is the same program either way.
-LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.save_from_both_policies(
+    jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    jax.checkpoint_policies.save_only_these_names(attention.ATTENTION_OUTPUT,
+                                                  attention.ATTENTION_ROW_STATISTICS))
 
 # (layer, hidden [B, T, D], this layer's scanned data) -> hidden.
 LayerCall = Callable[[nnx.Module, jax.Array, Any], jax.Array]
@@ -98,7 +103,14 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
   def layer_at(index):  # by a traced index, so that no slice of the stacked weights is copied
     return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
 
+  # The slicing inside the checkpoint: outside it, the backward pass kept every layer's slice of
+  # the weights as a stacked [L - 1, ...] residual, a copy of the weights written on every call.
+  @functools.partial(jax.checkpoint, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
+  def indexed_layer(x, index):
+    state, data = layer_at(index)
+    return call(nnx.merge(graphdef, state), x, data), None
+
   num_layers = jax.tree.leaves(stacked)[0].shape[0]
-  x, _ = jax.lax.scan(lambda x, index: layer(x, layer_at(index)), x, jnp.arange(num_layers - 1))
+  x, _ = jax.lax.scan(indexed_layer, x, jnp.arange(num_layers - 1))
   state, data = layer_at(num_layers - 1)
   return last_call(nnx.merge(graphdef, state), x, data)

@@ -110,6 +110,30 @@ def test_splash_interpreted_matches_xla(is_causal, kv_heads, logit_cap):
   assert diff <= TOLERANCE
 
 
+@pytest.mark.parametrize("logit_cap, traced_scale", [(None, False), (3.0, True)])
+def test_softmax_attentions_own_backward_equals_jaxs_differentiation(logit_cap, traced_scale):
+  """`softmax_attention`'s FlashAttention backward (probabilities recomputed from the kept row
+  statistics, row sums from the output) against JAX differentiating the plain softmax (the
+  additive-bias path, given a zero bias): packed rows with an all-padding row, GQA, soft-capping,
+  a scale traced as a scanned layer's is."""
+  q, k, v, layout, positions = random_case(6, rows=3, length=40, heads=4, kv_heads=2,
+                                           is_causal=True)
+  mask = attention.dense_mask(layout, positions)
+  weights = jnp.asarray(np.random.default_rng(7).normal(size=q.shape), jnp.float32)
+  zero_bias = jnp.zeros((3, 4, 40, 40), jnp.float32)
+
+  def loss(q, k, v, scale, bias):
+    out = attention.xla_attention(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=bias)
+    return jnp.sum(weights * out)
+
+  scale = jnp.float32(SCALE) if traced_scale else SCALE
+  got = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(q, k, v, scale, None)
+  expected = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))(q, k, v, scale, zero_bias)
+  diffs = [max_diff(a, b) for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected))]
+  print(f"softmax_attention, cap {logit_cap}: loss and d q, k, v max abs diff {diffs}")
+  assert max(diffs) <= TOLERANCE
+
+
 @pytest.mark.parametrize("length, window, logit_cap", [(200, None, None), (256, 6, 30.0)])
 def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logit_cap):
   """Blocks of 64 queries against the keys up to each block's end (the last block shorter when

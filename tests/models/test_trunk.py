@@ -4,7 +4,9 @@ data (windows, RoPE) in test_decoder_scan.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 
@@ -70,3 +72,36 @@ def test_format_2_checkpoints_of_per_layer_families_still_load(loaded_model, tmp
   ids, mask = mf.pad_rows(sequences(seed=3), SEQ_LEN, "right", PAD_ID)
   np.testing.assert_array_equal(np.asarray(load_reward_model(tmp_path / "format_2")(ids, mask)),
                                 np.asarray(model(ids, mask)))
+
+
+def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_weights(
+    tiny_checkpoint):
+  """What the scanned layers leave for the backward pass (`trunk.LAYER_SAVED_RESIDUALS`): the
+  projections' outputs and attention's output with its rows' softmax statistics, per layer; not
+  the logits or probabilities (attention's own backward recomputes them) and not each layer's
+  slice of the stacked weights (taken inside the checkpoint, it is taken again, not copied)."""
+  family, config = family_config(tiny_checkpoint, "LlamaForSequenceClassification", 4)
+  graphdef, params, rest = nnx.split(family.Model(config), nnx.Param, ...)
+  length = 24  # tokens: no width of the model's, so a residual's shape says what it is
+  ids = jnp.ones((1, length), jnp.int32)
+  layout = attention.Layout(jnp.ones_like(ids), jnp.zeros_like(ids), is_causal=True)
+  positions = jnp.arange(length)[None]
+  output_index = jnp.asarray([[9, 23]])
+
+  def hidden_sum(params):  # the last layer at the read tokens only, as the trainer runs it
+    return nnx.merge(graphdef, params, rest)(ids, positions, layout,
+                                             output_index=output_index).sum()
+
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):  # "f32[3,2,16,32] named 'x' from ..." a line
+    jax.ad_checkpoint.print_saved_residuals(hidden_sum, params)
+  saved = [(tuple(int(n) for n in line.split("[", 1)[1].split("]", 1)[0].split(",") if n),
+            line) for line in printed.getvalue().splitlines() if "[" in line.split(" ", 1)[0]]
+  scanned = [shape for shape, _ in saved if shape[:1] == (config.num_layers - 1,)]
+  named = [why for _, why in saved if "named" in why]
+  stacked_kernels = {tuple(v.get_value().shape[1:]) for p, v in weights.param_paths(params).items()
+                     if p.startswith("layers/") and v.get_value().ndim >= 3}
+  assert any("attention_output" in why for why in named), saved
+  assert any("attention_row_statistics" in why for why in named), saved
+  assert not [shape for shape in scanned if shape[1:] in stacked_kernels], scanned
+  assert not [shape for shape in scanned if shape[-2:] == (length, length)], scanned
