@@ -151,16 +151,6 @@ def _scan_layers_slicing_outside_checkpoint(layers, x, call, per_layer=None, las
   return last_call(nnx.merge(graphdef, state), x, data)
 
 
-def _differentiated_softmax_attention(q, k, v, mask, scale, logit_cap):
-  """attention.softmax_attention before its own backward pass: the softmax and both products
-  differentiated as JAX differentiates them (a checkpointed layer recomputes them all)."""
-  import jax
-  from socialrm_jax.models import attention
-  logits, _ = attention._masked_logits(q, k, mask, scale, logit_cap)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  return attention.einsum("BKQS,BKSH->BKQH", probs, v)
-
-
 def _merged_lora_params(trained, frozen, lora_scale, dtype):
   """train_step.full_params before LoRA ran beside its targets: W + (alpha / r) A B merged."""
   from socialrm_jax.training import train_step, trainable
@@ -211,7 +201,7 @@ def _variant_contexts(name: str, model) -> list:
       # Attention's softmax and products differentiated by JAX (before: recomputed whole under
       # the checkpoint, then differentiated; now FlashAttention's backward from the output).
       "differentiated_attention": [lambda: _replaced(attention, "softmax_attention",
-                                                     _differentiated_softmax_attention)],
+                                                     attention.differentiated_softmax_attention)],
       # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
       # gradients formed in the backward pass).
       "merged_lora": [lambda: _merged_lora(model)],

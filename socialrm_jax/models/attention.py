@@ -138,12 +138,15 @@ def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Arr
 ATTENTION_OUTPUT, ATTENTION_ROW_STATISTICS = "attention_output", "attention_row_statistics"
 
 
-def _masked_logits(q, k, mask, scale, logit_cap):
-  """q [B, K, Q, H] (Q = G x T rows), k [B, K, S, H], mask [B, T, S] -> the float32 logits
-  [B, K, Q, S] as the softmax takes them, and the scaled logits before soft-capping."""
+def _masked_logits(q, k, mask, scale, logit_cap, bias=None):
+  """q [B, K, Q, H] (Q = G x T rows), k [B, K, S, H], mask [B, T, S], bias [B, N, T, S] or None
+  -> the float32 logits [B, K, Q, S] as the softmax takes them, and the scaled logits (bias
+  added) before soft-capping."""
   batch, num_kv_heads, rows, _ = q.shape
   q_len = mask.shape[1]
   raw = einsum("BKQH,BKSH->BKQS", q, k, jnp.float32) * scale
+  if bias is not None:  # query head n = k G + g is row g T + t of key/value head k
+    raw = raw + bias.reshape(batch, num_kv_heads, rows, -1)
   logits = soft_cap(raw, logit_cap).reshape(batch, num_kv_heads, rows // q_len, q_len, -1)
   logits = jnp.where(mask[:, None, None, :, :], logits, MASKED_LOGIT)
   return logits.reshape(batch, num_kv_heads, rows, -1), raw
@@ -155,11 +158,11 @@ def softmax_attention(q, k, v, mask, scale, logit_cap):
   mask [B, T, S] (Q = G x T: query head n's T rows under key/value head n // G) -> [B, K, Q, H].
 
   Its backward pass is FlashAttention's: from the output and each row's largest logit and sum of
-  exponentials (kept, under the names above) it recomputes the probabilities with one product, and takes the softmax's
-  row sums from rowsum(dO * O) over H instead of rowsum(dP * P) over S. Differentiated through
-  as plain JAX, a checkpointed layer instead recomputed the whole forward (both products and the
-  softmax) before its backward: the 35M Llama's LoRA step spent a quarter of its time in
-  attention (benchmarks/train_step_profile.py)."""
+  exponentials (kept, under the names above) it recomputes the probabilities with one product,
+  and takes the softmax's row sums from rowsum(dO * O) over H instead of rowsum(dP * P) over S.
+  Differentiated by JAX (`differentiated_softmax_attention`), a checkpointed layer recomputed the
+  whole forward (both products and the softmax) before its backward, 4% more of the 35M Llama's
+  LoRA step (benchmarks/train_step_profile.py --compare=current,differentiated_attention)."""
   return _softmax_attention_forward(q, k, v, mask, scale, logit_cap)[0]
 
 
@@ -202,6 +205,14 @@ def _softmax_attention_backward(logit_cap, residuals, d_out):
 softmax_attention.defvjp(_softmax_attention_forward, _softmax_attention_backward)
 
 
+def differentiated_softmax_attention(q, k, v, mask, scale, logit_cap, bias=None):
+  """`softmax_attention`'s result, `bias` [B, N, T, S] added to the scaled logits, differentiated
+  as JAX differentiates it: the path of a position bias (DeBERTa), which is trained."""
+  logits, _ = _masked_logits(q, k, mask, scale, logit_cap, bias)
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  return einsum("BKQS,BKSH->BKQH", probs, v)
+
+
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, scale: float,
                   logit_cap: float | None, bias: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H], mask [B, T, S] -> [B, T, N, H].
@@ -226,13 +237,7 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   if bias is None:
     out = softmax_attention(q, k, v, mask, scale, logit_cap)
   else:
-    logits = einsum("BKQH,BKSH->BKQS", q, k, jnp.float32) * scale  # float32 from here
-    logits = logits.reshape(batch, num_kv_heads, groups, q_len, -1)  # [B, K, G, T, S]
-    logits = logits + bias.reshape(batch, num_kv_heads, groups, *bias.shape[2:])
-    logits = soft_cap(logits, logit_cap)
-    logits = jnp.where(mask[:, None, None, :, :], logits.astype(jnp.float32), MASKED_LOGIT)
-    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    out = einsum("BKQS,BKSH->BKQH", probs.reshape(batch, num_kv_heads, rows, -1), v)
+    out = differentiated_softmax_attention(q, k, v, mask, scale, logit_cap, bias)
   out = out.reshape(batch, num_kv_heads, groups, q_len, head_dim).transpose(0, 3, 1, 2, 4)
   return out.reshape(batch, q_len, num_heads, head_dim)
 

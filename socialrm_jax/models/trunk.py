@@ -25,7 +25,8 @@ from flax import nnx
 from socialrm_jax.models import attention
 
 # What the scanned layers keep for a backward pass (a `jax.checkpoint` policy): their projections'
-# outputs (dots without batch axes); the norms, RoPE, attention and activations are recomputed
+# outputs (dots without batch axes) and attention's output and row statistics (for
+# `attention.softmax_attention`'s own backward); the norms, RoPE and activations are recomputed
 # from them. Keeping everything cost more than recomputing it on a CPU: each saved intermediate is
 # a stacked [L, ...] buffer zeroed, written and read back per call
 # (benchmarks/train_step_profile.py). A forward alone (scoring) is the same program either way.
