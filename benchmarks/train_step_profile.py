@@ -202,6 +202,13 @@ def _variant_contexts(name: str, model) -> list:
       # the checkpoint, then differentiated; now FlashAttention's backward from the output).
       "differentiated_attention": [lambda: _replaced(attention, "softmax_attention",
                                                      attention.differentiated_softmax_attention)],
+      # The layers keeping their projections' outputs but not attention's inputs (before: RoPE
+      # and the heads-major transposes recomputed under the checkpoint for the backward pass).
+      "attention_inputs_recomputed": [lambda: _replaced(
+          trunk, "LAYER_SAVED_RESIDUALS", jax.checkpoint_policies.save_from_both_policies(
+              jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+              jax.checkpoint_policies.save_only_these_names(
+                  attention.ATTENTION_OUTPUT, attention.ATTENTION_ROW_STATISTICS)))],
       # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
       # gradients formed in the backward pass).
       "merged_lora": [lambda: _merged_lora(model)],

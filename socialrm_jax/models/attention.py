@@ -136,6 +136,9 @@ def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Arr
 # sum of exponentials), so that a layer under `jax.checkpoint` can keep them for the backward pass
 # (`trunk.LAYER_SAVED_RESIDUALS`).
 ATTENTION_OUTPUT, ATTENTION_ROW_STATISTICS = "attention_output", "attention_row_statistics"
+# The name of attention's queries, keys and values, heads-major and after RoPE
+# (`_attention_by_query_blocks`), kept by a checkpointed layer the same way.
+ATTENTION_INPUTS = "attention_inputs"
 
 
 def _masked_logits(q, k, mask, scale, logit_cap, bias=None):
@@ -227,19 +230,8 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   (the probabilities over G and T for the values' gradient, as in `layers.Projection`), and those
   transposes were a tenth of the training step (benchmarks/train_step_profile.py).
   """
-  batch, q_len, num_heads, head_dim = q.shape
-  num_kv_heads = k.shape[2]
-  groups = num_heads // num_kv_heads
-  rows = groups * q_len
-  q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
-  q = q.reshape(batch, num_kv_heads, rows, head_dim)  # [B, K, G x T, H]
-  k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, H]
-  if bias is None:
-    out = softmax_attention(q, k, v, mask, scale, logit_cap)
-  else:
-    out = differentiated_softmax_attention(q, k, v, mask, scale, logit_cap, bias)
-  out = out.reshape(batch, num_kv_heads, groups, q_len, head_dim).transpose(0, 3, 1, 2, 4)
-  return out.reshape(batch, q_len, num_heads, head_dim)
+  return _attention_by_query_blocks(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=bias,
+                                    block=q.shape[1], keys_end_with_block=False)
 
 
 def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
@@ -251,14 +243,36 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
   attends the keys up to its own end; the keys left out are masked for every query of the block,
   so the result is the dense one. Else (queries picked anywhere in the row) every block attends
   every key. -> [B, T, N, H]"""
-  length = q.shape[1]
+  return _attention_by_query_blocks(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=None,
+                                    block=block, keys_end_with_block=keys_end_with_block)
+
+
+def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
+                               keys_end_with_block):
+  """`xla_attention` and `blocked_attention`: the operands made heads-major once (q [B, K, G, T,
+  H], k/v [B, K, S, H]) and named ATTENTION_INPUTS, then each block of queries against its keys.
+  Named, a layer under `jax.checkpoint` keeps them for the backward pass rather than recomputing
+  RoPE and these transposes from its projections' outputs: 4-6% of the 35M Llama's LoRA step
+  (benchmarks/train_step_profile.py --compare=current,attention_inputs_recomputed)."""
+  batch, q_len, num_heads, head_dim = q.shape
+  num_kv_heads = k.shape[2]
+  groups = num_heads // num_kv_heads
+  q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
+  k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+  q, k, v = jax.ad_checkpoint.checkpoint_name((q, k, v), ATTENTION_INPUTS)
   blocks = []
-  for start in range(0, length, block):
-    end = min(start + block, length)
-    keys = end if keys_end_with_block else k.shape[1]
-    blocks.append(xla_attention(q[:, start:end], k[:, :keys], v[:, :keys],
-                                mask[:, start:end, :keys], scale=scale, logit_cap=logit_cap))
-  return jnp.concatenate(blocks, axis=1)
+  for start in range(0, q_len, block):
+    end = min(start + block, q_len)
+    keys = end if keys_end_with_block else k.shape[2]
+    rows = q[:, :, :, start:end].reshape(batch, num_kv_heads, groups * (end - start), head_dim)
+    operands = (rows, k[:, :, :keys], v[:, :, :keys], mask[:, start:end, :keys], scale, logit_cap)
+    if bias is None:
+      out = softmax_attention(*operands)
+    else:
+      out = differentiated_softmax_attention(*operands, bias[:, :, start:end, :keys])
+    blocks.append(out.reshape(batch, num_kv_heads, groups, end - start, head_dim))
+  out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=3)
+  return out.transpose(0, 3, 1, 2, 4).reshape(batch, q_len, num_heads, head_dim)
 
 
 def dense_fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout,

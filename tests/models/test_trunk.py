@@ -77,9 +77,11 @@ def test_format_2_checkpoints_of_per_layer_families_still_load(loaded_model, tmp
 def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_weights(
     tiny_checkpoint):
   """What the scanned layers leave for the backward pass (`trunk.LAYER_SAVED_RESIDUALS`): the
-  projections' outputs and attention's output with its rows' softmax statistics, per layer; not
-  the logits or probabilities (attention's own backward recomputes them) and not each layer's
-  slice of the stacked weights (taken inside the checkpoint, it is taken again, not copied)."""
+  projections' outputs, attention's inputs (heads-major, after RoPE) and its output with its
+  rows' softmax statistics, per layer; not the key and value projections' outputs (attention's
+  inputs stand for them, so RoPE is not recomputed), not the logits or probabilities (attention's
+  own backward recomputes them) and not each layer's slice of the stacked weights (taken inside
+  the checkpoint, it is taken again, not copied)."""
   family, config = family_config(tiny_checkpoint, "LlamaForSequenceClassification", 4)
   graphdef, params, rest = nnx.split(family.Model(config), nnx.Param, ...)
   length = 24  # tokens: no width of the model's, so a residual's shape says what it is
@@ -103,5 +105,8 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
                      if p.startswith("layers/") and v.get_value().ndim >= 3}
   assert any("attention_output" in why for why in named), saved
   assert any("attention_row_statistics" in why for why in named), saved
+  assert any("attention_inputs" in why for why in named), saved
+  kv_width = config.num_kv_heads * config.head_dim
+  assert not [shape for shape in scanned if shape[1:] == (length, kv_width)], scanned
   assert not [shape for shape in scanned if shape[1:] in stacked_kernels], scanned
   assert not [shape for shape in scanned if shape[-2:] == (length, length)], scanned
