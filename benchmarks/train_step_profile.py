@@ -30,8 +30,9 @@ input's gradient and the weight's) and near 2 with LoRA (the frozen weights get 
 the code as it is; each other name puts back what an earlier version did (`VARIANTS`), so every
 change is measured against the code without it, in one process, on the same rows; `+` joins names.
 `--ops=N` traces one block of each program with `jax.profiler` and prints XLA's time per op (the
-sum over its threads), grouped into the forward's and the backward's dots and other ops, and the N
-costliest ops. `--torch` runs PyTorch (the same model folder, transformers, 2 threads) on the same
+sum over its threads), grouped into the forward's and the backward's products (dots, and the
+fusions built around one) and other ops, the N costliest ops, and the ratio of the two programs'
+times in all and in their products alone. `--torch` runs PyTorch (the same model folder, transformers, 2 threads) on the same
 steps' pairs as TRL's RewardTrainer computes them (chosen and rejected, padded to the batch's
 longest), the forward alone and the forward with the backward of TRL's loss: PyTorch's own ratio.
 """
@@ -356,6 +357,7 @@ def profile_ops(program: Programs, count: int) -> None:
   lengths = collections.Counter(b["input_ids"].shape[1] for b in blocks)
   block = next(b for b in blocks if b["input_ids"].shape[1] == lengths.most_common(1)[0][0])
   repeats = 3
+  totals = {}
   for name in ("forward", "value and gradient"):
     program.run(name, [block])
     with tempfile.TemporaryDirectory() as trace_dir:
@@ -378,7 +380,7 @@ def profile_ops(program: Programs, count: int) -> None:
              program.frozen, block))
     with jax.set_mesh(program.mesh):
       text = compiled.lower(*args).compile().as_text()
-    source, shape = {}, {}
+    source, shape, products = {}, {}, _product_ops(text)
     for hlo_line in text.splitlines():
       match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ", hlo_line)
       if match:
@@ -389,9 +391,8 @@ def profile_ops(program: Programs, count: int) -> None:
     groups = collections.Counter()
     for op, ms in per_op.items():
       where = "backward" if "transpose(" in source.get(op, "") else "forward"
-      kind = "dots" if op.startswith(("ynn_fusion", "dot", "xnn_fusion")) and (
-          "dot_general" in source.get(op, "dot_general")) else "other ops"
-      groups[(where, kind)] += ms
+      groups[(where, "products" if op in products else "other ops")] += ms
+    totals[name] = (sum(per_op.values()), sum(ms for op, ms in per_op.items() if op in products))
     print(f"\n{program.name}, {name}: one block {list(block['input_ids'].shape)}, XLA's time per "
           f"op summed over threads: {sum(per_op.values()):.1f} ms")
     for (where, kind), ms in sorted(groups.items()):
@@ -399,6 +400,42 @@ def profile_ops(program: Programs, count: int) -> None:
     for op, ms in per_op.most_common(count):
       origin = re.sub(r"jit\([^)]*\)/", "", source.get(op, "(no source: XLA's own)"))
       print(f"  {ms:7.1f} ms  {op:<28} {shape.get(op, '')[:34]:<34} {origin[-70:]}")
+  (forward, forward_products), (value_and_grad, value_and_grad_products) = totals.values()
+  print(f"\nvalue and gradient / forward, XLA's time per op: {value_and_grad / forward:.2f}x in all, "
+        f"{value_and_grad_products / forward_products:.2f}x in the ops that compute products "
+        f"({forward_products:.1f} and {value_and_grad_products:.1f} ms of {forward:.1f} and "
+        f"{value_and_grad:.1f})")
+
+
+def _product_ops(hlo_text: str) -> set[str]:
+  """The names of the compiled program's ops that compute a matrix product: dots, and fusions
+  whose computation (or one it calls) holds one; XLA:CPU fuses elementwise ops and reductions
+  into a product's fusion, so their time is counted with it."""
+  calls, holds_dot, ops = collections.defaultdict(set), set(), {}
+  computation = None
+  for line in hlo_text.splitlines():
+    header = re.match(r"(?:ENTRY )?%([\w.\-]+) .*\{$", line)
+    if header:
+      computation = header.group(1)
+      continue
+    match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = .*? (\w[\w-]*)\(", line)
+    if not match or computation is None:
+      continue
+    op, opcode = match.groups()
+    called = set(re.findall(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)", line))
+    calls[computation] |= called
+    ops[op] = (opcode, called)
+    if opcode in ("dot", "convolution"):
+      holds_dot.add(computation)
+  changed = True
+  while changed:  # a computation holds a product if one it calls does
+    changed = False
+    for computation, called in calls.items():
+      if computation not in holds_dot and called & holds_dot:
+        holds_dot.add(computation)
+        changed = True
+  return {op for op, (opcode, called) in ops.items()
+          if opcode in ("dot", "convolution") or (opcode == "fusion" and called & holds_dot)}
 
 
 def torch_ratio(rows: list[dict], tokenizer_dir: str) -> None:
