@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 import time
 
 TORCH_BATCH = 64          # RewardBench's default batch of sequences.
@@ -14,7 +15,9 @@ RUN_TITLES = {"ours": "socialrm_jax (cold cache)", "ours_warm": "socialrm_jax (w
 
 
 def log(message: str) -> None:
-  print(f"[gpu_throughput {time.strftime('%H:%M:%S')}] {message}", flush=True)
+  """A progress line, prefixed with the running benchmark's name (train_throughput.py and
+  vocab_scan_throughput.py log through this too)."""
+  print(f"[{pathlib.Path(sys.argv[0]).stem} {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
