@@ -252,7 +252,7 @@ def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
   """`xla_attention` and `blocked_attention`: the operands made heads-major once (q [B, K, G, T,
   H], k/v [B, K, S, H]) and named ATTENTION_INPUTS, then each block of queries against its keys.
   Named, a layer under `jax.checkpoint` keeps them for the backward pass rather than recomputing
-  RoPE and these transposes from its projections' outputs: 4-6% of the 35M Llama's LoRA step
+  RoPE and these transposes from its projections' outputs: 3-6% of the 35M Llama's LoRA step
   (benchmarks/train_step_profile.py --compare=current,attention_inputs_recomputed)."""
   batch, q_len, num_heads, head_dim = q.shape
   num_kv_heads = k.shape[2]

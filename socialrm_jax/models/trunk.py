@@ -27,8 +27,8 @@ from socialrm_jax.models import attention
 # What the scanned layers keep for a backward pass (a `jax.checkpoint` policy): their projections'
 # outputs (dots without batch axes), attention's inputs (heads-major, after RoPE) and its output
 # and row statistics (for `attention.softmax_attention`'s own backward); the norms and activations
-# are recomputed from them. Keeping everything cost more than recomputing it on a CPU: each saved intermediate is
-# a stacked [L, ...] buffer zeroed, written and read back per call
+# are recomputed from them. Keeping everything cost more than recomputing it on a CPU: each saved
+# intermediate is a stacked [L, ...] buffer zeroed, written and read back per call
 # (benchmarks/train_step_profile.py). A forward alone (scoring) is the same program either way.
 LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.save_from_both_policies(
     jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
