@@ -32,9 +32,10 @@ change is measured against the code without it, in one process, on the same rows
 `--ops=N` traces one block of each program with `jax.profiler` and prints XLA's time per op (the
 sum over its threads), grouped into the forward's and the backward's products (dots, and the
 fusions built around one) and other ops, the N costliest ops, and the ratio of the two programs'
-times in all and in their products alone. `--torch` runs PyTorch (the same model folder, transformers, 2 threads) on the same
-steps' pairs as TRL's RewardTrainer computes them (chosen and rejected, padded to the batch's
-longest), the forward alone and the forward with the backward of TRL's loss: PyTorch's own ratio.
+times in all and in their products alone. `--torch` runs PyTorch (the same model folder,
+transformers, 2 threads) on the same steps' pairs as TRL's RewardTrainer computes them (chosen
+and rejected, padded to the batch's longest), the forward alone and the forward with the backward
+of TRL's loss: PyTorch's own ratio.
 """
 
 from __future__ import annotations
@@ -401,8 +402,8 @@ def profile_ops(program: Programs, count: int) -> None:
       origin = re.sub(r"jit\([^)]*\)/", "", source.get(op, "(no source: XLA's own)"))
       print(f"  {ms:7.1f} ms  {op:<28} {shape.get(op, '')[:34]:<34} {origin[-70:]}")
   (forward, forward_products), (value_and_grad, value_and_grad_products) = totals.values()
-  print(f"\nvalue and gradient / forward, XLA's time per op: {value_and_grad / forward:.2f}x in all, "
-        f"{value_and_grad_products / forward_products:.2f}x in the ops that compute products "
+  print(f"\nvalue and gradient / forward, XLA's time per op: {value_and_grad / forward:.2f}x in "
+        f"all, {value_and_grad_products / forward_products:.2f}x in the ops that compute products "
         f"({forward_products:.1f} and {value_and_grad_products:.1f} ms of {forward:.1f} and "
         f"{value_and_grad:.1f})")
 
@@ -422,7 +423,7 @@ def _product_ops(hlo_text: str) -> set[str]:
     if not match or computation is None:
       continue
     op, opcode = match.groups()
-    called = set(re.findall(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)", line))
+    called = set(re.findall(r"(?:calls|to_apply)=%([\w.\-]+)", line))
     calls[computation] |= called
     ops[op] = (opcode, called)
     if opcode in ("dot", "convolution"):
