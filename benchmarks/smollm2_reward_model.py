@@ -335,6 +335,9 @@ def main(argv):
       results["pairs"] = make_pairs(work)
     elif step == "ours":
       results["ours"] = run_ours(work)
+      # An audit of the model this run replaced is stale: socialrm-audit refuses to add the new
+      # model's scores to its folder, so the `audit` step starts afresh.
+      shutil.rmtree(work / "audit", ignore_errors=True)
     elif step == "trl":
       results["trl"] = run_trl(work)
     elif step == "agreement":

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -183,6 +184,10 @@ def _merged_lora(model):
     model.graphdef, model.rest = graphdef, rest
 
 
+# XLA:CPU's fusion types handed to YNNPACK: its dots alone (the default adds reductions).
+YNNPACK_DOTS_ONLY = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+
+
 def _variant_contexts(name: str, model) -> list:
   """Context managers under which the step is traced as variant `name` ('a+b': both)."""
   import jax
@@ -214,6 +219,10 @@ def _variant_contexts(name: str, model) -> list:
       # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
       # gradients formed in the backward pass).
       "merged_lora": [lambda: _merged_lora(model)],
+      # The step's programs compiled with YNNPACK given XLA:CPU's dots alone, reductions left to
+      # XLA (XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce, per program).
+      "reductions_outside_ynnpack": [lambda: _replaced(jax, "jit", functools.partial(
+          jax.jit, compiler_options=YNNPACK_DOTS_ONLY))],
   }
   variants["before"] = [context for name_ in ("einsum_projections", "keep_all_residuals",
                                               "grouped_attention") for context in variants[name_]]
@@ -277,15 +286,15 @@ class Programs:
     if lora:
       targets = trainable.lora_targets(model, train.DEFAULT_LORA_TARGETS)
       self.trained.update(trainable.init_lora(model, targets, _LORA_RANK.value, 0))
-    self.step = train_step_lib.TrainStep(
-        model, tx, mesh, dtype=reward_model.model_dtype(_DTYPE.value),
-        lora_scale=_LORA_ALPHA.value / _LORA_RANK.value if lora else 1.0)
     self.no_sums = loss_lib.no_sums
-    self.steps = [[self.step.put(block.arrays()) for block in blocks] for blocks in steps]
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
       for context in _variant_contexts(name, model):
         stack.enter_context(context())
+      self.step = train_step_lib.TrainStep(  # jitted under the variant (`jax.jit` replaced)
+          model, tx, mesh, dtype=reward_model.model_dtype(_DTYPE.value),
+          lora_scale=_LORA_ALPHA.value / _LORA_RANK.value if lora else 1.0)
+      self.steps = [[self.step.put(block.arrays()) for block in blocks] for blocks in steps]
       self.opt_state = self.step.init(self.trained)
       for name_ in ("forward", "value and gradient", "update"):  # traced and compiled here
         self.run(name_)
