@@ -27,8 +27,9 @@ at 3 for full fine-tuning (a backward pass computes two products for each of the
 input's gradient and the weight's) and near 2 with LoRA (the frozen weights get no gradient).
 
 `--compare=A,B,...` times named variants of the step in the same way, alternating: `current` is
-the code as it is; each other name puts back what an earlier version did (`VARIANTS`), so every
-change is measured against the code without it, in one process, on the same rows; `+` joins names.
+the code as it is; each other name puts back what an earlier version did or tries an alternative
+(`_variant_contexts`), so every change is measured against the code without it, in one process, on
+the same rows; `+` joins names.
 `--ops=N` traces one block of each program with `jax.profiler` and prints XLA's time per op (the
 sum over its threads), grouped into the forward's and the backward's products (dots, and the
 fusions built around one) and other ops, the N costliest ops, and the ratio of the two programs'
@@ -71,7 +72,7 @@ _MAX_LENGTH = flags.DEFINE_integer("max_length", 1024, "The trainer's --max_leng
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 _LORA_RANK = flags.DEFINE_integer("lora_rank", 0, "LoRA rank (0: full fine-tuning).")
 _LORA_ALPHA = flags.DEFINE_float("lora_alpha", 16.0, "LoRA alpha.")
-_COMPARE = flags.DEFINE_list("compare", ["current"], "Variants to time in turn (VARIANTS).")
+_COMPARE = flags.DEFINE_list("compare", ["current"], "Variants to time in turn (see _variant_contexts).")
 _OPS = flags.DEFINE_integer("ops", 0, "Print XLA's per-op times of one block (this many ops).")
 _TORCH = flags.DEFINE_bool("torch", False, "Also time PyTorch's forward and backward.")
 
