@@ -72,7 +72,8 @@ _MAX_LENGTH = flags.DEFINE_integer("max_length", 1024, "The trainer's --max_leng
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 _LORA_RANK = flags.DEFINE_integer("lora_rank", 0, "LoRA rank (0: full fine-tuning).")
 _LORA_ALPHA = flags.DEFINE_float("lora_alpha", 16.0, "LoRA alpha.")
-_COMPARE = flags.DEFINE_list("compare", ["current"], "Variants to time in turn (see _variant_contexts).")
+_COMPARE = flags.DEFINE_list("compare", ["current"],
+                             "Variants to time in turn (see _variant_contexts).")
 _OPS = flags.DEFINE_integer("ops", 0, "Print XLA's per-op times of one block (this many ops).")
 _TORCH = flags.DEFINE_bool("torch", False, "Also time PyTorch's forward and backward.")
 
