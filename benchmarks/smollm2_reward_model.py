@@ -336,8 +336,11 @@ def main(argv):
     elif step == "ours":
       results["ours"] = run_ours(work)
       # An audit of the model this run replaced is stale: socialrm-audit refuses to add the new
-      # model's scores to its folder, so the `audit` step starts afresh.
+      # model's scores to its folder, so the `audit` step starts afresh, and the table leaves the
+      # old figures out until it has run.
       shutil.rmtree(work / "audit", ignore_errors=True)
+      results.pop("audit", None)
+      results.pop("audit_process", None)
     elif step == "trl":
       results["trl"] = run_trl(work)
     elif step == "agreement":
