@@ -186,6 +186,13 @@ def _merged_lora(model):
     model.graphdef, model.rest = graphdef, rest
 
 
+def _contract_leading_in_place(x, y, out_dtype=None):
+  """attention.contract_leading before it transposed an operand on a CPU: the dot as JAX writes
+  it."""
+  from socialrm_jax.models import attention
+  return attention.einsum("...RI,...RO->...IO", x, y, out_dtype)
+
+
 # XLA:CPU's fusion types handed to YNNPACK: its dots alone (the default adds reductions).
 YNNPACK_DOTS_ONLY = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 
@@ -225,6 +232,11 @@ def _variant_contexts(name: str, model) -> list:
       # XLA (XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce, per program).
       "reductions_outside_ynnpack": [lambda: _replaced(jax, "jit", functools.partial(
           jax.jit, compiler_options=YNNPACK_DOTS_ONLY))],
+      # The weights' and attention's keys' and values' gradients as JAX writes them, dots that
+      # contract their left operand's leading axis (before: XLA:CPU's own loops, not YNNPACK).
+      "leading_contractions_in_place": [
+          lambda: _replaced(layers, "matmul", functools.partial(attention.einsum, "RI,IO->RO")),
+          lambda: _replaced(attention, "contract_leading", _contract_leading_in_place)],
   }
   variants["before"] = [context for name_ in ("einsum_projections", "keep_all_residuals",
                                               "grouped_attention") for context in variants[name_]]

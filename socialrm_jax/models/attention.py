@@ -132,6 +132,34 @@ def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Arr
   return out.astype(out_dtype or common)
 
 
+# The widest operand `contract_leading` transposes on a CPU (a LoRA rank, a head's width).
+NARROW_OPERAND = 128
+
+
+def contract_leading(x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Array:
+  """x [..., R, I], y [..., R, O] -> x^T y [..., I, O], summed over R: a product that contracts
+  the leading matrix axis of both operands (a weight's gradient over the rows; attention's key and
+  value gradients over the queries), in `einsum`'s precision.
+
+  XLA:CPU hands YNNPACK no dot whose left operand contracts its leading axis and computes it in its
+  own loops, 2.3 to 5 times slower than YNNPACK on LoRA's A and on attention's shapes (one core;
+  benchmarks/train_step_profile.py). So on a CPU, when one operand is narrow (at most
+  NARROW_OPERAND columns), that one is transposed into a buffer of its own and the product taken
+  in YNNPACK's order, its (narrow) result transposed back; the optimization barriers keep XLA from
+  folding the transposes into the dot again. Transposing a wide operand instead cost as much as it
+  saved: XLA fuses the transpose with the ops that produce the operand, and writes it strided.
+  On other platforms (`traced_platform`), and when both are wide (a full weight's gradient), the
+  dot takes them as they are."""
+  narrow_out, narrow_in = y.shape[-1] <= NARROW_OPERAND, x.shape[-1] <= NARROW_OPERAND
+  if traced_platform() != "cpu" or not (narrow_out or narrow_in):
+    return einsum("...RI,...RO->...IO", x, y, out_dtype)
+  barrier = jax.lax.optimization_barrier
+  if narrow_out:  # (y^T x)^T
+    product = einsum("...OR,...RI->...OI", barrier(y.swapaxes(-1, -2)), x, out_dtype)
+    return barrier(product).swapaxes(-1, -2)
+  return einsum("...IR,...RO->...IO", barrier(x.swapaxes(-1, -2)), y, out_dtype)
+
+
 # The names `softmax_attention` gives its output and its rows' softmax statistics (largest logit,
 # sum of exponentials), so that a layer under `jax.checkpoint` can keep them for the backward pass
 # (`trunk.LAYER_SAVED_RESIDUALS`).
@@ -187,7 +215,7 @@ def _softmax_attention_backward(logit_cap, residuals, d_out):
   q, k, v, mask, scale, out, largest, total = residuals
   logits, raw = _masked_logits(q, k, mask, scale, logit_cap)
   probs = jnp.exp(logits - largest) / total  # [B, K, Q, S] float32
-  d_v = einsum("BKQS,BKQH->BKSH", probs.astype(v.dtype), d_out.astype(v.dtype))
+  d_v = contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
   d_probs = einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
   row_sums = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
   d_logits = probs * (d_probs - row_sums)
@@ -200,7 +228,7 @@ def _softmax_attention_backward(logit_cap, residuals, d_out):
     d_logits = d_logits * (1.0 - jnp.square(jnp.tanh(raw / logit_cap)))
   d_logits = d_logits * scale
   d_q = einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
-  d_k = einsum("BKQS,BKQH->BKSH", d_logits.astype(q.dtype), q)
+  d_k = contract_leading(d_logits.astype(q.dtype), q)
   # The mask and the scale (a model's constant, or a layer's scanned constant) get none.
   return d_q, d_k, d_v, None, None
 

@@ -125,16 +125,51 @@ class Projection(nnx.Module):
     inputs, outputs = kernel.shape[:self.input_axes], kernel.shape[self.input_axes:]
     leading = x.shape[:x.ndim - self.input_axes]
     rows = x.astype(self.dtype).reshape(-1, math.prod(inputs))  # [rows, in]
-    y = attention.einsum("RI,IO->RO", rows, kernel.reshape(math.prod(inputs), math.prod(outputs)))
+    y = matmul(rows, kernel.reshape(math.prod(inputs), math.prod(outputs)))
     if self.lora_a is not None:
       # x W + (x A) B, as PEFT's LoraLayer computes it: the backward pass forms the gradients of
       # the small A and B and of x, never the frozen kernel's (a product as large as W's).
-      low_rank = attention.einsum("RI,IK->RK", rows, self.lora_a[...].astype(self.dtype))
-      y = y + attention.einsum("RK,KO->RO", low_rank, self.lora_b[...].astype(self.dtype))
+      low_rank = matmul(rows, self.lora_a[...].astype(self.dtype))
+      y = y + matmul(low_rank, self.lora_b[...].astype(self.dtype))
     y = y.reshape(*leading, *outputs)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
+
+
+# The name `matmul` gives its product, so that a layer under `jax.checkpoint` keeps it for the
+# backward pass (`trunk.LAYER_SAVED_RESIDUALS`), as it keeps a plain dot's.
+PROJECTION_OUTPUT = "projection_output"
+
+
+def matmul(rows: jax.Array, weight: jax.Array) -> jax.Array:
+  """rows [R, I] x weight [I, O] -> [R, O] (`attention.einsum`), differentiated as JAX
+  differentiates it, except that the weight's gradient rows^T dy is `attention.contract_leading`'s:
+  on a CPU, a LoRA adapter's (whose rank is the narrow side) in YNNPACK's order instead of XLA:CPU's
+  own loops, 3.6 to 5 times faster on one core. XLA drops the weight's gradient where nothing reads
+  it (a frozen kernel). The product is named PROJECTION_OUTPUT outside the custom derivative, where
+  `jax.checkpoint`'s policy sees it (inside, the layers recomputed the MLP's products for their
+  backward pass instead of keeping them)."""
+  return jax.ad_checkpoint.checkpoint_name(_matmul(rows, weight), PROJECTION_OUTPUT)
+
+
+@jax.custom_vjp
+def _matmul(rows, weight):
+  return attention.einsum("RI,IO->RO", rows, weight)
+
+
+def _matmul_forward(rows, weight):
+  return _matmul(rows, weight), (rows, weight)
+
+
+def _matmul_backward(residuals, d_out):
+  rows, weight = residuals
+  d_rows = attention.einsum("RO,IO->RI", d_out, weight, rows.dtype)
+  d_weight = attention.contract_leading(rows, d_out, weight.dtype)
+  return d_rows, d_weight
+
+
+_matmul.defvjp(_matmul_forward, _matmul_backward)
 
 
 def _kernel_input_axes(equation: str) -> int:

@@ -134,6 +134,23 @@ def test_softmax_attentions_own_backward_equals_jaxs_differentiation(logit_cap, 
   assert max(diffs) <= TOLERANCE
 
 
+@pytest.mark.parametrize("shape", [(48, 40, 8), (48, 8, 40), (48, 200, 160), (2, 3, 48, 40, 8)],
+                         ids=["narrow result", "narrow left", "both wide", "batched"])
+def test_contract_leading_equals_the_plain_product_and_hands_ynnpack_the_narrow_ones(shape):
+  """`contract_leading` (x [..., R, I], y [..., R, O] -> x^T y) equals the einsum it replaces
+  whichever operand it transposes; on this CPU the narrow cases compile to a YNNPACK dot (the
+  plain product XLA:CPU computes in its own loops)."""
+  *lead, rows, width_in, width_out = shape
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.normal(size=(*lead, rows, width_in)), jnp.float32)
+  y = jnp.asarray(rng.normal(size=(*lead, rows, width_out)), jnp.float32)
+  expected = np.einsum("...ri,...ro->...io", np.float64(x), np.float64(y))
+  got = jax.jit(attention.contract_leading)(x, y)
+  assert got.shape == expected.shape and max_diff(got, expected) <= TOLERANCE * rows
+  if min(width_in, width_out) <= attention.NARROW_OPERAND:
+    assert "ynn_fusion" in jax.jit(attention.contract_leading).lower(x, y).compile().as_text()
+
+
 @pytest.mark.parametrize("length, window, logit_cap", [(200, None, None), (256, 6, 30.0)])
 def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logit_cap):
   """Blocks of 64 queries against the keys up to each block's end (the last block shorter when

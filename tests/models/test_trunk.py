@@ -103,6 +103,10 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   named = [why for _, why in saved if "named" in why]
   stacked_kernels = {tuple(v.get_value().shape[1:]) for p, v in weights.param_paths(params).items()
                      if p.startswith("layers/") and v.get_value().ndim >= 3}
+  # The gate and up projections' outputs, which the MLP's backward reads: kept, not recomputed
+  # (their products go through `layers.matmul`'s own VJP, named for the policy).
+  intermediate = [shape for shape in scanned if shape[1:] == (length, config.intermediate_size)]
+  assert len(intermediate) == 2, scanned
   assert any("attention_output" in why for why in named), saved
   assert any("attention_row_statistics" in why for why in named), saved
   assert any("attention_inputs" in why for why in named), saved
