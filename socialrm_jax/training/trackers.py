@@ -6,7 +6,10 @@ sends every row of train_metrics.jsonl to TensorBoard and/or Weights & Biases as
   (`train/loss`, `train/rewards/chosen`, `train/learning_rate`), at the row's `step`.
 - TensorBoard: an event file under `OUTPUT/logs/` (a resumed run adds one), written by
   tensorboardX (no TensorFlow) and flushed at every row, so a run stopped midway (an error, a
-  kill) leaves its curves readable up to its last row.
+  kill) leaves its curves readable up to its last row. A resumed run's file opens with
+  TensorBoard's restart marker (a `SessionLog.START` event at the first step it logs, as
+  tensorboardX's `SummaryWriter(purge_step=)` writes), so TensorBoard drops the earlier file's
+  points from that step on, which the resumed run logs again: each curve shows one point a step.
 - Weights & Biases, when `wandb` is installed (a run that asks for it without is refused before
   training): `wandb.init(project=WANDB_PROJECT or "socialrm_jax", name=run_name, dir=OUTPUT,
   config=settings)`; offline when `WANDB_MODE` is unset and its server cannot be reached (a
@@ -87,7 +90,9 @@ class TensorBoardTracker:
   and `summary.scalar`: its `SummaryWriter` queues events for a thread, which a run stopped by an
   error or a kill would lose)."""
 
-  def __init__(self, folder: pathlib.Path):
+  def __init__(self, folder: pathlib.Path, purge_from: int | None = None):
+    """`purge_from`: a resumed run's first step; TensorBoard hides the points of the folder's
+    earlier files from that step on."""
     # Only a run that asks for TensorBoard loads tensorboardX.
     from tensorboardX import event_file_writer, summary
     from tensorboardX.proto import event_pb2
@@ -96,6 +101,11 @@ class TensorBoardTracker:
     self.writer = event_file_writer.EventsWriter(str(folder / "events"),
                                                  filename_suffix=f".{time.time_ns()}")
     self.event, self.scalar = event_pb2.Event, summary.scalar
+    if purge_from is not None:
+      self.writer.write_event(self.event(
+          wall_time=time.time(), step=purge_from,
+          session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
+      self.writer.flush()
 
   def log(self, row: Mapping[str, Any]) -> None:
     for name, value in curves(row).items():
@@ -137,12 +147,14 @@ class WandbTracker:
 
 
 def open_trackers(report_to: Sequence[str], output_dir: pathlib.Path, run_name: str,
-                  config: Mapping[str, Any]) -> list[Tracker]:
-  """The trackers `report_to` names, started for a run writing `output_dir`."""
+                  config: Mapping[str, Any], resume_step: int = 0) -> list[Tracker]:
+  """The trackers `report_to` names, started for a run writing `output_dir` from the step after
+  `resume_step` (0: a fresh run)."""
   out: list[Tracker] = []
   for name in resolve(report_to):
     if name == TENSORBOARD:
-      out.append(TensorBoardTracker(output_dir / LOGS_DIR))
+      out.append(TensorBoardTracker(output_dir / LOGS_DIR,
+                                    purge_from=resume_step + 1 if resume_step else None))
     else:
       out.append(WandbTracker(output_dir, run_name, config))
   return out

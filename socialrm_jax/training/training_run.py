@@ -217,8 +217,8 @@ class TrainingRun:
     """train_metrics.jsonl from the state's step on, and the `--report_to` trackers."""
     settings = self.settings
     return hooks.MetricsLog(self.out / METRICS_FILE, self.state.step, trackers.open_trackers(
-        settings.report_to, self.out, settings.run_name, settings.to_json()) if self.writes
-                            else (), writes=self.writes)
+        settings.report_to, self.out, settings.run_name, settings.to_json(),
+        resume_step=self.state.step) if self.writes else (), writes=self.writes)
 
   def finish(self, state: trainer.TrainState, final_eval: dict[str, float]) -> None:
     """The trained `state` checked finite, exported to OUT/model/, the manifest completed (the

@@ -55,6 +55,25 @@ def test_tensorboard_event_files_read_back_with_tensorboards_reader(tmp_path):
   tracker.close()
 
 
+def test_a_resumed_runs_tensorboard_curves_show_each_step_once(tmp_path):
+  """A run killed after step 4 and resumed from its checkpoint at step 2 logs steps 3 and 4
+  again, in a file of its own: TensorBoard's reader shows each step once, the resumed run's."""
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+  (first,) = trackers.open_trackers(("tensorboard",), tmp_path, "", {})
+  for step in (1, 2, 3, 4):
+    first.log({"step": step, "loss": float(step)})
+  first.close()
+  (resumed,) = trackers.open_trackers(("tensorboard",), tmp_path, "", {}, resume_step=2)
+  for step in (3, 4, 5):
+    resumed.log({"step": step, "loss": 10.0 * step})
+  resumed.close()
+  events = EventAccumulator(str(tmp_path / trackers.LOGS_DIR))
+  events.Reload()
+  assert len(list((tmp_path / trackers.LOGS_DIR).iterdir())) == 2
+  assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [
+      (1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 50.0)]
+
+
 def test_a_wandb_run_gets_each_row_at_its_step(tmp_path, monkeypatch):
   calls = []
 
