@@ -224,7 +224,8 @@ def _variant_contexts(name: str, model) -> list:
           trunk, "LAYER_SAVED_RESIDUALS", jax.checkpoint_policies.save_from_both_policies(
               jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
               jax.checkpoint_policies.save_only_these_names(
-                  attention.ATTENTION_OUTPUT, attention.ATTENTION_ROW_STATISTICS)))],
+                  layers.PROJECTION_OUTPUT, attention.ATTENTION_OUTPUT,
+                  attention.ATTENTION_ROW_STATISTICS)))],
       # LoRA merged into its targets' kernels before the layers (before: the frozen kernels'
       # gradients formed in the backward pass).
       "merged_lora": [lambda: _merged_lora(model)],

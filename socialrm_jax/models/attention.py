@@ -142,14 +142,14 @@ def contract_leading(x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Array:
   value gradients over the queries), in `einsum`'s precision.
 
   XLA:CPU hands YNNPACK no dot whose left operand contracts its leading axis and computes it in its
-  own loops, 2.3 to 5 times slower than YNNPACK on LoRA's A and on attention's shapes (one core;
-  benchmarks/train_step_profile.py). So on a CPU, when one operand is narrow (at most
-  NARROW_OPERAND columns), that one is transposed into a buffer of its own and the product taken
-  in YNNPACK's order, its (narrow) result transposed back; the optimization barriers keep XLA from
-  folding the transposes into the dot again. Transposing a wide operand instead cost as much as it
-  saved: XLA fuses the transpose with the ops that produce the operand, and writes it strided.
-  On other platforms (`traced_platform`), and when both are wide (a full weight's gradient), the
-  dot takes them as they are."""
+  own loops: on one core, 17 to 21 GFLOP/s for LoRA's adapters' gradients and 30 to 35 for
+  attention's, where YNNPACK runs LoRA's narrow forward products near 50 (docs/training.md, the step
+  profile). So on a CPU, when one operand is narrow (at most NARROW_OPERAND columns), that one is
+  transposed into a buffer of its own and the product taken in YNNPACK's order, its (narrow) result
+  transposed back; the optimization barriers keep XLA from folding the transposes into the dot
+  again. Transposing a wide operand instead cost as much as it saved: XLA fuses the transpose with
+  the ops that produce the operand, and writes it strided. On other platforms (`traced_platform`),
+  and when both are wide (a full weight's gradient), the dot takes them as they are."""
   narrow_out, narrow_in = y.shape[-1] <= NARROW_OPERAND, x.shape[-1] <= NARROW_OPERAND
   if traced_platform() != "cpu" or not (narrow_out or narrow_in):
     return einsum("...RI,...RO->...IO", x, y, out_dtype)

@@ -145,11 +145,11 @@ PROJECTION_OUTPUT = "projection_output"
 def matmul(rows: jax.Array, weight: jax.Array) -> jax.Array:
   """rows [R, I] x weight [I, O] -> [R, O] (`attention.einsum`), differentiated as JAX
   differentiates it, except that the weight's gradient rows^T dy is `attention.contract_leading`'s:
-  on a CPU, a LoRA adapter's (whose rank is the narrow side) in YNNPACK's order instead of XLA:CPU's
-  own loops, 3.6 to 5 times faster on one core. XLA drops the weight's gradient where nothing reads
-  it (a frozen kernel). The product is named PROJECTION_OUTPUT outside the custom derivative, where
-  `jax.checkpoint`'s policy sees it (inside, the layers recomputed the MLP's products for their
-  backward pass instead of keeping them)."""
+  on a CPU, a LoRA adapter's (whose rank is the narrow side) in YNNPACK's order instead of
+  XLA:CPU's own loops. XLA drops the weight's gradient where nothing reads it (a frozen kernel).
+  The product is named PROJECTION_OUTPUT outside the custom derivative, where `jax.checkpoint`'s
+  policy sees it (inside, the layers recomputed the MLP's products for their backward pass instead
+  of keeping them)."""
   return jax.ad_checkpoint.checkpoint_name(_matmul(rows, weight), PROJECTION_OUTPUT)
 
 
