@@ -27,9 +27,10 @@ from socialrm_jax.models import attention, layers
 # What the scanned layers keep for a backward pass (a `jax.checkpoint` policy): their projections'
 # outputs (dots without batch axes, and `layers.matmul`'s by name), attention's inputs
 # (heads-major, after RoPE) and its output and row statistics (for `attention.softmax_attention`'s
-# own backward); the norms and activations are recomputed from them. Keeping everything cost more than recomputing it on a CPU: each saved
-# intermediate is a stacked [L, ...] buffer zeroed, written and read back per call
-# (benchmarks/train_step_profile.py). A forward alone (scoring) is the same program either way.
+# own backward); the norms and activations are recomputed from them. Keeping everything cost more
+# than recomputing it on a CPU: each saved intermediate is a stacked [L, ...] buffer zeroed,
+# written and read back per call (benchmarks/train_step_profile.py). A forward alone (scoring) is
+# the same program either way.
 LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.save_from_both_policies(
     jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     jax.checkpoint_policies.save_only_these_names(layers.PROJECTION_OUTPUT,
