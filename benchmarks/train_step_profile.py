@@ -303,9 +303,8 @@ class Programs:
       self.trained.update(trainable.init_lora(model, targets, _LORA_RANK.value, 0))
     self.no_sums = loss_lib.no_sums
     start = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-      for context in _variant_contexts(name, model):
-        stack.enter_context(context())
+    self.model = model
+    with self.as_variant():
       self.step = train_step_lib.TrainStep(  # jitted under the variant (`jax.jit` replaced)
           model, tx, mesh, dtype=reward_model.model_dtype(_DTYPE.value),
           lora_scale=_LORA_ALPHA.value / _LORA_RANK.value if lora else 1.0)
@@ -314,6 +313,14 @@ class Programs:
       for name_ in ("forward", "value and gradient", "update"):  # traced and compiled here
         self.run(name_)
     self.compile_seconds = time.perf_counter() - start
+
+  @contextlib.contextmanager
+  def as_variant(self):
+    """The code as this variant has it (`_variant_contexts`), for tracing its programs."""
+    with contextlib.ExitStack() as stack:
+      for context in _variant_contexts(self.name, self.model):
+        stack.enter_context(context())
+      yield
 
   def run(self, program: str, blocks: list | None = None) -> None:
     """Runs `program` over every step's blocks (or over `blocks`), to completion."""
@@ -403,7 +410,8 @@ def profile_ops(program: Programs, count: int) -> None:
     args = ((program.no_sums(), program.trained, program.frozen, block) if name == "forward" else
             (program.step.zeros(program.trained), program.no_sums(), program.trained,
              program.frozen, block))
-    with jax.set_mesh(program.mesh):
+    # Traced again as the variant, so that the text is the program the profile ran.
+    with jax.set_mesh(program.mesh), program.as_variant():
       text = compiled.lower(*args).compile().as_text()
     source, shape, products = {}, {}, _product_ops(text)
     for hlo_line in text.splitlines():
