@@ -109,6 +109,28 @@ def _einsum_projection(self, x):
   return y
 
 
+def _projection_naming_each_product(self, x):
+  """layers.Projection.__call__ before it named its output once: x W, x A and (x A) B each named
+  (so kept), where the backward pass reads x W + (x A) B."""
+  import math
+  import jax
+  from socialrm_jax.models import layers
+  def named(product):
+    return jax.ad_checkpoint.checkpoint_name(product, layers.PROJECTION_OUTPUT)
+  kernel = self.kernel[...].astype(self.dtype)
+  inputs, outputs = kernel.shape[:self.input_axes], kernel.shape[self.input_axes:]
+  leading = x.shape[:x.ndim - self.input_axes]
+  rows = x.astype(self.dtype).reshape(-1, math.prod(inputs))
+  y = named(layers.matmul(rows, kernel.reshape(math.prod(inputs), math.prod(outputs))))
+  if self.lora_a is not None:
+    low_rank = named(layers.matmul(rows, self.lora_a[...].astype(self.dtype)))
+    y = y + named(layers.matmul(low_rank, self.lora_b[...].astype(self.dtype)))
+  y = y.reshape(*leading, *outputs)
+  if self.bias is not None:
+    y = y + self.bias[...].astype(self.dtype)
+  return y
+
+
 def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
   """attention.xla_attention before it ran heads-major: einsums over B, T, K, G, H."""
   import jax
@@ -233,6 +255,10 @@ def _variant_contexts(name: str, model) -> list:
       # XLA (XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-reduce, per program).
       "reductions_outside_ynnpack": [lambda: _replaced(jax, "jit", functools.partial(
           jax.jit, compiler_options=YNNPACK_DOTS_ONLY))],
+      # LoRA's products each named, so each kept for the backward pass (before: x W and (x A) B
+      # kept apart, where the backward pass reads their sum).
+      "lora_products_named_apart": [lambda: _replaced(layers.Projection, "__call__",
+                                                      _projection_naming_each_product)],
       # The weights' and attention's keys' and values' gradients as JAX writes them, dots that
       # contract their left operand's leading axis (before: XLA:CPU's own loops, not YNNPACK).
       "leading_contractions_in_place": [

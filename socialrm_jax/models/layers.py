@@ -129,37 +129,38 @@ class Projection(nnx.Module):
     if self.lora_a is not None:
       # x W + (x A) B, as PEFT's LoraLayer computes it: the backward pass forms the gradients of
       # the small A and B and of x, never the frozen kernel's (a product as large as W's).
-      low_rank = matmul(rows, self.lora_a[...].astype(self.dtype))
+      low_rank = _named(matmul(rows, self.lora_a[...].astype(self.dtype)))
       y = y + matmul(low_rank, self.lora_b[...].astype(self.dtype))
-    y = y.reshape(*leading, *outputs)
+    # Named once, the sum: named apart, x W and (x A) B were each kept, two [L, rows, out]
+    # buffers where the backward pass reads their sum.
+    y = _named(y).reshape(*leading, *outputs)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
 
 
-# The name `matmul` gives its product, so that a layer under `jax.checkpoint` keeps it for the
-# backward pass (`trunk.LAYER_SAVED_RESIDUALS`), as it keeps a plain dot's.
+# The name a projection gives its output (and LoRA's x A), so that a layer under `jax.checkpoint`
+# keeps it for the backward pass (`trunk.LAYER_SAVED_RESIDUALS`), as it keeps a plain dot's: the
+# policy does not see the dot inside `matmul`'s custom derivative (unnamed, the layers recomputed
+# the MLP's products for their backward pass instead of keeping them).
 PROJECTION_OUTPUT = "projection_output"
 
 
+def _named(x: jax.Array) -> jax.Array:
+  return jax.ad_checkpoint.checkpoint_name(x, PROJECTION_OUTPUT)
+
+
+@jax.custom_vjp
 def matmul(rows: jax.Array, weight: jax.Array) -> jax.Array:
   """rows [R, I] x weight [I, O] -> [R, O] (`attention.einsum`), differentiated as JAX
   differentiates it, except that the weight's gradient rows^T dy is `attention.contract_leading`'s:
   on a CPU, a LoRA adapter's (whose rank is the narrow side) in YNNPACK's order instead of
-  XLA:CPU's own loops. XLA drops the weight's gradient where nothing reads it (a frozen kernel).
-  The product is named PROJECTION_OUTPUT outside the custom derivative, where `jax.checkpoint`'s
-  policy sees it (inside, the layers recomputed the MLP's products for their backward pass instead
-  of keeping them)."""
-  return jax.ad_checkpoint.checkpoint_name(_matmul(rows, weight), PROJECTION_OUTPUT)
-
-
-@jax.custom_vjp
-def _matmul(rows, weight):
+  XLA:CPU's own loops. XLA drops the weight's gradient where nothing reads it (a frozen kernel)."""
   return attention.einsum("RI,IO->RO", rows, weight)
 
 
 def _matmul_forward(rows, weight):
-  return _matmul(rows, weight), (rows, weight)
+  return matmul(rows, weight), (rows, weight)
 
 
 def _matmul_backward(residuals, d_out):
@@ -169,7 +170,7 @@ def _matmul_backward(residuals, d_out):
   return d_rows, d_weight
 
 
-_matmul.defvjp(_matmul_forward, _matmul_backward)
+matmul.defvjp(_matmul_forward, _matmul_backward)
 
 
 def _kernel_input_axes(equation: str) -> int:

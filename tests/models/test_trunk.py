@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -18,7 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from socialrm_jax.models import attention, families, masks, weights  # noqa: E402
+from socialrm_jax.models import attention, families, layers, masks, weights  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 from tests.helpers import model_fixtures as mf  # noqa: E402
 from tests.helpers.family_cases import CASES, PAD_ID, SEQ_LEN, sequences  # noqa: E402
@@ -74,8 +75,9 @@ def test_format_2_checkpoints_of_per_layer_families_still_load(loaded_model, tmp
                                 np.asarray(model(ids, mask)))
 
 
+@pytest.mark.parametrize("lora_rank", [0, 3])
 def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_weights(
-    tiny_checkpoint):
+    tiny_checkpoint, lora_rank):
   """What the scanned layers leave for the backward pass (`trunk.LAYER_SAVED_RESIDUALS`): the
   projections' outputs, attention's inputs (heads-major, after RoPE) and its output with its
   rows' softmax statistics, per layer; not the key and value projections' outputs (attention's
@@ -83,7 +85,16 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   own backward recomputes them) and not each layer's slice of the stacked weights (taken inside
   the checkpoint, it is taken again, not copied)."""
   family, config = family_config(tiny_checkpoint, "LlamaForSequenceClassification", 4)
-  graphdef, params, rest = nnx.split(family.Model(config), nnx.Param, ...)
+  model = family.Model(config)
+  if lora_rank:  # LoRA on every projection of the layers, as `training.trainable.init_lora`
+    for _, projection in nnx.iter_graph(model.layers):
+      if isinstance(projection, layers.Projection):
+        shape = projection.kernel.get_value().shape  # [L, in..., out...]
+        fan_in = math.prod(shape[1:1 + projection.input_axes])
+        fan_out = math.prod(shape[1 + projection.input_axes:])
+        projection.lora_a = nnx.Param(jnp.full((shape[0], fan_in, lora_rank), 0.01))
+        projection.lora_b = nnx.Param(jnp.full((shape[0], lora_rank, fan_out), 0.01))
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   length = 24  # tokens: no width of the model's, so a residual's shape says what it is
   ids = jnp.ones((1, length), jnp.int32)
   layout = attention.Layout(jnp.ones_like(ids), jnp.zeros_like(ids), is_causal=True)
@@ -104,9 +115,12 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   stacked_kernels = {tuple(v.get_value().shape[1:]) for p, v in weights.param_paths(params).items()
                      if p.startswith("layers/") and v.get_value().ndim >= 3}
   # The gate and up projections' outputs, which the MLP's backward reads: kept, not recomputed
-  # (their products go through `layers.matmul`'s own VJP, named for the policy).
+  # (their products go through `layers.matmul`'s own VJP, named for the policy); with LoRA, each
+  # as one sum x W + (x A) B, not its two terms apart, and each projection's x A kept.
   intermediate = [shape for shape in scanned if shape[1:] == (length, config.intermediate_size)]
   assert len(intermediate) == 2, scanned
+  low_rank = [shape for shape in scanned if shape[1:] == (length, lora_rank)]
+  assert len(low_rank) == (7 if lora_rank else 0), scanned
   assert any("attention_output" in why for why in named), saved
   assert any("attention_row_statistics" in why for why in named), saved
   assert any("attention_inputs" in why for why in named), saved
