@@ -22,7 +22,9 @@ Every program is compiled first; then `--passes` passes over the blocks, the pro
 (forward, value and gradient, ..., then the reverse order on the next pass, so a machine whose
 speed drifts moves both alike). Each pass is timed in wall seconds and in this process's CPU
 seconds (user + system: on a machine shared with other work the CPU seconds move less than the
-wall ones). It prints the totals and the ratio value-and-gradient / forward; FLOPs put that ratio
+wall ones), with the system seconds and the minor page faults among them (the pages of each call's
+fresh buffers, which the kernel zeroes on first touch). It prints the totals and the ratio
+value-and-gradient / forward; FLOPs put that ratio
 at 3 for full fine-tuning (a backward pass computes two products for each of the forward's: the
 input's gradient and the weight's) and near 2 with LoRA (the frozen weights get no gradient).
 
@@ -81,6 +83,13 @@ _TORCH = flags.DEFINE_bool("torch", False, "Also time PyTorch's forward and back
 def cpu_seconds() -> float:
   usage = resource.getrusage(resource.RUSAGE_SELF)
   return usage.ru_utime + usage.ru_stime
+
+
+def system_seconds_and_faults() -> tuple[float, int]:
+  """This process's kernel CPU seconds and minor page faults so far: XLA:CPU allocates a program's
+  buffers afresh each call, and the kernel zeroes every page the program first touches."""
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_stime, usage.ru_minflt
 
 
 def cpu_name() -> str:
@@ -377,22 +386,29 @@ PROGRAMS = ("forward", "value and gradient", "update")
 def time_programs(programs: list[Programs], slots: int) -> dict:
   keys = [(p, name) for p in programs for name in PROGRAMS]
   totals = {key: [0.0, 0.0] for key in keys}
+  kernel = {key: [0.0, 0] for key in keys}  # system CPU seconds, page faults
   for n in range(_PASSES.value):
     for program, name in keys if n % 2 == 0 else keys[::-1]:
-      wall, cpu = time.perf_counter(), cpu_seconds()
+      wall, cpu, (system, faults) = time.perf_counter(), cpu_seconds(), system_seconds_and_faults()
       program.run(name)
       totals[(program, name)][0] += time.perf_counter() - wall
       totals[(program, name)][1] += cpu_seconds() - cpu
+      system_after, faults_after = system_seconds_and_faults()
+      kernel[(program, name)][0] += system_after - system
+      kernel[(program, name)][1] += faults_after - faults
     print(f"pass {n + 1}: " + ", ".join(
         f"{p.name} {name} {totals[(p, name)][1]:.1f}" for p, name in keys) + " CPU s so far",
         flush=True)
   print(f"\n{_PASSES.value} passes, {slots:,} token slots a pass; load average now "
         f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-  print(f"{'variant':<28} {'program':<20} {'wall s':>8} {'CPU s':>8} {'CPU ms/1k slots':>15}")
+  print(f"{'variant':<28} {'program':<20} {'wall s':>8} {'CPU s':>8} {'CPU ms/1k slots':>15} "
+        f"{'of it system':>12} {'page faults/1k slots':>20}")
   for program, name in keys:
     wall, cpu = totals[(program, name)]
+    system, faults = kernel[(program, name)]
     print(f"{program.name:<28} {name:<20} {wall:>8.2f} {cpu:>8.2f} "
-          f"{1e6 * cpu / slots / _PASSES.value:>15.1f}")
+          f"{1e6 * cpu / slots / _PASSES.value:>15.1f} {1e6 * system / slots / _PASSES.value:>12.1f} "
+          f"{1e3 * faults / slots / _PASSES.value:>20,.0f}")
   out = {}
   for program in programs:
     (fw, fc), (gw, gc) = totals[(program, "forward")], totals[(program, "value and gradient")]

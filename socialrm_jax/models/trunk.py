@@ -25,7 +25,7 @@ from flax import nnx
 from socialrm_jax.models import attention, layers
 
 # What the scanned layers keep for a backward pass (a `jax.checkpoint` policy): their projections'
-# outputs (dots without batch axes, and `layers.matmul`'s by name), attention's inputs
+# outputs (dots without batch axes, and `layers.Projection`'s by name), attention's inputs
 # (heads-major, after RoPE) and its output and row statistics (for `attention.softmax_attention`'s
 # own backward); the norms and activations are recomputed from them. Keeping everything cost more
 # than recomputing it on a CPU: each saved intermediate is a stacked [L, ...] buffer zeroed,
