@@ -24,9 +24,9 @@ speed drifts moves both alike). Each pass is timed in wall seconds and in this p
 seconds (user + system: on a machine shared with other work the CPU seconds move less than the
 wall ones), with the system seconds and the minor page faults among them (the pages of each call's
 fresh buffers, which the kernel zeroes on first touch). It prints the totals and the ratio
-value-and-gradient / forward; FLOPs put that ratio
-at 3 for full fine-tuning (a backward pass computes two products for each of the forward's: the
-input's gradient and the weight's) and near 2 with LoRA (the frozen weights get no gradient).
+value-and-gradient / forward; FLOPs put that ratio at 3 for full fine-tuning (a backward pass
+computes two products for each of the forward's: the input's gradient and the weight's) and near 2
+with LoRA (the frozen weights get no gradient).
 
 `--compare=A,B,...` times named variants of the step in the same way, alternating: `current` is
 the code as it is; each other name puts back what an earlier version did or tries an alternative
