@@ -115,8 +115,9 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   stacked_kernels = {tuple(v.get_value().shape[1:]) for p, v in weights.param_paths(params).items()
                      if p.startswith("layers/") and v.get_value().ndim >= 3}
   # The gate and up projections' outputs, which the MLP's backward reads: kept, not recomputed
-  # (their products go through `layers.matmul`'s own VJP, named for the policy); with LoRA, each
-  # as one sum x W + (x A) B, not its two terms apart, and each projection's x A kept.
+  # (their products go through `layers.matmul`'s own VJP, so `layers.Projection` names its output
+  # for the policy); with LoRA, each as one sum x W + (x A) B, not its two terms apart, and each
+  # projection's x A kept.
   intermediate = [shape for shape in scanned if shape[1:] == (length, config.intermediate_size)]
   assert len(intermediate) == 2, scanned
   low_rank = [shape for shape in scanned if shape[1:] == (length, lora_rank)]
