@@ -36,7 +36,7 @@ import sys
 import numpy as np
 import pyarrow as pa
 
-from absl import app, flags
+from absl import flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
 import scoring_memory  # pylint: disable=wrong-import-position  # its --item_counts, peak_rss_mib
 from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
+from socialrm_jax.main import command  # pylint: disable=wrong-import-position
 from socialrm_jax.orchestrators import convert  # pylint: disable=wrong-import-position
 from socialrm_jax.orchestrators.audit import BUNDLED_DATA  # pylint: disable=wrong-import-position
 
@@ -174,4 +175,4 @@ def audits(work: pathlib.Path, counts: list[int]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/audit_memory.py", main)

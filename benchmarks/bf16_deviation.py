@@ -25,7 +25,7 @@ import tempfile
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 # The tiny-checkpoint builders live with the tests; this script reuses them as they are.
 # The repository root, for the tests' model builders (`tests.helpers`), ahead of an installed
@@ -34,6 +34,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import model_fixtures  # noqa: E402
 
 from socialrm_jax.analysis.tables import reward_tables
+from socialrm_jax.main import command
 from socialrm_jax.models import load_reward_model  # noqa: E402
 
 _SCORES = flags.DEFINE_list("scores", None, "FLOAT32_SCORES,BFLOAT16_SCORES: compare two "
@@ -88,4 +89,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/bf16_deviation.py", main)

@@ -17,7 +17,8 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
+from socialrm_jax.main import command
 
 _TOKENS = flags.DEFINE_integer("tokens", 2048, "Rows of the left operand.")
 _HIDDEN = flags.DEFINE_integer("hidden", 512, "Contracted size; the output has twice as many.")
@@ -55,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/cpu_dot_dtypes.py", main)

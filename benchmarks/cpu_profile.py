@@ -23,11 +23,13 @@ import time
 
 START = time.perf_counter()
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
+
+from socialrm_jax.main import command  # noqa: E402  # after the path above
 
 _MODEL = flags.DEFINE_string("model", None, "Reward model folder.", required=True)
 _ITEMS = flags.DEFINE_string("items", None, "Converted items folder.", required=True)
@@ -167,4 +169,4 @@ def compare_last_layer(model, batches, num_items: int) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/cpu_profile.py", main)

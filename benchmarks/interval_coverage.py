@@ -54,6 +54,7 @@ from socialrm_jax.analysis.studies import compare
 from socialrm_jax.analysis.tables import pairs, synthetic
 from socialrm_jax.analysis.tables.reward_tables import Scores
 from socialrm_jax.base import records
+from socialrm_jax.main import command
 from socialrm_jax.orchestrators import audit, convert
 
 _REPLICATIONS = flags.DEFINE_integer("replications", 1000, "Replications per cell.")
@@ -483,4 +484,4 @@ def print_table(results: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/interval_coverage.py", main)

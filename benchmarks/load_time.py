@@ -20,7 +20,8 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+from absl import flags
+from socialrm_jax.main import command
 
 _MODEL = flags.DEFINE_string("model", None, "A HF reward-model folder.", required=True)
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "Load dtype.")
@@ -97,4 +98,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/load_time.py", main)

@@ -20,12 +20,13 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
+from socialrm_jax.main import command  # pylint: disable=wrong-import-position
 
 _ITEMS = flags.DEFINE_list("item_counts", ["1000", "100000", "1000000"], "Item counts.")
 _WORK_DIR = flags.DEFINE_string("work_dir", "/tmp/metrics_memory", "Where the tables go.")
@@ -113,4 +114,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/metrics_memory.py", main)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from socialrm_jax.analysis import evaluate
 from socialrm_jax.analysis.tables import pairs
 from socialrm_jax.analysis.tables.reward_tables import Scores
+from socialrm_jax.main import command
 
 _ITEMS = flags.DEFINE_integer("items", 500_000, "Synthetic items (two gold pairs each).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for the synthetic rewards.")
@@ -64,4 +65,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/metrics_speed.py", main)

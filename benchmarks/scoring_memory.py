@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gpu_throughput  # pylint: disable=wrong-import-position  # its flags
 import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
+from socialrm_jax.main import command  # pylint: disable=wrong-import-position
 from socialrm_jax.orchestrators import convert  # pylint: disable=wrong-import-position
 from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
 from socialrm_jax.scoring import engine  # pylint: disable=wrong-import-position
@@ -120,4 +121,4 @@ def print_table(rows: list[dict], columns: dict[str, str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/scoring_memory.py", main)

@@ -19,10 +19,11 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 import socialrm_jax
 from socialrm_jax.base import records, tables
+from socialrm_jax.main import command
 from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.orchestrators import convert
@@ -127,4 +128,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/scoring_throughput.py", main)

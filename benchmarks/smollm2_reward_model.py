@@ -50,6 +50,7 @@ import time
 
 import numpy as np
 from absl import app, flags
+from socialrm_jax.main import command
 
 import train_comparison as comparison
 
@@ -362,4 +363,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/smollm2_reward_model.py", main)

@@ -63,6 +63,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 
+from socialrm_jax.main import command  # noqa: E402  # after the path above
+
 _MODEL = flags.DEFINE_string("model", None, "Model folder (a causal LM or a reward model).",
                              required=True)
 _PAIRS = flags.DEFINE_string("pairs", None, "Pairs jsonl (prompt, chosen, rejected), in the "
@@ -591,4 +593,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/train_step_profile.py", main)

@@ -53,6 +53,7 @@ import gpu_throughput_inputs as inputs
 from gpu_throughput_presets import SIZES, log
 from train_comparison import (RUNS, Preset, computed_slots, cpu_name, device_name, on_gpu,
                               run_process, table, training_order)
+from socialrm_jax.main import command
 from socialrm_jax.orchestrators import convert
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -221,4 +222,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  command.run_command("benchmarks/train_throughput.py", main)
