@@ -142,6 +142,21 @@ def _projection_naming_each_product(self, x):
   return y
 
 
+def _norm_over_leading_axes(self, x):
+  """`layers.RMSNorm.__call__` before: over [B, T, D] as it comes."""
+  import jax
+  import jax.numpy as jnp
+  scale = self.scale[...]
+  axes = tuple(range(-scale.ndim, 0))
+  x32 = x.astype(jnp.float32)
+  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axes, keepdims=True) + self.eps)
+  if self.unit_offset:
+    return (normed * (1.0 + scale.astype(jnp.float32))).astype(x.dtype)
+  if self.scale_in_float32:
+    return (scale.astype(jnp.float32) * normed).astype(x.dtype)
+  return scale.astype(self.dtype) * normed.astype(x.dtype)
+
+
 def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
   """attention.xla_attention before it ran heads-major: einsums over B, T, K, G, H."""
   import jax
@@ -236,6 +251,10 @@ def _variant_contexts(name: str, model) -> list:
   from socialrm_jax.models import attention, layers, trunk
   variants = {
       "current": [],
+      # RMSNorm over [B, T, D] as it comes (before: over [B x T, D], so that the backward pass's
+      # reductions are the forms YNNPACK runs fast).
+      "norms_over_leading_axes": [lambda: _replaced(layers.RMSNorm, "__call__",
+                                                    _norm_over_leading_axes)],
       # The projections as einsums over named axes (before: the backward's transposes).
       "einsum_projections": [lambda: _replaced(layers.Projection, "__call__", _einsum_projection)],
       # The scanned layers keeping every intermediate for the backward pass (no jax.checkpoint).
@@ -445,11 +464,10 @@ def profile_ops(program: Programs, count: int) -> None:
     per_op = collections.Counter()
     for plane in profile.planes:
       for line in plane.lines:
-        if not line.name.startswith("tf_XLA"):
-          continue
-        for event in line.events:
-          if "Execute" not in event.name and "Await" not in event.name:
-            per_op[event.name] += event.duration_ns / repeats / 1e6
+        if line.name.startswith("tf_XLA"):
+          for op, ns in self_times(line.events).items():
+            if "Execute" not in op and "Await" not in op:
+              per_op[op] += ns / repeats / 1e6
     compiled = (program.step.add_block_sums if name == "forward" else program.step.accumulate)
     args = ((program.no_sums(), program.trained, program.frozen, block) if name == "forward" else
             (program.step.zeros(program.trained), program.no_sums(), program.trained,
@@ -465,23 +483,65 @@ def profile_ops(program: Programs, count: int) -> None:
         origin = re.search(r'op_name="([^"]*)"', hlo_line)
         if origin:
           source[match.group(1)] = origin.group(1)
-    groups = collections.Counter()
+    stacked = program.model.config.num_layers - 1  # the layers under the scan
+    by_kind = collections.Counter()
     for op, ms in per_op.items():
-      where = "backward" if "transpose(" in source.get(op, "") else "forward"
-      groups[(where, "products" if op in products else "other ops")] += ms
-    totals[name] = (sum(per_op.values()), sum(ms for op, ms in per_op.items() if op in products))
+      by_kind[op_kind(op, shape.get(op, ""), source.get(op, ""), products, stacked)] += ms
+    totals[name] = by_kind
     print(f"\n{program.name}, {name}: one block {list(block['input_ids'].shape)}, XLA's time per "
           f"op summed over threads: {sum(per_op.values()):.1f} ms")
-    for (where, kind), ms in sorted(groups.items()):
-      print(f"  {where:<9} {kind:<10} {ms:8.1f} ms")
     for op, ms in per_op.most_common(count):
       origin = re.sub(r"jit\([^)]*\)/", "", source.get(op, "(no source: XLA's own)"))
       print(f"  {ms:7.1f} ms  {op:<28} {shape.get(op, '')[:34]:<34} {origin[-70:]}")
-  (forward, forward_products), (value_and_grad, value_and_grad_products) = totals.values()
-  print(f"\nvalue and gradient / forward, XLA's time per op: {value_and_grad / forward:.2f}x in "
-        f"all, {value_and_grad_products / forward_products:.2f}x in the ops that compute products "
-        f"({forward_products:.1f} and {value_and_grad_products:.1f} ms of {forward:.1f} and "
-        f"{value_and_grad:.1f})")
+  forward, value_and_grad = totals["forward"], totals["value and gradient"]
+  print(f"\n{program.name}: XLA's time per op of the block, by kind (ms)")
+  print(f"  {'kind':<44} {'forward':>8} {'v&g':>8} {'ratio':>6}")
+  for kind in OP_KINDS:
+    ratio = (f"{value_and_grad[kind] / forward[kind]:5.2f}x" if forward[kind] else "")
+    print(f"  {kind:<44} {forward[kind]:8.1f} {value_and_grad[kind]:8.1f} {ratio:>6}")
+  all_forward, all_value_and_grad = sum(forward.values()), sum(value_and_grad.values())
+  print(f"  {'all':<44} {all_forward:8.1f} {all_value_and_grad:8.1f} "
+        f"{all_value_and_grad / all_forward:5.2f}x")
+  without = all_value_and_grad - value_and_grad[OP_KINDS[1]]
+  print(f"value and gradient / forward, XLA's time per op: {all_value_and_grad / all_forward:.2f}x "
+        f"in all, {without / all_forward:.2f}x without the scan's stacked residuals")
+
+
+def self_times(events) -> collections.Counter:
+  """Each op's time on one thread less that of the ops run inside it: a `while` op's event spans
+  the ops of its body when they run on its thread (on one core, a full fine-tuning forward's
+  `while` held 102 of the block's 210 ms), and counted whole it would count them twice."""
+  own, open_ = collections.Counter(), []  # open_: (end, name) of the events around this one
+  for event in sorted(events, key=lambda e: (e.start_ns, -e.duration_ns)):
+    while open_ and open_[-1][0] <= event.start_ns:
+      open_.pop()
+    if open_:
+      own[open_[-1][1]] -= event.duration_ns
+    own[event.name] += event.duration_ns
+    open_.append((event.start_ns + event.duration_ns, event.name))
+  return own
+
+
+# What `profile_ops` sums the ops by.
+OP_KINDS = ("products (dots and the fusions around one)",
+            "the scan's stacked residuals: zeroed, written",
+            "dynamic slices: a layer's weights, residuals",
+            "the rest: norms, activations, softmax, adds")
+
+
+def op_kind(op: str, shape: str, source: str, products: set[str], stacked: int) -> str:
+  """Which of OP_KINDS the compiled op `op` (of output `shape`, HLO text; traced from `source`)
+  is. The scan's stacked residuals are the buffers [stacked, ...] that JAX's scan over the layers
+  fills for the backward pass: zeroed first (XLA:CPU's `wrapped_broadcast`), then written a layer
+  at a time (dynamic-update-slice) or copied whole (the stacked weights are [stacked + 1, ...]).
+  A dynamic slice copies a layer's weights (or residuals) out of their stack."""
+  if op in products:
+    return OP_KINDS[0]
+  if re.match(rf"\w+\[{stacked},", shape):
+    return OP_KINDS[1]
+  if source.endswith("dynamic_slice"):
+    return OP_KINDS[2]
+  return OP_KINDS[3]
 
 
 def _product_ops(hlo_text: str) -> set[str]:
