@@ -251,6 +251,10 @@ def _variant_contexts(name: str, model) -> list:
   from socialrm_jax.models import attention, layers, trunk
   variants = {
       "current": [],
+      # Every scan unrolled, the layers' among them (not a step of the code's: what the scan's
+      # stacked residuals would cost without the scan).
+      "unrolled_scans": [lambda: _replaced(jax.lax, "scan",
+                                           functools.partial(jax.lax.scan, unroll=True))],
       # RMSNorm over [B, T, D] as it comes (before: over [B x T, D], so that the backward pass's
       # reductions are the forms YNNPACK runs fast).
       "norms_over_leading_axes": [lambda: _replaced(layers.RMSNorm, "__call__",
