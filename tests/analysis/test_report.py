@@ -115,7 +115,7 @@ def test_render_has_coverage_figures_and_nulls_where_there_are_some():
   assert "- empty.png: not drawn (no model has the data it shows)" in text
   assert "## Extra\n\nmore" in text
   assert "- `datasets.hh_rlhf.subsets.*.x` (2 values): why" in text
-  assert "**clean** prefers socially undesirable responses" in text
+  assert "Does **clean** prefer socially undesirable responses? " in text
   assert "- no finding holds after the correction" in text
   assert "| fitted temperature | 2.000 | null |" in text
   only_clean = report.render({"clean": clean})
@@ -126,6 +126,6 @@ def test_render_has_coverage_figures_and_nulls_where_there_are_some():
 def test_headline_is_the_first_screen():
   headline = report.headline({"m": metrics()})
   assert headline.startswith("# Social preference audit")
-  assert "**m** prefers socially undesirable responses: yes, in safety." in headline
+  assert "Does **m** prefer socially undesirable responses? Yes, in safety." in headline
   assert report.MORE_ITEMS_TITLE not in headline and "## Per dataset" not in headline
   assert headline.endswith("\n") and not headline.endswith("\n\n")

@@ -99,7 +99,7 @@ def test_two_scores_sets_give_two_metrics_files_one_report_and_the_tradeoff_plot
   assert "rm-alpha" in report and "beta_scores" in report
   # The first screen names the domain where rm-alpha prefers the undesirable response.
   first_screen = report.split("## Per dataset")[0]
-  assert "**rm-alpha** prefers socially undesirable responses: yes, in bias" in first_screen
+  assert "Does **rm-alpha** prefer socially undesirable responses? Yes, in bias" in first_screen
   assert "stereotyped answer" in first_screen
   for png in ("bias_tradeoff.png", "domain_accuracy.png", "bbq_bias_scores.png",
               "selection_shares.png"):

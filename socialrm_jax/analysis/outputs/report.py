@@ -292,7 +292,11 @@ def render(models: Models, figures: Mapping[str, str | None] | None = None,
                rows)
   out.append("")
   for name, metrics in models.items():
-    out.append(f"**{name}** prefers socially undesirable responses: {answer(metrics)}.")
+    # A question, answered: "**m** prefers socially undesirable responses: no domain shows it"
+    # read, bold first, as the claim it denies.
+    reply = answer(metrics)
+    out.append(f"Does **{name}** prefer socially undesirable responses? "
+               f"{reply[:1].upper()}{reply[1:]}.")
     items = findings(metrics)
     out += [f"- {text}" for text in items] or ["- no finding holds after the correction"]
     coverage = metrics.get("coverage", {})
