@@ -32,10 +32,10 @@ with LoRA (the frozen weights get no gradient).
 the code as it is; each other name puts back what an earlier version did or tries an alternative
 (`_variant_contexts`), so every change is measured against the code without it, in one process, on
 the same rows; `+` joins names.
-`--ops=N` traces one block of each program with `jax.profiler` and prints XLA's time per op (the
-sum over its threads), grouped into the forward's and the backward's products (dots, and the
-fusions built around one) and other ops, the N costliest ops, and the ratio of the two programs'
-times in all and in their products alone. `--torch` runs PyTorch (the same model folder,
+`--ops=N` traces one block of each program with `jax.profiler` and prints XLA's time per op (its
+own, less the ops run inside it, summed over its threads): the N costliest ops, then both programs'
+time by kind (`OP_KINDS`: products, the scan's stacked residuals, dynamic slices, the rest) and
+their ratio. `--torch` runs PyTorch (the same model folder,
 transformers, 2 threads) on the same steps' pairs as TRL's RewardTrainer computes them (chosen
 and rejected, padded to the batch's longest), the forward alone and the forward with the backward
 of TRL's loss: PyTorch's own ratio.
