@@ -19,8 +19,8 @@ from socialrm_jax.models import layers  # noqa: E402
 @pytest.mark.parametrize("dim", [16, (4, 4)])
 def test_rms_norm_gradients_reduce_over_rows_and_features(dim):
   """Over [B, T, D], the scale's gradient summed the middle axis T of [B, T, D], which XLA:CPU's
-  YNNPACK ran about 40 times slower than the same sum over [B x T, D] (benchmarks/
-  train_step_profile.py --compare=current,norms_over_leading_axes)."""
+  YNNPACK ran about 35 times slower than the same sum over [B x T, D] (benchmarks/
+  train_step_profile.py --ops, `layers.RMSNorm`)."""
   norm = layers.RMSNorm(dim, 1e-6, unit_offset=False, dtype=jnp.float32,
                         param_dtype=jnp.float32)
   graphdef, params = nnx.split(norm)
