@@ -157,6 +157,77 @@ def _norm_over_leading_axes(self, x):
   return scale.astype(self.dtype) * normed.astype(x.dtype)
 
 
+def _heads_major_softmax_attention():
+  """attention.softmax_attention before its output was token-major: heads-major [B, K, Q, H],
+  kept so for the backward pass."""
+  import jax
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+
+  def forward(q, k, v, mask, scale, logit_cap):
+    logits, _ = attention._masked_logits(q, k, mask, scale, logit_cap)
+    largest = jnp.max(logits, axis=-1, keepdims=True)
+    exps = jnp.exp(logits - largest)
+    total = jnp.sum(exps, axis=-1, keepdims=True)
+    out = attention.einsum("BKQS,BKSH->BKQH", (exps / total).astype(v.dtype), v)
+    out = jax.ad_checkpoint.checkpoint_name(out, attention.ATTENTION_OUTPUT)
+    largest, total = jax.ad_checkpoint.checkpoint_name((largest, total),
+                                                       attention.ATTENTION_ROW_STATISTICS)
+    return out, (q, k, v, mask, scale, out, largest, total)
+
+  def backward(logit_cap, residuals, d_out):
+    q, k, v, mask, scale, out, largest, total = residuals
+    logits, raw = attention._masked_logits(q, k, mask, scale, logit_cap)
+    probs = jnp.exp(logits - largest) / total
+    d_v = attention.contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
+    d_probs = attention.einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
+    row_sums = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
+    d_logits = probs * (d_probs - row_sums)
+    batch, num_kv_heads, rows, _ = q.shape
+    q_len = mask.shape[1]
+    d_logits = jnp.where(mask[:, None, None, :, :],
+                         d_logits.reshape(batch, num_kv_heads, rows // q_len, q_len, -1), 0.0)
+    d_logits = d_logits.reshape(batch, num_kv_heads, rows, -1)
+    if logit_cap is not None:
+      d_logits = d_logits * (1.0 - jnp.square(jnp.tanh(raw / logit_cap)))
+    d_logits = d_logits * scale
+    d_q = attention.einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
+    d_k = attention.contract_leading(d_logits.astype(q.dtype), q)
+    return d_q, d_k, d_v, None, None
+
+  softmax = jax.custom_vjp(lambda q, k, v, mask, scale, logit_cap:
+                           forward(q, k, v, mask, scale, logit_cap)[0], nondiff_argnums=(5,))
+  softmax.defvjp(forward, backward)
+  return softmax
+
+
+def _blocks_joined_heads_major(q, k, v, mask, *, scale, logit_cap, bias, block,
+                               keys_end_with_block):
+  """attention._attention_by_query_blocks before attention's output was token-major: each block's
+  output heads-major (kept so), the blocks joined so, then the whole output transposed."""
+  import jax
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+  batch, q_len, num_heads, head_dim = q.shape
+  num_kv_heads = k.shape[2]
+  groups = num_heads // num_kv_heads
+  q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
+  k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+  q, k, v = jax.ad_checkpoint.checkpoint_name((q, k, v), attention.ATTENTION_INPUTS)
+  softmax_attention = _heads_major_softmax_attention()
+  blocks = []
+  for start in range(0, q_len, block):
+    end = min(start + block, q_len)
+    keys = end if keys_end_with_block else k.shape[2]
+    rows = q[:, :, :, start:end].reshape(batch, num_kv_heads, groups * (end - start), head_dim)
+    operands = (rows, k[:, :, :keys], v[:, :, :keys], mask[:, start:end, :keys], scale, logit_cap)
+    assert bias is None, "the decoders' attention has no bias"
+    out = softmax_attention(*operands)
+    blocks.append(out.reshape(batch, num_kv_heads, groups, end - start, head_dim))
+  out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=3)
+  return out.transpose(0, 3, 1, 2, 4).reshape(batch, q_len, num_heads, head_dim)
+
+
 def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
   """attention.xla_attention before it ran heads-major: einsums over B, T, K, G, H."""
   import jax
@@ -257,6 +328,12 @@ def _variant_contexts(name: str, model) -> list:
                                            functools.partial(jax.lax.scan, unroll=True))],
       # RMSNorm over [B, T, D] as it comes (before: over [B x T, D], so that the backward pass's
       # reductions are the forms YNNPACK runs fast).
+      # Attention's output heads-major, kept so, the blocks joined so and then the whole output
+      # transposed (before: XLA fused the whole output gradient's sum and transpose into every
+      # block's slice of it, and the backward pass recomputed the output projection's input by
+      # transposing the kept outputs).
+      "heads_major_attention_output": [lambda: _replaced(attention, "_attention_by_query_blocks",
+                                                         _blocks_joined_heads_major)],
       "norms_over_leading_axes": [lambda: _replaced(layers.RMSNorm, "__call__",
                                                     _norm_over_leading_axes)],
       # The projections as einsums over named axes (before: the backward's transposes).

@@ -186,7 +186,11 @@ def _masked_logits(q, k, mask, scale, logit_cap, bias=None):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def softmax_attention(q, k, v, mask, scale, logit_cap):
   """softmax(q k^T scale, masked) v over heads-major operands: q [B, K, Q, H], k/v [B, K, S, H],
-  mask [B, T, S] (Q = G x T: query head n's T rows under key/value head n // G) -> [B, K, Q, H].
+  mask [B, T, S] (Q = G x T: query head n's T rows under key/value head n // G) -> [B, T, K, G, H],
+  token-major, as the output projection reads it: kept so (for the backward pass's row sums, which
+  read it and its gradient in that layout), the blocks' outputs joined are the projection's input,
+  where the backward pass had recomputed that input by transposing the kept heads-major outputs
+  (benchmarks/train_step_profile.py --compare=current,heads_major_attention_output).
 
   Its backward pass is FlashAttention's: from the output and each row's largest logit and sum of
   exponentials (kept, under the names above) it recomputes the probabilities with one product,
@@ -205,7 +209,7 @@ def _softmax_attention_forward(q, k, v, mask, scale, logit_cap):
   largest = jnp.max(logits, axis=-1, keepdims=True)
   exps = jnp.exp(logits - largest)
   total = jnp.sum(exps, axis=-1, keepdims=True)
-  out = einsum("BKQS,BKSH->BKQH", (exps / total).astype(v.dtype), v)
+  out = _token_major(einsum("BKQS,BKSH->BKQH", (exps / total).astype(v.dtype), v), mask.shape[1])
   out = jax.ad_checkpoint.checkpoint_name(out, ATTENTION_OUTPUT)
   largest, total = jax.ad_checkpoint.checkpoint_name((largest, total), ATTENTION_ROW_STATISTICS)
   return out, (q, k, v, mask, scale, out, largest, total)
@@ -215,9 +219,11 @@ def _softmax_attention_backward(logit_cap, residuals, d_out):
   q, k, v, mask, scale, out, largest, total = residuals
   logits, raw = _masked_logits(q, k, mask, scale, logit_cap)
   probs = jnp.exp(logits - largest) / total  # [B, K, Q, S] float32
+  row_sums = _heads_major(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1,
+                                  keepdims=True))  # [B, K, Q, 1]
+  d_out = _heads_major(d_out)
   d_v = contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
   d_probs = einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
-  row_sums = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
   d_logits = probs * (d_probs - row_sums)
   batch, num_kv_heads, rows, _ = q.shape
   q_len = mask.shape[1]
@@ -236,12 +242,24 @@ def _softmax_attention_backward(logit_cap, residuals, d_out):
 softmax_attention.defvjp(_softmax_attention_forward, _softmax_attention_backward)
 
 
+def _token_major(x: jax.Array, q_len: int) -> jax.Array:
+  """[B, K, G x T, H] -> [B, T, K, G, H]."""
+  batch, num_kv_heads, rows, head_dim = x.shape
+  return x.reshape(batch, num_kv_heads, rows // q_len, q_len, head_dim).transpose(0, 3, 1, 2, 4)
+
+
+def _heads_major(x: jax.Array) -> jax.Array:
+  """[B, T, K, G, H] -> [B, K, G x T, H]."""
+  batch, q_len, num_kv_heads, groups, head_dim = x.shape
+  return x.transpose(0, 2, 3, 1, 4).reshape(batch, num_kv_heads, groups * q_len, head_dim)
+
+
 def differentiated_softmax_attention(q, k, v, mask, scale, logit_cap, bias=None):
   """`softmax_attention`'s result, `bias` [B, N, T, S] added to the scaled logits, differentiated
   as JAX differentiates it: the path of a position bias (DeBERTa), which is trained."""
   logits, _ = _masked_logits(q, k, mask, scale, logit_cap, bias)
   probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  return einsum("BKQS,BKSH->BKQH", probs, v)
+  return _token_major(einsum("BKQS,BKSH->BKQH", probs, v), mask.shape[1])
 
 
 def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, scale: float,
@@ -298,9 +316,14 @@ def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
       out = softmax_attention(*operands)
     else:
       out = differentiated_softmax_attention(*operands, bias[:, :, start:end, :keys])
-    blocks.append(out.reshape(batch, num_kv_heads, groups, end - start, head_dim))
-  out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=3)
-  return out.transpose(0, 3, 1, 2, 4).reshape(batch, q_len, num_heads, head_dim)
+    # Each block comes token-major ([B, block, K, G, H]) and they are joined so, rather than
+    # joined heads-major and then transposed: in the backward pass each block's output gradient
+    # is then a slice of whole rows, read and transposed for that block alone, where XLA had
+    # fused the whole [B, T, N, H] gradient's sum and transpose into every block's slice of it
+    # (benchmarks/train_step_profile.py --compare=current,blocks_joined_heads_major).
+    blocks.append(out)
+  out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=1)
+  return out.reshape(batch, q_len, num_heads, head_dim)
 
 
 def dense_fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout,

@@ -10,6 +10,7 @@ prefix (sometimes empty) and 1-3 branches, a padding tail, and an all-padding ro
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -300,3 +301,32 @@ def test_training_never_runs_the_forward_only_splash_kernel():
   assert attention.for_training("cudnn", "gpu") == "cudnn"
   with pytest.raises(ValueError, match="forward only"):
     attention.for_training("splash", "tpu")
+
+
+def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it():
+  """Under the layers' checkpoint policy the backward pass transposes nothing it recomputes:
+  attention's output is kept token-major, as the output projection reads it, so that projection's
+  input is the kept blocks joined. Kept heads-major, the backward pass recomputed it by transposing
+  every layer's kept outputs (benchmarks/train_step_profile.py
+  --compare=current,heads_major_attention_output)."""
+  from socialrm_jax.models import trunk
+  q, k, v, layout, positions = random_case(2, rows=1, length=256, heads=4, kv_heads=2,
+                                           is_causal=True)
+  width = 4 * HEAD_DIM
+  rng = np.random.default_rng(3)
+  weights = jnp.asarray(rng.normal(size=(3, 2, width, width)) / width, jnp.float32)
+  x = q.reshape(1, 256, width)
+
+  @functools.partial(jax.checkpoint, policy=trunk.LAYER_SAVED_RESIDUALS, prevent_cse=False)
+  def layer(x, layer_weights):
+    kv = (x @ layer_weights[0]).reshape(1, 256, 4, HEAD_DIM)[:, :, :2]
+    out = attention.attend(x.reshape(1, 256, 4, HEAD_DIM), kv, kv, layout, positions,
+                           scale=SCALE)  # by blocks of queries: 256 > CAUSAL_QUERY_BLOCK
+    return x + out.reshape(1, 256, width) @ layer_weights[1], None
+
+  def loss(x, weights):
+    return jnp.square(jax.lax.scan(layer, x, weights)[0]).sum()
+
+  program = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, weights).compile().as_text()
+  assert "rematted_computation" in program  # the policy recomputes what it does not keep
+  assert "rematted_computation/transpose" not in program
