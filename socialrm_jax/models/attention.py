@@ -320,7 +320,7 @@ def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
     # joined heads-major and then transposed: in the backward pass each block's output gradient
     # is then a slice of whole rows, read and transposed for that block alone, where XLA had
     # fused the whole [B, T, N, H] gradient's sum and transpose into every block's slice of it
-    # (benchmarks/train_step_profile.py --compare=current,blocks_joined_heads_major).
+    # (benchmarks/train_step_profile.py --compare=current,heads_major_attention_output).
     blocks.append(out)
   out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=1)
   return out.reshape(batch, q_len, num_heads, head_dim)

@@ -310,7 +310,7 @@ def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it
   every layer's kept outputs (benchmarks/train_step_profile.py
   --compare=current,heads_major_attention_output)."""
   from socialrm_jax.models import trunk
-  q, k, v, layout, positions = random_case(2, rows=1, length=256, heads=4, kv_heads=2,
+  q, _, _, layout, positions = random_case(2, rows=1, length=256, heads=4, kv_heads=2,
                                            is_causal=True)
   width = 4 * HEAD_DIM
   rng = np.random.default_rng(3)
