@@ -275,6 +275,49 @@ def _scan_layers_slicing_outside_checkpoint(layers, x, call, per_layer=None, las
   return last_call(nnx.merge(graphdef, state), x, data)
 
 
+def _scan_layers_first_outside(layers, x, call, per_layer=None, last_call=None):
+  """trunk.scan_layers with the first layer run outside the scan too, as the last is (not a step
+  of the code's): out of the scan, a layer whose input has no gradient (LoRA: the embedding is
+  frozen) gets none of its input's gradient computed, where the scan's backward computes every
+  layer's alike."""
+  import functools
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from socialrm_jax.models import trunk
+  graphdef, stacked = nnx.split(layers)
+  scanned = (stacked, per_layer)
+  num_layers = jax.tree.leaves(stacked)[0].shape[0]
+
+  def layer_at(index):
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
+
+  @functools.partial(jax.checkpoint, policy=trunk.LAYER_SAVED_RESIDUALS, prevent_cse=False)
+  def indexed_layer(x, index):
+    state, data = layer_at(index)
+    return call(nnx.merge(graphdef, state), x, data), None
+
+  end = num_layers if last_call is None else num_layers - 1
+  x, _ = indexed_layer(x, 0)
+  x, _ = jax.lax.scan(indexed_layer, x, jnp.arange(1, end))
+  if last_call is None:
+    return x
+  state, data = layer_at(num_layers - 1)
+  return last_call(nnx.merge(graphdef, state), x, data)
+
+
+def _contract_leading_rows_transposed(contract_leading, x, y, out_dtype=None):
+  """attention.contract_leading with a weight's gradient x^T y, both operands wide (full
+  fine-tuning), taken in YNNPACK's order from x transposed into a buffer of its own (not a step of
+  the code's: XLA:CPU computes that product in its own loops)."""
+  import jax
+  from socialrm_jax.models import attention
+  if min(x.shape[-1], y.shape[-1]) <= attention.NARROW_OPERAND:
+    return contract_leading(x, y, out_dtype)
+  rows_last = jax.lax.optimization_barrier(x.swapaxes(-1, -2))
+  return attention.einsum("...IR,...RO->...IO", rows_last, y, out_dtype)
+
+
 def _merged_lora_params(trained, frozen, lora_scale, dtype):
   """train_step.full_params before LoRA ran beside its targets: W + (alpha / r) A B merged."""
   from socialrm_jax.training import train_step, trainable
@@ -375,6 +418,15 @@ def _variant_contexts(name: str, model) -> list:
       "leading_contractions_in_place": [
           lambda: _replaced(layers, "matmul", functools.partial(attention.einsum, "RI,IO->RO")),
           lambda: _replaced(attention, "contract_leading", _contract_leading_in_place)],
+      # Tried, not kept: the first layer outside the scan too (LoRA: the first layer's input
+      # gradient skipped).
+      "first_layer_outside_scan": [lambda: _replaced(trunk, "scan_layers",
+                                                     _scan_layers_first_outside)],
+      # Tried, not kept: full fine-tuning's weight gradients in YNNPACK's order, the rows
+      # transposed first.
+      "weight_grads_rows_transposed": [lambda: _replaced(
+          attention, "contract_leading",
+          functools.partial(_contract_leading_rows_transposed, attention.contract_leading))],
   }
   variants["before"] = [context for name_ in ("einsum_projections", "keep_all_residuals",
                                               "grouped_attention") for context in variants[name_]]
