@@ -288,6 +288,9 @@ def _scan_layers_first_outside(layers, x, call, per_layer=None, last_call=None):
   graphdef, stacked = nnx.split(layers)
   scanned = (stacked, per_layer)
   num_layers = jax.tree.leaves(stacked)[0].shape[0]
+  if num_layers < (2 if last_call is None else 3):
+    raise app.UsageError(f"--compare=first_layer_outside_scan: the model has {num_layers} "
+                         "layers; it needs a layer between its first and its last")
 
   def layer_at(index):
     return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
