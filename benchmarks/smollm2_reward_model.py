@@ -355,6 +355,7 @@ def main(argv):
       results["audit"] = audit_results(work)
     log(f"{step}: done; load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     results["cpu"] = comparison.cpu_name()
+    results["allocator"] = comparison.allocator()
     results_path.write_text(json.dumps(results, indent=1))
   lines = table(work, results)
   print("\n".join(lines))

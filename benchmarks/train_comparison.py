@@ -1,6 +1,6 @@
 """What the training benchmarks share: a trainer run as a whole process (wall seconds and peak
-RSS from `wait4`), the token slots each trainer computes, the machine's name, and the table that
-sets the project's trainer beside TRL's (benchmarks/train_throughput.py,
+RSS from `wait4`), the token slots each trainer computes, the machine's name and allocator, and
+the table that sets the project's trainer beside TRL's (benchmarks/train_throughput.py,
 benchmarks/smollm2_reward_model.py)."""
 
 from __future__ import annotations
@@ -101,6 +101,21 @@ def moving_mean(values: list[float], width: int = SMOOTH) -> np.ndarray:
   if len(x) < width:
     return x
   return np.convolve(x, np.ones(width) / width, mode="valid")
+
+
+def allocator() -> str:
+  """The malloc this process runs on, which the trainers it starts inherit (`LD_PRELOAD`,
+  `MALLOC_CONF`, `GLIBC_TUNABLES`): XLA:CPU allocates each call's buffers afresh, so a CPU's
+  figures move with it by a tenth or more (docs/value_bias_ablation.md, the allocator)."""
+  try:
+    maps = pathlib.Path("/proc/self/maps").read_text()
+  except OSError:
+    return "unknown allocator"
+  for name, settings in (("tcmalloc", "TCMALLOC_RELEASE_RATE"), ("jemalloc", "MALLOC_CONF")):
+    if f"lib{name}" in maps:
+      return name + (f" ({os.environ[settings]})" if settings in os.environ else "")
+  tunables = os.environ.get("GLIBC_TUNABLES")
+  return "glibc" + (f" ({tunables})" if tunables else "")
 
 
 def cpu_name() -> str:

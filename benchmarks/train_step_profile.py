@@ -52,7 +52,6 @@ import os
 import pathlib
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +63,7 @@ if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 
 from socialrm_jax.main import command  # noqa: E402  # after the path above
+from train_comparison import allocator, cpu_name  # noqa: E402  # benchmarks/, the script's folder
 
 _MODEL = flags.DEFINE_string("model", None, "Model folder (a causal LM or a reward model).",
                              required=True)
@@ -92,13 +92,6 @@ def system_seconds_and_faults() -> tuple[float, int]:
   buffers afresh each call, and the kernel zeroes every page the program first touches."""
   usage = resource.getrusage(resource.RUSAGE_SELF)
   return usage.ru_stime, usage.ru_minflt
-
-
-def cpu_name() -> str:
-  for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-    if line.startswith("Model name:"):
-      return line.split(":", 1)[1].strip()
-  return "unknown CPU"
 
 
 @contextlib.contextmanager
@@ -770,7 +763,8 @@ def main(argv):
   rows = step_pairs(_PAIRS.value)
   steps = blocks_of(tokenizer, rows)
   slots = sum(b.input_ids.size for s in steps for b in s)
-  print(f"{cpu_name()}, {os.cpu_count()} cores, jax {jax.__version__}; {_DTYPE.value}, "
+  print(f"{cpu_name()}, {os.cpu_count()} cores, allocator {allocator()}, jax {jax.__version__}; "
+        f"{_DTYPE.value}, "
         + (f"LoRA r {_LORA_RANK.value}" if _LORA_RANK.value else "full fine-tuning")
         + f"; {len(steps)} steps of {_BATCH_SIZE.value} pairs: "
         f"{sum(len(s) for s in steps)} blocks "

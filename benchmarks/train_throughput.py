@@ -51,8 +51,8 @@ from absl import app, flags
 
 import gpu_throughput_inputs as inputs
 from gpu_throughput_presets import SIZES, log
-from train_comparison import (RUNS, Preset, computed_slots, cpu_name, device_name, on_gpu,
-                              run_process, table, training_order)
+from train_comparison import (RUNS, Preset, allocator, computed_slots, cpu_name, device_name,
+                              on_gpu, run_process, table, training_order)
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import convert
 
@@ -203,7 +203,8 @@ def main(argv):
       len(rows), preset, _SEED.value)))
   slots = computed_slots(model, rows, preset, _SEED.value)
   log(f"{len(rows)} pairs, {tokens:,} tokens (both sequences of each pair); model {model.name}; "
-      f"{device_name()}, {os.cpu_count()} cores; {_DTYPE.value}, our attention {_ATTENTION.value}")
+      f"{device_name()}, {os.cpu_count()} cores, allocator {allocator()}; {_DTYPE.value}, "
+      f"our attention {_ATTENTION.value}")
   runners = {"ours": run_ours, "trl": run_trl}
   inputs_of = {"ours": pairs, "trl": in_order}
   results = {}
@@ -216,7 +217,7 @@ def main(argv):
   print("\n".join(lines))
   (work / f"results-{_PRESET.value}.json").write_text(json.dumps({
       "preset": dataclasses.asdict(preset), "pairs": len(rows), "tokens": tokens,
-      "cpu": cpu_name(), "device": device_name(), "dtype": _DTYPE.value,
+      "cpu": cpu_name(), "allocator": allocator(), "device": device_name(), "dtype": _DTYPE.value,
       "attention": _ATTENTION.value, "cores": os.cpu_count(), "slots": slots, "results": results,
       "table": lines}, indent=1))
 
