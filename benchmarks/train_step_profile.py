@@ -273,7 +273,6 @@ def _scan_layers_first_outside(layers, x, call, per_layer=None, last_call=None):
   of the code's): out of the scan, a layer whose input has no gradient (LoRA: the embedding is
   frozen) gets none of its input's gradient computed, where the scan's backward computes every
   layer's alike."""
-  import functools
   import jax
   import jax.numpy as jnp
   from flax import nnx
