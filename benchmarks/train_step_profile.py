@@ -150,6 +150,34 @@ def _norm_over_leading_axes(self, x):
   return scale.astype(self.dtype) * normed.astype(x.dtype)
 
 
+def _softmax_attention_of(forward, backward):
+  """A variant's `attention.softmax_attention`: `forward` -> (output, residuals), `backward`."""
+  import jax
+  softmax = jax.custom_vjp(lambda q, k, v, mask, scale, logit_cap:
+                           forward(q, k, v, mask, scale, logit_cap)[0], nondiff_argnums=(5,))
+  softmax.defvjp(forward, backward)
+  return softmax
+
+
+def _query_and_key_gradients(d_logits, q, k, mask, scale, cap_slopes):
+  """The variants' attention backward from the logits' gradient before the mask, the soft cap
+  (`cap_slopes`: 1 - tanh(raw / cap)^2, or None) and the scale: the queries' and the keys'
+  gradients, as `attention._softmax_attention_backward` takes them."""
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+  batch, num_kv_heads, rows, _ = q.shape
+  q_len = mask.shape[1]
+  d_logits = jnp.where(mask[:, None, None, :, :],
+                       d_logits.reshape(batch, num_kv_heads, rows // q_len, q_len, -1), 0.0)
+  d_logits = d_logits.reshape(batch, num_kv_heads, rows, -1)
+  if cap_slopes is not None:
+    d_logits = d_logits * cap_slopes
+  d_logits = d_logits * scale
+  d_q = attention.einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
+  d_k = attention.contract_leading(d_logits.astype(q.dtype), q)
+  return d_q, d_k
+
+
 def _heads_major_softmax_attention():
   """attention.softmax_attention before its output was token-major: heads-major [B, K, Q, H],
   kept so for the backward pass."""
@@ -175,23 +203,69 @@ def _heads_major_softmax_attention():
     d_v = attention.contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
     d_probs = attention.einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
     row_sums = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
-    d_logits = probs * (d_probs - row_sums)
-    batch, num_kv_heads, rows, _ = q.shape
-    q_len = mask.shape[1]
-    d_logits = jnp.where(mask[:, None, None, :, :],
-                         d_logits.reshape(batch, num_kv_heads, rows // q_len, q_len, -1), 0.0)
-    d_logits = d_logits.reshape(batch, num_kv_heads, rows, -1)
-    if logit_cap is not None:
-      d_logits = d_logits * (1.0 - jnp.square(jnp.tanh(raw / logit_cap)))
-    d_logits = d_logits * scale
-    d_q = attention.einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
-    d_k = attention.contract_leading(d_logits.astype(q.dtype), q)
+    cap_slopes = None if logit_cap is None else 1.0 - jnp.square(jnp.tanh(raw / logit_cap))
+    d_q, d_k = _query_and_key_gradients(probs * (d_probs - row_sums), q, k, mask, scale,
+                                        cap_slopes)
     return d_q, d_k, d_v, None, None
 
-  softmax = jax.custom_vjp(lambda q, k, v, mask, scale, logit_cap:
-                           forward(q, k, v, mask, scale, logit_cap)[0], nondiff_argnums=(5,))
-  softmax.defvjp(forward, backward)
-  return softmax
+  return _softmax_attention_of(forward, backward)
+
+
+ATTENTION_PROBABILITIES = "attention_probabilities"
+
+
+def _probabilities_kept_softmax_attention(row_sums_as_product: bool):
+  """attention.softmax_attention keeping its probabilities for the backward pass (named
+  ATTENTION_PROBABILITIES, kept by the layer's checkpoint), where FlashAttention's backward
+  recomputes them (the logits' product, the mask and the exponentials); `row_sums_as_product`:
+  rowsum(dO * O) as a batched product over H."""
+  import jax
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+
+  def forward(q, k, v, mask, scale, logit_cap):
+    logits, raw = attention._masked_logits(q, k, mask, scale, logit_cap)
+    largest = jnp.max(logits, axis=-1, keepdims=True)
+    exps = jnp.exp(logits - largest)
+    probs = exps / jnp.sum(exps, axis=-1, keepdims=True)
+    out = attention._token_major(attention.einsum("BKQS,BKSH->BKQH", probs.astype(v.dtype), v),
+                                 mask.shape[1])
+    out = jax.ad_checkpoint.checkpoint_name(out, attention.ATTENTION_OUTPUT)
+    probs = jax.ad_checkpoint.checkpoint_name(probs, ATTENTION_PROBABILITIES)
+    cap_slopes = None if logit_cap is None else 1.0 - jnp.square(jnp.tanh(raw / logit_cap))
+    return out, (q, k, v, mask, scale, out, probs, cap_slopes)
+
+  def backward(logit_cap, residuals, d_out):
+    q, k, v, mask, scale, out, probs, cap_slopes = residuals
+    if row_sums_as_product:
+      row_sums = attention.einsum("BTKGH,BTKGH->BKGT", d_out, out, jnp.float32)
+      row_sums = row_sums.reshape(*row_sums.shape[:2], -1, 1)
+    else:
+      row_sums = attention._heads_major(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32),
+                                                -1, keepdims=True))
+    d_out = attention._heads_major(d_out)
+    d_v = attention.contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
+    d_probs = attention.einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
+    d_q, d_k = _query_and_key_gradients(probs * (d_probs - row_sums), q, k, mask, scale,
+                                        cap_slopes)
+    return d_q, d_k, d_v, None, None
+
+  return _softmax_attention_of(forward, backward)
+
+
+def _probabilities_kept(row_sums_as_product: bool):
+  """The contexts of the variant `probabilities_kept`: the attention above, and the layers'
+  policy keeping its probabilities too."""
+  import jax
+  from socialrm_jax.models import attention, layers, trunk
+  policy = jax.checkpoint_policies.save_from_both_policies(
+      jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+      jax.checkpoint_policies.save_only_these_names(
+          layers.PROJECTION_OUTPUT, attention.ATTENTION_INPUTS, attention.ATTENTION_OUTPUT,
+          attention.ATTENTION_ROW_STATISTICS, ATTENTION_PROBABILITIES))
+  return [lambda: _replaced(attention, "softmax_attention",
+                            _probabilities_kept_softmax_attention(row_sums_as_product)),
+          lambda: _replaced(trunk, "LAYER_SAVED_RESIDUALS", policy)]
 
 
 def _blocks_joined_heads_major(q, k, v, mask, *, scale, logit_cap, bias, block,
@@ -423,6 +497,10 @@ def _variant_contexts(name: str, model) -> list:
           attention, "contract_leading",
           functools.partial(_contract_leading_rows_transposed, attention.contract_leading))],
   }
+  # Tried: attention's probabilities kept for the backward pass (not recomputed); and with the
+  # softmax's row sums as a product.
+  variants["probabilities_kept"] = _probabilities_kept(row_sums_as_product=False)
+  variants["probabilities_kept_row_sums_product"] = _probabilities_kept(row_sums_as_product=True)
   variants["before"] = [context for name_ in ("einsum_projections", "keep_all_residuals",
                                               "grouped_attention") for context in variants[name_]]
   contexts = []
