@@ -255,14 +255,12 @@ def _probabilities_kept_softmax_attention(row_sums_as_product: bool):
 
 def _probabilities_kept(row_sums_as_product: bool):
   """The contexts of the variant `probabilities_kept`: the attention above, and the layers'
-  policy keeping its probabilities too."""
+  policy (`trunk.LAYER_SAVED_RESIDUALS`) keeping its probabilities too."""
   import jax
-  from socialrm_jax.models import attention, layers, trunk
+  from socialrm_jax.models import attention, trunk
   policy = jax.checkpoint_policies.save_from_both_policies(
-      jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-      jax.checkpoint_policies.save_only_these_names(
-          layers.PROJECTION_OUTPUT, attention.ATTENTION_INPUTS, attention.ATTENTION_OUTPUT,
-          attention.ATTENTION_ROW_STATISTICS, ATTENTION_PROBABILITIES))
+      trunk.LAYER_SAVED_RESIDUALS,
+      jax.checkpoint_policies.save_only_these_names(ATTENTION_PROBABILITIES))
   return [lambda: _replaced(attention, "softmax_attention",
                             _probabilities_kept_softmax_attention(row_sums_as_product)),
           lambda: _replaced(trunk, "LAYER_SAVED_RESIDUALS", policy)]

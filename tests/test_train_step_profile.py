@@ -15,32 +15,44 @@ from socialrm_jax.models import attention
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("logit_cap", [None, 5.0])
-@pytest.mark.parametrize("row_sums_as_product", [False, True])
-def test_variants_have_softmax_attentions_gradients(monkeypatch, logit_cap,
-                                                    row_sums_as_product):
-  monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-  import train_step_profile
+def gradients(softmax, logit_cap):
+  """q, k and v's gradients of a weighted sum of `softmax`'s token-major output, on a causal mask
+  whose first query sees no key (padding: a uniform softmax)."""
   batch, kv_heads, groups, length, width = 1, 2, 2, 16, 8
   keys = jax.random.split(jax.random.key(0), 4)
   q = jax.random.normal(keys[0], (batch, kv_heads, groups * length, width))
   k = jax.random.normal(keys[1], (batch, kv_heads, length, width))
   v = jax.random.normal(keys[2], (batch, kv_heads, length, width))
   weights = jax.random.normal(keys[3], (batch, length, kv_heads, groups, width))
-  # Causal, and the first query of the second row seeing no key (padding): a uniform softmax.
   mask = jnp.tril(jnp.ones((length, length), bool))[None].at[0, 0, 0].set(False)
 
-  def gradients(softmax):
-    def loss(q, k, v):
-      return jnp.sum(softmax(q, k, v, mask, 0.3, logit_cap) * weights)
-    return jax.grad(loss, (0, 1, 2))(q, k, v)
+  def loss(q, k, v):
+    return jnp.sum(softmax(q, k, v, mask, 0.3, logit_cap) * weights)
+  return jax.grad(loss, (0, 1, 2))(q, k, v)
 
-  want = gradients(attention.softmax_attention)
+
+@pytest.fixture
+def train_step_profile(monkeypatch):
+  monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+  import train_step_profile
+  return train_step_profile
+
+
+@pytest.mark.parametrize("logit_cap", [None, 5.0])
+@pytest.mark.parametrize("row_sums_as_product", [False, True])
+def test_probabilities_kept(train_step_profile, logit_cap, row_sums_as_product):
   kept = train_step_profile._probabilities_kept_softmax_attention(row_sums_as_product)
-  for got, wanted in zip(gradients(kept), want):
-    np.testing.assert_allclose(got, wanted, atol=1e-5, rtol=0)
-  # The variant before attention's output was token-major returns it heads-major.
+  for got, want in zip(gradients(kept, logit_cap),
+                       gradients(attention.softmax_attention, logit_cap)):
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("logit_cap", [None, 5.0])
+def test_heads_major_attention_output(train_step_profile, logit_cap):
   heads_major = train_step_profile._heads_major_softmax_attention()
-  for got, wanted in zip(gradients(lambda *operands: attention._token_major(
-      heads_major(*operands), length)), want):
-    np.testing.assert_allclose(got, wanted, atol=1e-5, rtol=0)
+
+  def token_major(q, k, v, mask, scale, logit_cap):  # the variant's output is heads-major
+    return attention._token_major(heads_major(q, k, v, mask, scale, logit_cap), mask.shape[1])
+  for got, want in zip(gradients(token_major, logit_cap),
+                       gradients(attention.softmax_attention, logit_cap)):
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
