@@ -237,20 +237,48 @@ def _probabilities_kept_softmax_attention(row_sums_as_product: bool):
 
   def backward(logit_cap, residuals, d_out):
     q, k, v, mask, scale, out, probs, cap_slopes = residuals
-    if row_sums_as_product:
-      row_sums = attention.einsum("BTKGH,BTKGH->BKGT", d_out, out, jnp.float32)
-      row_sums = row_sums.reshape(*row_sums.shape[:2], -1, 1)
-    else:
-      row_sums = attention._heads_major(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32),
-                                                -1, keepdims=True))
-    d_out = attention._heads_major(d_out)
-    d_v = attention.contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
-    d_probs = attention.einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
-    d_q, d_k = _query_and_key_gradients(probs * (d_probs - row_sums), q, k, mask, scale,
-                                        cap_slopes)
-    return d_q, d_k, d_v, None, None
+    return _queries_major_backward(q, k, v, mask, scale, out, probs, cap_slopes, d_out,
+                                   row_sums_as_product)
 
   return _softmax_attention_of(forward, backward)
+
+
+def _queries_major_backward(q, k, v, mask, scale, out, probs, cap_slopes, d_out,
+                            row_sums_as_product: bool):
+  """The variants' attention backward from the probabilities [B, K, Q, S] (queries-major, as
+  attention._softmax_attention_backward took them before it recomputed them keys-major):
+  `row_sums_as_product`, rowsum(dO * O) as a product over H (else summed)."""
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+  if row_sums_as_product:
+    row_sums = attention._row_sums(d_out, out)
+  else:
+    row_sums = attention._heads_major(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32),
+                                              -1, keepdims=True))
+  d_out = attention._heads_major(d_out)
+  d_v = attention.contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
+  d_probs = attention.einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
+  d_q, d_k = _query_and_key_gradients(probs * (d_probs - row_sums), q, k, mask, scale,
+                                      cap_slopes)
+  return d_q, d_k, d_v, None, None
+
+
+def _queries_major_softmax_attention(row_sums_as_product: bool):
+  """attention.softmax_attention before its backward pass recomputed the probabilities keys-major
+  ([B, K, S, Q]): queries-major [B, K, Q, S], as the forward computes them, so that the values'
+  and keys' gradients contract the rows of both operands; `row_sums_as_product` as above."""
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+
+  def backward(logit_cap, residuals, d_out):
+    q, k, v, mask, scale, out, largest, total = residuals
+    logits, raw = attention._masked_logits(q, k, mask, scale, logit_cap)
+    probs = jnp.exp(logits - largest) / total
+    cap_slopes = None if logit_cap is None else 1.0 - jnp.square(jnp.tanh(raw / logit_cap))
+    return _queries_major_backward(q, k, v, mask, scale, out, probs, cap_slopes, d_out,
+                                   row_sums_as_product)
+
+  return _softmax_attention_of(attention._softmax_attention_forward, backward)
 
 
 def _probabilities_kept(row_sums_as_product: bool):
@@ -495,6 +523,13 @@ def _variant_contexts(name: str, model) -> list:
           attention, "contract_leading",
           functools.partial(_contract_leading_rows_transposed, attention.contract_leading))],
   }
+  # Attention's backward pass recomputing the probabilities queries-major, as the forward has
+  # them, the row sums summed (before: the values' and keys' gradients contracted the rows of both
+  # operands, so XLA:CPU transposed dO and q for them); and with the row sums as a product.
+  variants["probabilities_queries_major"] = [lambda: _replaced(
+      attention, "softmax_attention", _queries_major_softmax_attention(False))]
+  variants["probabilities_queries_major_row_sums_product"] = [lambda: _replaced(
+      attention, "softmax_attention", _queries_major_softmax_attention(True))]
   # Tried: attention's probabilities kept for the backward pass (not recomputed); and with the
   # softmax's row sums as a product.
   variants["probabilities_kept"] = _probabilities_kept(row_sums_as_product=False)

@@ -40,9 +40,12 @@ def train_step_profile(monkeypatch):
 
 @pytest.mark.parametrize("logit_cap", [None, 5.0])
 @pytest.mark.parametrize("row_sums_as_product", [False, True])
-def test_probabilities_kept(train_step_profile, logit_cap, row_sums_as_product):
-  kept = train_step_profile._probabilities_kept_softmax_attention(row_sums_as_product)
-  for got, want in zip(gradients(kept, logit_cap),
+@pytest.mark.parametrize("variant", ["_probabilities_kept_softmax_attention",
+                                     "_queries_major_softmax_attention"])
+def test_probabilities_kept_and_queries_major(train_step_profile, variant, logit_cap,
+                                              row_sums_as_product):
+  softmax = getattr(train_step_profile, variant)(row_sums_as_product)
+  for got, want in zip(gradients(softmax, logit_cap),
                        gradients(attention.softmax_attention, logit_cap)):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
@@ -56,3 +59,4 @@ def test_heads_major_attention_output(train_step_profile, logit_cap):
   for got, want in zip(gradients(token_major, logit_cap),
                        gradients(attention.softmax_attention, logit_cap)):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+

@@ -193,8 +193,9 @@ def softmax_attention(q, k, v, mask, scale, logit_cap):
   (benchmarks/train_step_profile.py --compare=current,heads_major_attention_output).
 
   Its backward pass is FlashAttention's: from the output and each row's largest logit and sum of
-  exponentials (kept, under the names above) it recomputes the probabilities with one product,
-  and takes the softmax's row sums from rowsum(dO * O) over H instead of rowsum(dP * P) over S.
+  exponentials (kept, under the names above) it recomputes the probabilities with one product
+  (transposed, keys-major: see the backward), and takes the softmax's row sums from rowsum(dO * O)
+  over H instead of rowsum(dP * P) over S.
   Differentiated by JAX (`differentiated_softmax_attention`), a checkpointed layer recomputed the
   whole forward (both products and the softmax) before its backward, 4% more of the 35M Llama's
   LoRA step (benchmarks/train_step_profile.py --compare=current,differentiated_attention)."""
@@ -217,26 +218,52 @@ def _softmax_attention_forward(q, k, v, mask, scale, logit_cap):
 
 def _softmax_attention_backward(logit_cap, residuals, d_out):
   q, k, v, mask, scale, out, largest, total = residuals
-  logits, raw = _masked_logits(q, k, mask, scale, logit_cap)
-  probs = jnp.exp(logits - largest) / total  # [B, K, Q, S] float32
-  row_sums = _heads_major(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1,
-                                  keepdims=True))  # [B, K, Q, 1]
-  d_out = _heads_major(d_out)
-  d_v = contract_leading(probs.astype(v.dtype), d_out.astype(v.dtype))
-  d_probs = einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
-  d_logits = probs * (d_probs - row_sums)
-  batch, num_kv_heads, rows, _ = q.shape
-  q_len = mask.shape[1]
-  d_logits = jnp.where(mask[:, None, None, :, :],  # a masked key's logit is a constant
-                       d_logits.reshape(batch, num_kv_heads, rows // q_len, q_len, -1), 0.0)
-  d_logits = d_logits.reshape(batch, num_kv_heads, rows, -1)
+  # Keys-major: the probabilities recomputed as their transpose [B, K, S, Q] (k q^T), so that the
+  # values' and the keys' gradients (P^T dO, dL^T q) are products in YNNPACK's order as they come;
+  # taken from P [B, K, Q, S], each contracted the rows of both operands, and XLA:CPU transposed
+  # dO (5-D, token-major) and q for them, and each result back (benchmarks/train_step_profile.py
+  # --compare=current,probabilities_queries_major). The queries' gradient is now the one that
+  # contracts both operands' leading axis: `contract_leading` transposes the narrow k.
+  mask = _keys_major_mask(mask, q.shape[2] // mask.shape[1])
+  logits, raw = _masked_logits_keys_major(q, k, mask, scale, logit_cap)
+  probs = jnp.exp(logits - largest.swapaxes(-1, -2)) / total.swapaxes(-1, -2)  # [B, K, S, Q]
+  row_sums = _row_sums(d_out, out)
+  d_out = _heads_major(d_out)  # [B, K, Q, H]
+  d_v = einsum("BKSQ,BKQH->BKSH", probs.astype(v.dtype), d_out.astype(v.dtype))
+  d_probs = einsum("BKSH,BKQH->BKSQ", v, d_out, jnp.float32)
+  d_logits = jnp.where(mask,  # a masked key's logit is a constant
+                       probs * (d_probs - row_sums.swapaxes(-1, -2)), 0.0)
   if logit_cap is not None:  # d/dx cap tanh(x / cap) = 1 - tanh(x / cap)^2
     d_logits = d_logits * (1.0 - jnp.square(jnp.tanh(raw / logit_cap)))
   d_logits = d_logits * scale
-  d_q = einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
-  d_k = contract_leading(d_logits.astype(q.dtype), q)
+  d_k = einsum("BKSQ,BKQH->BKSH", d_logits.astype(q.dtype), q)
+  d_q = contract_leading(d_logits.astype(k.dtype), k)
   # The mask and the scale (a model's constant, or a layer's scanned constant) get none.
   return d_q, d_k, d_v, None, None
+
+
+def _row_sums(d_out: jax.Array, out: jax.Array) -> jax.Array:
+  """rowsum(dO * O) over H, d_out and out token-major [B, T, K, G, H] -> [B, K, G x T, 1].
+
+  As a product: summed (`jnp.sum(d_out * out, -1)`), XLA:CPU handed YNNPACK a reduction to
+  [1, T, K, G] when B is 1 (a packed block), which it ran about ten times as slowly as the
+  product's, to [T, K, G] (benchmarks/train_step_profile.py --compare=current,
+  probabilities_queries_major_row_sums_product)."""
+  return _heads_major(einsum("BTKGH,BTKGH->BTKG", d_out, out, jnp.float32)[..., None])
+
+
+def _keys_major_mask(mask: jax.Array, groups: int) -> jax.Array:
+  """mask [B, T, S] -> [B, 1, S, G x T], against keys-major logits [B, K, S, Q]: transposed, and
+  joined G times rather than broadcast over G. Broadcast, each element's mask index divides its
+  column by T, and XLA:CPU's loop over the logits' exponentials ran about ten times as slowly."""
+  return jnp.concatenate([mask.swapaxes(1, 2)] * groups, axis=-1)[:, None]
+
+
+def _masked_logits_keys_major(q, k, mask, scale, logit_cap):
+  """`_masked_logits` transposed, against `_keys_major_mask`'s mask: [B, K, S, Q] (k q^T), and the
+  scaled logits before soft-capping."""
+  raw = einsum("BKSH,BKQH->BKSQ", k, q, jnp.float32) * scale
+  return jnp.where(mask, soft_cap(raw, logit_cap), MASKED_LOGIT), raw
 
 
 softmax_attention.defvjp(_softmax_attention_forward, _softmax_attention_backward)
