@@ -281,6 +281,14 @@ def _queries_major_softmax_attention(row_sums_as_product: bool):
   return _softmax_attention_of(attention._softmax_attention_forward, backward)
 
 
+def _keys_major_mask_broadcast(mask, groups: int):
+  """attention._keys_major_mask broadcast over G: [B, T, S] -> [B, 1, S, G x T]."""
+  import jax.numpy as jnp
+  batch, q_len, keys = mask.shape
+  broadcast = jnp.broadcast_to(mask.swapaxes(1, 2)[:, :, None, :], (batch, keys, groups, q_len))
+  return broadcast.reshape(batch, 1, keys, groups * q_len)
+
+
 def _probabilities_kept(row_sums_as_product: bool):
   """The contexts of the variant `probabilities_kept`: the attention above, and the layers'
   policy (`trunk.LAYER_SAVED_RESIDUALS`) keeping its probabilities too."""
@@ -530,6 +538,10 @@ def _variant_contexts(name: str, model) -> list:
       attention, "softmax_attention", _queries_major_softmax_attention(False))]
   variants["probabilities_queries_major_row_sums_product"] = [lambda: _replaced(
       attention, "softmax_attention", _queries_major_softmax_attention(True))]
+  # The keys-major mask broadcast over the G query heads (before: joined G times, so that the
+  # loops over the keys-major logits index it without dividing by T).
+  variants["keys_major_mask_broadcast"] = [lambda: _replaced(attention, "_keys_major_mask",
+                                                             _keys_major_mask_broadcast)]
   # Tried: attention's probabilities kept for the backward pass (not recomputed); and with the
   # softmax's row sums as a product.
   variants["probabilities_kept"] = _probabilities_kept(row_sums_as_product=False)

@@ -60,3 +60,9 @@ def test_heads_major_attention_output(train_step_profile, logit_cap):
                        gradients(attention.softmax_attention, logit_cap)):
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
+
+
+def test_keys_major_mask_broadcast(train_step_profile):
+  mask = jax.random.bernoulli(jax.random.key(1), 0.5, (2, 5, 7))
+  np.testing.assert_array_equal(train_step_profile._keys_major_mask_broadcast(mask, 3),
+                                attention._keys_major_mask(mask, 3))
