@@ -104,6 +104,37 @@ def _replaced(owner, name: str, value):
     setattr(owner, name, old)
 
 
+@contextlib.contextmanager
+def _without_residual_workspace():
+  """`training.train_step.TrainStep` before it kept the layers' residuals in a workspace on one
+  CPU device: every block through `accumulate`, the residuals in the stacks JAX's scan makes
+  (and zeroes) afresh on every call."""
+  from socialrm_jax.training import train_step
+  init = train_step.TrainStep.__init__
+
+  def without_workspace(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    self.workspaces = None
+  with _replaced(train_step.TrainStep, "__init__", without_workspace):
+    yield
+
+
+def _rope_recomputing_tables(x, positions, inv_freq):
+  """layers.apply_rope before its cosines and sines were named for the layers' checkpoint (so
+  recomputed by the backward pass)."""
+  import jax.numpy as jnp
+  rotary = 2 * inv_freq.shape[-1]
+  if rotary < x.shape[-1]:
+    return jnp.concatenate([_rope_recomputing_tables(x[..., :rotary], positions, inv_freq),
+                            x[..., rotary:]], axis=-1)
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
+  angles = jnp.concatenate([angles, angles], axis=-1)
+  cos = jnp.cos(angles).astype(x.dtype)[:, :, None, :]
+  sin = jnp.sin(angles).astype(x.dtype)[:, :, None, :]
+  first, second = jnp.split(x, 2, axis=-1)
+  return x * cos + jnp.concatenate([-second, first], axis=-1) * sin
+
+
 def _einsum_projection(self, x):
   """layers.Projection.__call__ before it was one matrix product: the einsum over named axes."""
   from socialrm_jax.models import attention
@@ -531,6 +562,12 @@ def _variant_contexts(name: str, model) -> list:
           attention, "contract_leading",
           functools.partial(_contract_leading_rows_transposed, attention.contract_leading))],
   }
+  # The layers' residuals in the stacks JAX's scan makes and zeroes on every call (before: in a
+  # workspace passed in and handed back, on one CPU device); RoPE's tables recomputed by the
+  # backward pass (before: kept).
+  variants["scan_residuals"] = [_without_residual_workspace]
+  variants["rotary_tables_recomputed"] = [lambda: _replaced(layers, "apply_rope",
+                                                            _rope_recomputing_tables)]
   # Attention's backward pass recomputing the probabilities queries-major, as the forward has
   # them, the row sums summed (before: the values' and keys' gradients contracted the rows of both
   # operands, so XLA:CPU transposed dO and q for them); and with the row sums as a product.
@@ -642,7 +679,7 @@ class Programs:
         for blocks_ in [blocks] if blocks else self.steps:
           grads, sums = step.zeros(self.trained), self.no_sums()
           for arrays in blocks_:
-            grads, sums = step.accumulate(grads, sums, self.trained, self.frozen, arrays)
+            grads, sums = step.add_block(grads, sums, self.trained, self.frozen, arrays)
           jax.block_until_ready(grads)
       else:  # the update, on zero gradients (its cost does not depend on them)
         for _ in self.steps:
@@ -719,10 +756,16 @@ def profile_ops(program: Programs, count: int) -> None:
           for op, ns in self_times(line.events).items():
             if "Execute" not in op and "Await" not in op:
               per_op[op] += ns / repeats / 1e6
-    compiled = (program.step.add_block_sums if name == "forward" else program.step.accumulate)
-    args = ((program.no_sums(), program.trained, program.frozen, block) if name == "forward" else
-            (program.step.zeros(program.trained), program.no_sums(), program.trained,
-             program.frozen, block))
+    step = program.step
+    if name == "forward":
+      compiled, args = step.add_block_sums, (program.no_sums(), program.trained, program.frozen,
+                                             block)
+    else:
+      compiled = step.accumulate if step.workspaces is None else step.accumulate_in_workspace
+      args = (step.zeros(program.trained), program.no_sums(), program.trained, program.frozen,
+              block)
+      if step.workspaces is not None:
+        args += (step.workspace(program.trained, program.frozen, block),)
     # Traced again as the variant, so that the text is the program the profile ran.
     with jax.set_mesh(program.mesh), program.as_variant():
       text = compiled.lower(*args).compile().as_text()

@@ -150,6 +150,8 @@ class Projection(nnx.Module):
 # policy does not see the dot inside `matmul`'s custom derivative (unnamed, the layers recomputed
 # the MLP's products for their backward pass instead of keeping them).
 PROJECTION_OUTPUT = "projection_output"
+# The name of RoPE's cosines and sines (`apply_rope`), kept by a checkpointed layer the same way.
+ROTARY_TABLES = "rotary_tables"
 
 
 def _named(x: jax.Array) -> jax.Array:
@@ -229,8 +231,11 @@ def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: np.ndarray | ja
                            axis=-1)
   angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, H/2]
   angles = jnp.concatenate([angles, angles], axis=-1)  # [B, T, H]
-  cos = jnp.cos(angles).astype(x.dtype)[:, :, None, :]  # [B, T, 1, H]
-  sin = jnp.sin(angles).astype(x.dtype)[:, :, None, :]
+  # Named, so that a checkpointed layer keeps them (`trunk.LAYER_SAVED_RESIDUALS`): recomputed,
+  # XLA:CPU fused the cosine and sine into the loops over every head's rotated gradient.
+  cos, sin = jax.ad_checkpoint.checkpoint_name(
+      (jnp.cos(angles).astype(x.dtype)[:, :, None, :],  # [B, T, 1, H]
+       jnp.sin(angles).astype(x.dtype)[:, :, None, :]), ROTARY_TABLES)
   first, second = jnp.split(x, 2, axis=-1)
   rotated = jnp.concatenate([-second, first], axis=-1)
   return x * cos + rotated * sin

@@ -11,12 +11,17 @@ layer drawn from its own key), run by `scan_layers`: the traced program holds on
 time does not grow with depth, and what differs between layers (a sliding window, RoPE
 frequencies, an attention scale) is data scanned with the parameters. Their HF tensors are read
 into the stacked parameters by `weights.stacked_sources`.
+
+Under `residual_workspace` (the train step on one CPU device), the scan keeps the residuals its
+backward pass reads in buffers the caller passes in and gets back, rather than in stacks made and
+zeroed on every call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +39,7 @@ from socialrm_jax.models import attention, layers
 LAYER_SAVED_RESIDUALS = jax.checkpoint_policies.save_from_both_policies(
     jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     jax.checkpoint_policies.save_only_these_names(layers.PROJECTION_OUTPUT,
+                                                  layers.ROTARY_TABLES,
                                                   attention.ATTENTION_INPUTS,
                                                   attention.ATTENTION_OUTPUT,
                                                   attention.ATTENTION_ROW_STATISTICS))
@@ -94,6 +100,15 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
   """
   graphdef, stacked = nnx.split(layers)  # every leaf [L, ...]
   scanned = (stacked, per_layer)  # per layer: parameters, data
+  if _workspace is not None:
+    num_layers = jax.tree.leaves(stacked)[0].shape[0]
+    count = num_layers if last_call is None else num_layers - 1
+    x = _workspace.scan(graphdef, stacked, per_layer, x, call, count)
+    if last_call is None:
+      return x
+    state, data = jax.tree.map(
+        lambda a: jax.lax.dynamic_index_in_dim(a, num_layers - 1, keepdims=False), scanned)
+    return last_call(nnx.merge(graphdef, state), x, data)
 
   @functools.partial(jax.checkpoint, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
   def layer(x, scanned):
@@ -118,3 +133,148 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
   x, _ = jax.lax.scan(indexed_layer, x, jnp.arange(num_layers - 1))
   state, data = layer_at(num_layers - 1)
   return last_call(nnx.merge(graphdef, state), x, data)
+
+
+# The workspace `scan_layers` keeps its residuals in while one is active (`residual_workspace`).
+_workspace: ResidualWorkspace | None = None
+
+
+@contextlib.contextmanager
+def residual_workspace(buffers: Sequence[jax.Array] | None) -> Iterator[ResidualWorkspace | None]:
+  """While active (for tracing a value and gradient), the one `scan_layers` call keeps the
+  residuals its backward pass reads in `buffers` (`workspace_shapes`: one [count, ...] buffer
+  each) rather than in stacks JAX's scan makes afresh, and zeroes, on every call; the buffers the
+  backward pass read come back as `buffers`' gradient, to be donated to the next call.
+
+  Why: on a CPU the zeroed stacks were a twentieth of the 35M Llama's LoRA value and gradient,
+  most of it the kernel zeroing the pages of buffers allocated afresh on each call
+  (benchmarks/train_step_profile.py --compare=scan_residuals,current). The gradients are the scan's
+  to the bit (tests/models/test_trunk.py). `buffers` None: the scan as it is."""
+  global _workspace
+  if buffers is None:
+    yield None
+    return
+  if _workspace is not None:
+    raise RuntimeError("residual_workspace: one is active already")
+  _workspace = ResidualWorkspace(list(buffers))
+  try:
+    yield _workspace
+  finally:
+    _workspace = None
+
+
+def workspace_shapes(forward: Callable[..., Any], *args) -> list[jax.ShapeDtypeStruct]:
+  """The buffers `residual_workspace` needs for `forward(*args)` (its one `scan_layers` call's
+  residuals of one layer, each with a leading [count]), found by tracing it, abstractly."""
+  global _workspace
+  if _workspace is not None:
+    raise RuntimeError("workspace_shapes: a residual workspace is active")
+  _workspace = ResidualWorkspace(None)
+  try:
+    jax.eval_shape(forward, *args)
+    shapes = _workspace.shapes
+  finally:
+    _workspace = None
+  if shapes is None:
+    raise ValueError("workspace_shapes: the forward runs no scan_layers")
+  return shapes
+
+
+class ResidualWorkspace:
+  """`scan_layers`' scan as a `jax.custom_vjp`: the forward scan takes each layer's `jax.vjp`
+  (under `LAYER_SAVED_RESIDUALS`' checkpoint, as the scan's) and writes the residuals it keeps in
+  place into `buffers`, carried through the scan; the backward scan reads them back and calls the
+  layer's vjp. The residuals that are the layer's own parameters or scanned data are not written:
+  the backward pass slices them from the stacks again, as JAX's scan does. Integer residuals
+  (positions) are few and small: they are stacked the scan's way."""
+
+  def __init__(self, buffers: list[jax.Array] | None):
+    self.buffers = buffers  # None: only finding their shapes (`workspace_shapes`)
+    self.shapes: list[jax.ShapeDtypeStruct] | None = None
+    self.used = False
+
+  def scan(self, graphdef, stacked, per_layer, x: jax.Array, call: LayerCall,
+           count: int) -> jax.Array:
+    if self.used:
+      raise RuntimeError("residual_workspace: a second scan_layers call")
+    self.used = True
+
+    def at(tree, index):
+      return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), tree)
+
+    def layer_call(state, x, data):
+      return call(nnx.merge(graphdef, state), x, data)
+    # What `call` closes over that has a gradient (DeBERTa's relative embeddings) as arguments:
+    # a custom_vjp takes none by closure.
+    layer_call, consts = jax.closure_convert(layer_call, at(stacked, 0), x, at(per_layer, 0))
+    layer = jax.checkpoint(layer_call, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
+
+    def scanned(stacked, x, consts):  # the layers, no residuals kept
+      return jax.lax.scan(
+          lambda x, i: (layer(at(stacked, i), x, at(per_layer, i), *consts), None), x,
+          jnp.arange(count))[0]
+
+    structure = {}  # the layer's vjp: its tree, and where each of its leaves is kept
+
+    def residuals(state, x, data, consts):
+      """A layer's output, and the float residuals its vjp keeps (not its inputs' leaves)
+      and the others."""
+      y, vjp = jax.vjp(layer, state, x, data, *consts)
+      leaves, structure["tree"] = jax.tree.flatten(vjp)
+      inputs = {id(leaf): i for i, leaf in enumerate(jax.tree.leaves((state, data, consts)))}
+      kept, others, structure["where"] = [], [], []
+      for leaf in leaves:
+        if id(leaf) in inputs:
+          structure["where"].append(("input", inputs[id(leaf)]))
+        elif jnp.issubdtype(leaf.dtype, jnp.inexact):
+          structure["where"].append(("kept", len(kept)))
+          kept.append(leaf)
+        else:
+          structure["where"].append(("other", len(others)))
+          others.append(leaf)
+      return y, kept, others
+
+    if self.buffers is None:
+      kept = jax.eval_shape(lambda stacked, x, per_layer, consts: residuals(
+          at(stacked, 0), x, at(per_layer, 0), consts)[1], stacked, x, per_layer, consts)
+      self.shapes = [jax.ShapeDtypeStruct((count, *r.shape), r.dtype) for r in kept]
+      return scanned(stacked, x, consts)
+
+    @jax.custom_vjp
+    def run(stacked, x, buffers, consts):
+      del buffers  # only the gradient reads them
+      return scanned(stacked, x, consts)
+
+    def run_forward(stacked, x, buffers, consts):
+      def body(carry, i):
+        x, buffers = carry
+        y, kept, others = residuals(at(stacked, i), x, at(per_layer, i), consts)
+        buffers = [jax.lax.dynamic_update_index_in_dim(b, r.astype(b.dtype), i, 0)
+                   for b, r in zip(buffers, kept, strict=True)]
+        return (y, buffers), others
+      (y, buffers), others = jax.lax.scan(body, (x, list(buffers)), jnp.arange(count))
+      return y, (stacked, buffers, others, consts)
+
+    def run_backward(saved, d_y):
+      stacked, buffers, others, consts = saved
+
+      def body(carry, i):
+        d_y, d_consts = carry
+        state, data = at(stacked, i), at(per_layer, i)
+        found = {"input": jax.tree.leaves((state, data, consts)), "kept": at(buffers, i),
+                 "other": at(others, i)}
+        vjp = jax.tree.unflatten(structure["tree"],
+                                 [found[kind][j] for kind, j in structure["where"]])
+        d_state, d_x, _, *d_layer_consts = vjp(d_y)
+        return (d_x, jax.tree.map(jnp.add, d_consts, d_layer_consts)), d_state
+      (d_x, d_consts), d_stacked = jax.lax.scan(
+          body, (d_y, jax.tree.map(jnp.zeros_like, list(consts))), jnp.arange(count),
+          reverse=True)
+      # The layers after `count` (the last, run outside) get theirs outside: none here.
+      d_stacked = jax.tree.map(
+          lambda d, a: jnp.concatenate([d, jnp.zeros((a.shape[0] - count, *d.shape[1:]), d.dtype)])
+          if a.shape[0] > count else d, d_stacked, stacked)
+      return d_stacked, d_x, buffers, d_consts
+
+    run.defvjp(run_forward, run_backward)
+    return run(stacked, x, self.buffers, consts)

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from socialrm_jax.models import attention, families, layers, masks, weights  # noqa: E402
+from socialrm_jax.models import attention, families, layers, masks, trunk, weights  # noqa: E402
 from socialrm_jax.models.reward_model import load_reward_model  # noqa: E402
 from tests.helpers import model_fixtures as mf  # noqa: E402
 from tests.helpers.family_cases import CASES, PAD_ID, SEQ_LEN, sequences  # noqa: E402
@@ -129,3 +129,43 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   assert not [shape for shape in scanned if shape[1:] == (length, kv_width)], scanned
   assert not [shape for shape in scanned if shape[1:] in stacked_kernels], scanned
   assert not [shape for shape in scanned if shape[-2:] == (length, length)], scanned
+
+
+@pytest.mark.parametrize("case, reads_few", [
+    *[(case, False) for case in ONE_PER_FAMILY],
+    ("LlamaForSequenceClassification", True),  # the last layer outside the scan
+    ("Gemma3TextForSequenceClassification", True)])  # windows and RoPE scanned per layer
+def test_a_residual_workspace_gives_the_scans_gradients_to_the_bit(tiny_checkpoint, case,
+                                                                   reads_few):
+  """`trunk.residual_workspace`: the layers' residuals kept in buffers passed in, which come back
+  filled as their gradient, give every parameter's and the input's gradient as JAX's scan does,
+  on a fresh (zero) workspace and on one handed back by the call before."""
+  family, config = family_config(tiny_checkpoint, case, 3)
+  if getattr(config, "local_rope_layers", ()):  # local, global, local
+    config = dataclasses.replace(config, local_rope_layers=(True, False, True),
+                                 layer_windows=(8, None, 8))
+  graphdef, params, rest = nnx.split(family.Model(config), nnx.Param, ...)
+  ids = jax.random.randint(jax.random.key(1), (2, 16), 0, 50)
+  layout = attention.Layout(jnp.ones_like(ids), jnp.zeros_like(ids),
+                            is_causal=family.IS_CAUSAL)
+  positions = jnp.broadcast_to(jnp.arange(16), ids.shape)
+  output_index = jnp.asarray([[5, 15], [3, 9]]) if reads_few else None
+  weights_ = jax.random.normal(jax.random.key(2), (2, 2 if reads_few else 16,
+                                                   config.hidden_size))
+
+  def loss(params, buffers=None):
+    with trunk.residual_workspace(buffers):
+      hidden = nnx.merge(graphdef, params, rest)(ids, positions, layout,
+                                                 output_index=output_index)
+    return jnp.sum(hidden * weights_)
+
+  want = jax.jit(jax.grad(loss))(params)
+  shapes = trunk.workspace_shapes(lambda params: loss(params), params)
+  assert shapes and all(s.shape[0] == (2 if reads_few else 3) for s in shapes)
+  buffers = [jnp.zeros(s.shape, s.dtype) for s in shapes]
+  step = jax.jit(jax.grad(loss, argnums=(0, 1)), donate_argnums=(1,))
+  for _ in range(2):  # the second on the buffers the first handed back
+    got, buffers = step(params, buffers)
+    for (path, g), w in zip(jax.tree.leaves_with_path(got), jax.tree.leaves(want)):
+      np.testing.assert_array_equal(g, w, err_msg=jax.tree_util.keystr(path))
+  assert any(np.any(np.asarray(b) != 0) for b in buffers)
