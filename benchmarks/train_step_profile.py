@@ -333,31 +333,58 @@ def _probabilities_kept(row_sums_as_product: bool):
           lambda: _replaced(trunk, "LAYER_SAVED_RESIDUALS", policy)]
 
 
-def _blocks_joined_heads_major(q, k, v, mask, *, scale, logit_cap, bias, block,
-                               keys_end_with_block):
-  """attention._attention_by_query_blocks before attention's output was token-major: each block's
-  output heads-major (kept so), the blocks joined so, then the whole output transposed."""
+def _sliced_query_blocks(q, k, v, mask, scale, logit_cap, block, keys_end_with_block):
+  """(start, end, keys, operands) of each block of queries, as attention._attention_by_query_blocks
+  took them before the blocks were split: q, k and v heads-major and named, as it makes them, and
+  each block of queries sliced on its own (its backward pass pads each block's gradient to every
+  query and adds them up)."""
   import jax
-  import jax.numpy as jnp
   from socialrm_jax.models import attention
   batch, q_len, num_heads, head_dim = q.shape
-  num_kv_heads = k.shape[2]
-  groups = num_heads // num_kv_heads
+  num_kv_heads, groups = k.shape[2], num_heads // k.shape[2]
   q = q.reshape(batch, q_len, num_kv_heads, groups, head_dim).transpose(0, 2, 3, 1, 4)
   k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
   q, k, v = jax.ad_checkpoint.checkpoint_name((q, k, v), attention.ATTENTION_INPUTS)
-  softmax_attention = _heads_major_softmax_attention()
-  blocks = []
   for start in range(0, q_len, block):
     end = min(start + block, q_len)
     keys = end if keys_end_with_block else k.shape[2]
     rows = q[:, :, :, start:end].reshape(batch, num_kv_heads, groups * (end - start), head_dim)
-    operands = (rows, k[:, :, :keys], v[:, :, :keys], mask[:, start:end, :keys], scale, logit_cap)
-    assert bias is None, "the decoders' attention has no bias"
-    out = softmax_attention(*operands)
-    blocks.append(out.reshape(batch, num_kv_heads, groups, end - start, head_dim))
+    yield start, end, keys, (rows, k[:, :, :keys], v[:, :, :keys], mask[:, start:end, :keys],
+                             scale, logit_cap)
+
+
+def _blocks_joined_heads_major(q, k, v, mask, *, scale, logit_cap, bias, block,
+                               keys_end_with_block):
+  """attention._attention_by_query_blocks before attention's output was token-major: each block's
+  output heads-major (kept so), the blocks joined so, then the whole output transposed."""
+  import jax.numpy as jnp
+  assert bias is None, "the decoders' attention has no bias"
+  batch, q_len, num_heads, head_dim = q.shape
+  num_kv_heads, groups = k.shape[2], num_heads // k.shape[2]
+  softmax_attention = _heads_major_softmax_attention()
+  blocks = [softmax_attention(*operands).reshape(batch, num_kv_heads, groups, end - start, head_dim)
+            for start, end, _, operands in _sliced_query_blocks(
+                q, k, v, mask, scale, logit_cap, block, keys_end_with_block)]
   out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=3)
   return out.transpose(0, 3, 1, 2, 4).reshape(batch, q_len, num_heads, head_dim)
+
+
+def _query_blocks_sliced(q, k, v, mask, *, scale, logit_cap, bias, block, keys_end_with_block):
+  """attention._attention_by_query_blocks before its blocks of queries were split
+  (`_sliced_query_blocks`)."""
+  import jax.numpy as jnp
+  from socialrm_jax.models import attention
+  batch, q_len, num_heads, head_dim = q.shape
+  blocks = []
+  for start, end, keys, operands in _sliced_query_blocks(q, k, v, mask, scale, logit_cap, block,
+                                                         keys_end_with_block):
+    if bias is None:
+      blocks.append(attention.softmax_attention(*operands))
+    else:
+      blocks.append(attention.differentiated_softmax_attention(*operands,
+                                                               bias[:, :, start:end, :keys]))
+  out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=1)
+  return out.reshape(batch, q_len, num_heads, head_dim)
 
 
 def _grouped_attention(q, k, v, mask, *, scale, logit_cap, bias=None):
@@ -562,10 +589,13 @@ def _variant_contexts(name: str, model) -> list:
           attention, "contract_leading",
           functools.partial(_contract_leading_rows_transposed, attention.contract_leading))],
   }
-  # The layers' residuals in the stacks JAX's scan makes and zeroes on every call (before: in a
+  # The layers' residuals in the stacks JAX's scan makes and zeroes on every call (now: in a
   # workspace passed in and handed back, on one CPU device); RoPE's tables recomputed by the
-  # backward pass (before: kept).
+  # backward pass (now: kept).
   variants["scan_residuals"] = [_without_residual_workspace]
+  # Each block of queries sliced on its own (now: split in one op, whose gradient is a join).
+  variants["query_blocks_sliced"] = [lambda: _replaced(attention, "_attention_by_query_blocks",
+                                                       _query_blocks_sliced)]
   variants["rotary_tables_recomputed"] = [lambda: _replaced(layers, "apply_rope",
                                                             _rope_recomputing_tables)]
   # Attention's backward pass recomputing the probabilities queries-major, as the forward has

@@ -3,6 +3,7 @@ so that an A/B of them (docs/training.md) times the same mathematics."""
 
 from __future__ import annotations
 
+import functools
 import pathlib
 
 import jax
@@ -66,3 +67,24 @@ def test_keys_major_mask_broadcast(train_step_profile):
   mask = jax.random.bernoulli(jax.random.key(1), 0.5, (2, 5, 7))
   np.testing.assert_array_equal(train_step_profile._keys_major_mask_broadcast(mask, 3),
                                 attention._keys_major_mask(mask, 3))
+
+
+@pytest.mark.parametrize("variant", ["_query_blocks_sliced", "_blocks_joined_heads_major"])
+def test_query_block_variants(train_step_profile, variant):
+  """The blocks of queries sliced one by one (and joined heads-major): the code's attention
+  output and gradients, on blocks of 4 of 10 queries (the last one short)."""
+  keys = jax.random.split(jax.random.key(0), 4)
+  q = jax.random.normal(keys[0], (1, 10, 4, 8))  # [B, T, N, H], two key/value heads
+  k = jax.random.normal(keys[1], (1, 10, 2, 8))
+  v = jax.random.normal(keys[2], (1, 10, 2, 8))
+  weights = jax.random.normal(keys[3], (1, 10, 4, 8))
+  mask = jnp.tril(jnp.ones((10, 10), bool))[None]
+
+  def loss(blocks, q, k, v):
+    return jnp.sum(blocks(q, k, v, mask, scale=0.3, logit_cap=None, bias=None, block=4,
+                          keys_end_with_block=True) * weights)
+  for got, want in zip(jax.grad(functools.partial(loss, getattr(train_step_profile, variant)),
+                                (0, 1, 2))(q, k, v),
+                       jax.grad(functools.partial(loss, attention._attention_by_query_blocks),
+                                (0, 1, 2))(q, k, v)):
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)

@@ -336,10 +336,13 @@ def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
   k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
   q, k, v = jax.ad_checkpoint.checkpoint_name((q, k, v), ATTENTION_INPUTS)
   blocks = []
-  for start in range(0, q_len, block):
+  starts = range(0, q_len, block)
+  # Split, not sliced one by one: the backward pass joins the blocks' gradients (a concatenate)
+  # rather than padding each to every query and adding them up.
+  for start, rows in zip(starts, jnp.split(q, list(starts[1:]), axis=3)):
     end = min(start + block, q_len)
     keys = end if keys_end_with_block else k.shape[2]
-    rows = q[:, :, :, start:end].reshape(batch, num_kv_heads, groups * (end - start), head_dim)
+    rows = rows.reshape(batch, num_kv_heads, groups * (end - start), head_dim)
     operands = (rows, k[:, :, :keys], v[:, :, :keys], mask[:, start:end, :keys], scale, logit_cap)
     if bias is None:
       out = softmax_attention(*operands)
