@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 import jax
@@ -100,10 +101,11 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
   """
   graphdef, stacked = nnx.split(layers)  # every leaf [L, ...]
   scanned = (stacked, per_layer)  # per layer: parameters, data
-  if _workspace is not None:
+  workspace = getattr(_active, "workspace", None)
+  if workspace is not None:
     num_layers = jax.tree.leaves(stacked)[0].shape[0]
     count = num_layers if last_call is None else num_layers - 1
-    x = _workspace.scan(graphdef, stacked, per_layer, x, call, count)
+    x = workspace.scan(graphdef, stacked, per_layer, x, call, count)
     if last_call is None:
       return x
     state, data = jax.tree.map(
@@ -135,8 +137,9 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
   return last_call(nnx.merge(graphdef, state), x, data)
 
 
-# The workspace `scan_layers` keeps its residuals in while one is active (`residual_workspace`).
-_workspace: ResidualWorkspace | None = None
+# `workspace`: the ResidualWorkspace `scan_layers` keeps its residuals in, while one is active
+# (`residual_workspace`) in the thread tracing.
+_active = threading.local()
 
 
 @contextlib.contextmanager
@@ -146,38 +149,36 @@ def residual_workspace(buffers: Sequence[jax.Array] | None) -> Iterator[Residual
   each) rather than in stacks JAX's scan makes afresh, and zeroes, on every call; the buffers the
   backward pass read come back as `buffers`' gradient, to be donated to the next call.
 
-  Why: on a CPU the zeroed stacks were a twentieth of the 35M Llama's LoRA value and gradient,
-  most of it the kernel zeroing the pages of buffers allocated afresh on each call
-  (benchmarks/train_step_profile.py --compare=scan_residuals,current). The gradients are the scan's
-  to the bit (tests/models/test_trunk.py). `buffers` None: the scan as it is."""
-  global _workspace
+  Why: on a CPU the stacks cost 6% of the 35M Llama's LoRA value and gradient (0.943 and 0.937
+  of it with the workspace), most of it the kernel zeroing the pages of buffers allocated afresh
+  on each call (benchmarks/train_step_profile.py --compare=scan_residuals,current). The gradients
+  are the scan's to the bit (tests/models/test_trunk.py). `buffers` None: the scan as it is."""
   if buffers is None:
     yield None
     return
-  if _workspace is not None:
-    raise RuntimeError("residual_workspace: one is active already")
-  _workspace = ResidualWorkspace(list(buffers))
-  try:
-    yield _workspace
-  finally:
-    _workspace = None
+  with _activated(ResidualWorkspace(list(buffers))) as workspace:
+    yield workspace
 
 
 def workspace_shapes(forward: Callable[..., Any], *args) -> list[jax.ShapeDtypeStruct]:
   """The buffers `residual_workspace` needs for `forward(*args)` (its one `scan_layers` call's
   residuals of one layer, each with a leading [count]), found by tracing it, abstractly."""
-  global _workspace
-  if _workspace is not None:
-    raise RuntimeError("workspace_shapes: a residual workspace is active")
-  _workspace = ResidualWorkspace(None)
-  try:
+  with _activated(ResidualWorkspace(None)) as workspace:
     jax.eval_shape(forward, *args)
-    shapes = _workspace.shapes
-  finally:
-    _workspace = None
-  if shapes is None:
+  if workspace.shapes is None:
     raise ValueError("workspace_shapes: the forward runs no scan_layers")
-  return shapes
+  return workspace.shapes
+
+
+@contextlib.contextmanager
+def _activated(workspace: ResidualWorkspace) -> Iterator[ResidualWorkspace]:
+  if getattr(_active, "workspace", None) is not None:
+    raise RuntimeError("residual_workspace: one is active already")
+  _active.workspace = workspace
+  try:
+    yield workspace
+  finally:
+    _active.workspace = None
 
 
 class ResidualWorkspace:

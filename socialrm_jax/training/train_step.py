@@ -108,8 +108,8 @@ class TrainStep:
     self.zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
     self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1))  # grads, sums += a block's
     # The same, the layers' residuals kept in a workspace passed in and handed back (donated):
-    # on one CPU device, where the scan's own, zeroed afresh on every call, cost a twentieth of
-    # the step (`trunk.residual_workspace`). One workspace a block shape, made on first use.
+    # on one CPU device, where the scan's own, zeroed afresh on every call, cost 6% of a LoRA
+    # step (`trunk.residual_workspace`). One workspace a block shape, made on first use.
     self.accumulate_in_workspace = jax.jit(accumulate_in_workspace, donate_argnums=(0, 1, 5))
     self.workspaces = ({} if mesh.devices.size == 1 and mesh.devices.flat[0].platform == "cpu"
                        else None)
