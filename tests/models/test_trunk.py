@@ -132,9 +132,11 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
 
 
 @pytest.mark.parametrize("case, reads_few", [
-    *[(case, False) for case in ONE_PER_FAMILY],
+    ("LlamaForSequenceClassification", False),
     ("LlamaForSequenceClassification", True),  # the last layer outside the scan
-    ("Gemma3TextForSequenceClassification", True)])  # windows and RoPE scanned per layer
+    ("Gemma3TextForSequenceClassification", True),  # windows and RoPE scanned per layer
+    ("GPT2ForSequenceClassification-layer-scaled", False),  # a float scanned per layer
+    ("DebertaV2ForSequenceClassification", False)])  # relative embeddings closed over
 def test_a_residual_workspace_gives_the_scans_gradients_to_the_bit(tiny_checkpoint, case,
                                                                    reads_few):
   """`trunk.residual_workspace`: the layers' residuals kept in buffers passed in, which come back
