@@ -969,6 +969,10 @@ def main(argv):
   for name in _COMPARE.value:
     programs.append(Programs(name, model, mesh, steps))
     print(f"compiled {name} in {programs[-1].compile_seconds:.0f} s", flush=True)
+    for key, buffers in (programs[-1].step.workspaces or {}).items():
+      rows = dict(key)["input_ids"]
+      print(f"  residual workspace of a {list(rows)} block: {len(buffers)} buffers, "
+            f"{sum(b.nbytes for b in buffers) / 2**20:.1f} MiB", flush=True)
   time_programs(programs, slots)
   if _OPS.value:
     for program in programs:

@@ -108,8 +108,7 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
     x = workspace.scan(graphdef, stacked, per_layer, x, call, count)
     if last_call is None:
       return x
-    state, data = jax.tree.map(
-        lambda a: jax.lax.dynamic_index_in_dim(a, num_layers - 1, keepdims=False), scanned)
+    state, data = _layer_at(scanned, num_layers - 1)
     return last_call(nnx.merge(graphdef, state), x, data)
 
   @functools.partial(jax.checkpoint, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
@@ -121,20 +120,23 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
     x, _ = jax.lax.scan(layer, x, scanned)
     return x
 
-  def layer_at(index):  # by a traced index, so that no slice of the stacked weights is copied
-    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), scanned)
-
   # The slicing inside the checkpoint: outside it, the backward pass kept every layer's slice of
   # the weights as a stacked [L - 1, ...] residual, a copy of the weights written on every call.
   @functools.partial(jax.checkpoint, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
   def indexed_layer(x, index):
-    state, data = layer_at(index)
+    state, data = _layer_at(scanned, index)
     return call(nnx.merge(graphdef, state), x, data), None
 
   num_layers = jax.tree.leaves(stacked)[0].shape[0]
   x, _ = jax.lax.scan(indexed_layer, x, jnp.arange(num_layers - 1))
-  state, data = layer_at(num_layers - 1)
+  state, data = _layer_at(scanned, num_layers - 1)
   return last_call(nnx.merge(graphdef, state), x, data)
+
+
+def _layer_at(stacked, index):
+  """One layer's slice of a pytree of [L, ...] stacks, by a traced index (inside a checkpoint, so
+  that no slice of the stacked weights is copied for the backward pass)."""
+  return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), stacked)
 
 
 # `workspace`: the ResidualWorkspace `scan_layers` keeps its residuals in, while one is active
@@ -200,20 +202,18 @@ class ResidualWorkspace:
       raise RuntimeError("residual_workspace: a second scan_layers call")
     self.used = True
 
-    def at(tree, index):
-      return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, index, keepdims=False), tree)
-
     def layer_call(state, x, data):
       return call(nnx.merge(graphdef, state), x, data)
     # What `call` closes over that has a gradient (DeBERTa's relative embeddings) as arguments:
     # a custom_vjp takes none by closure.
-    layer_call, consts = jax.closure_convert(layer_call, at(stacked, 0), x, at(per_layer, 0))
+    layer_call, consts = jax.closure_convert(layer_call, _layer_at(stacked, 0), x,
+                                             _layer_at(per_layer, 0))
     layer = jax.checkpoint(layer_call, policy=LAYER_SAVED_RESIDUALS, prevent_cse=False)
 
     def scanned(stacked, x, consts):  # the layers, no residuals kept
       return jax.lax.scan(
-          lambda x, i: (layer(at(stacked, i), x, at(per_layer, i), *consts), None), x,
-          jnp.arange(count))[0]
+          lambda x, i: (layer(_layer_at(stacked, i), x, _layer_at(per_layer, i), *consts), None),
+          x, jnp.arange(count))[0]
 
     structure = {}  # the layer's vjp: its tree, and where each of its leaves is kept
 
@@ -237,7 +237,8 @@ class ResidualWorkspace:
 
     if self.buffers is None:
       kept = jax.eval_shape(lambda stacked, x, per_layer, consts: residuals(
-          at(stacked, 0), x, at(per_layer, 0), consts)[1], stacked, x, per_layer, consts)
+          _layer_at(stacked, 0), x, _layer_at(per_layer, 0), consts)[1],
+          stacked, x, per_layer, consts)
       self.shapes = [jax.ShapeDtypeStruct((count, *r.shape), r.dtype) for r in kept]
       return scanned(stacked, x, consts)
 
@@ -249,7 +250,7 @@ class ResidualWorkspace:
     def run_forward(stacked, x, buffers, consts):
       def body(carry, i):
         x, buffers = carry
-        y, kept, others = residuals(at(stacked, i), x, at(per_layer, i), consts)
+        y, kept, others = residuals(_layer_at(stacked, i), x, _layer_at(per_layer, i), consts)
         buffers = [jax.lax.dynamic_update_index_in_dim(b, r.astype(b.dtype), i, 0)
                    for b, r in zip(buffers, kept, strict=True)]
         return (y, buffers), others
@@ -261,9 +262,9 @@ class ResidualWorkspace:
 
       def body(carry, i):
         d_y, d_consts = carry
-        state, data = at(stacked, i), at(per_layer, i)
-        found = {"input": jax.tree.leaves((state, data, consts)), "kept": at(buffers, i),
-                 "other": at(others, i)}
+        state, data = _layer_at(stacked, i), _layer_at(per_layer, i)
+        found = {"input": jax.tree.leaves((state, data, consts)), "kept": _layer_at(buffers, i),
+                 "other": _layer_at(others, i)}
         vjp = jax.tree.unflatten(structure["tree"],
                                  [found[kind][j] for kind, j in structure["where"]])
         d_state, d_x, _, *d_layer_consts = vjp(d_y)
