@@ -47,10 +47,7 @@ SPLASH_BLOCKS = (512, 256, 128)
 # Query rows per block of causal "xla" attention: no query sees a key after its own block, so each
 # block's logits stop at the block's end: on a row of T tokens the blocks compute about
 # (T + block) / 2T of the dense [T, T] logits, in a [B, N, block, <=T] temporary instead of
-# [B, N, T, T]. On a CPU the dense logits of long rows dominated the step (a 1024-token row cost
-# 2.6x a 256-token row per token; benchmarks/cpu_profile.py). Blocks of 128 rather than 256 took
-# the 35M Llama's steps from 64.3 to 57.6 s a pass there (rows of 512: 435 -> 363 us a slot, of
-# 1024: 541 -> 429); blocks of 64 were slower again (61.8 s: more, smaller products).
+# [B, N, T, T].
 CAUSAL_QUERY_BLOCK = 128
 # The mesh axis parameters (so attention heads) are split over; see `weights.py`.
 HEADS_AXIS = "model"
@@ -121,10 +118,7 @@ def matmul_precision(dtype) -> jax.lax.Precision | None:
 
 def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Array:
   """`jnp.einsum` with the products summed in float32 and the result rounded to `out_dtype`
-  (default: the operands' common dtype) once, as PyTorch's bfloat16 matmuls do. Asking XLA for
-  the float32 result is also what lets XLA:CPU use a CPU's bfloat16 dot instructions
-  (AVX512-BF16, AMX): there a bfloat16 dot with a bfloat16 result runs at its float32 speed, one
-  with a float32 result 1.7 to 2 times as fast (benchmarks/cpu_dot_dtypes.py). In float32 it is
+  (default: the operands' common dtype) once, as PyTorch's bfloat16 matmuls do. In float32 it is
   the plain einsum."""
   common = jnp.result_type(x, y)
   out = jnp.einsum(equation, x, y, precision=matmul_precision(common),
@@ -132,40 +126,12 @@ def einsum(equation: str, x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Arr
   return out.astype(out_dtype or common)
 
 
-# The widest operand `contract_leading` transposes on a CPU (a LoRA rank, a head's width).
-NARROW_OPERAND = 128
-
-
-def contract_leading(x: jax.Array, y: jax.Array, out_dtype=None) -> jax.Array:
-  """x [..., R, I], y [..., R, O] -> x^T y [..., I, O], summed over R: a product that contracts
-  the leading matrix axis of both operands (a weight's gradient over the rows; attention's key and
-  value gradients over the queries), in `einsum`'s precision.
-
-  XLA:CPU hands YNNPACK no dot whose left operand contracts its leading axis and computes it in its
-  own loops: on one core, 17 to 21 GFLOP/s for LoRA's adapters' gradients and 30 to 35 for
-  attention's, where YNNPACK runs LoRA's narrow forward products near 50 (docs/training.md, the step
-  profile). So on a CPU, when one operand is narrow (at most NARROW_OPERAND columns), that one is
-  transposed into a buffer of its own and the product taken in YNNPACK's order, its (narrow) result
-  transposed back; the optimization barriers keep XLA from folding the transposes into the dot
-  again. Transposing a wide operand instead cost as much as it saved: XLA fuses the transpose with
-  the ops that produce the operand, and writes it strided. On other platforms (`traced_platform`),
-  and when both are wide (a full weight's gradient), the dot takes them as they are."""
-  narrow_out, narrow_in = y.shape[-1] <= NARROW_OPERAND, x.shape[-1] <= NARROW_OPERAND
-  if traced_platform() != "cpu" or not (narrow_out or narrow_in):
-    return einsum("...RI,...RO->...IO", x, y, out_dtype)
-  barrier = jax.lax.optimization_barrier
-  if narrow_out:  # (y^T x)^T
-    product = einsum("...OR,...RI->...OI", barrier(y.swapaxes(-1, -2)), x, out_dtype)
-    return barrier(product).swapaxes(-1, -2)
-  return einsum("...IR,...RO->...IO", barrier(x.swapaxes(-1, -2)), y, out_dtype)
-
-
 # The names `softmax_attention` gives its output and its rows' softmax statistics (largest logit,
-# sum of exponentials), so that a layer under `jax.checkpoint` can keep them for the backward pass
-# (`trunk.LAYER_SAVED_RESIDUALS`).
+# sum of exponentials), so that a remat policy can keep them for the backward pass
+# (`trunk.REMAT_POLICIES`).
 ATTENTION_OUTPUT, ATTENTION_ROW_STATISTICS = "attention_output", "attention_row_statistics"
 # The name of attention's queries, keys and values, heads-major and after RoPE
-# (`_attention_by_query_blocks`), kept by a checkpointed layer the same way.
+# (`_attention_by_query_blocks`), kept the same way.
 ATTENTION_INPUTS = "attention_inputs"
 
 
@@ -187,18 +153,13 @@ def _masked_logits(q, k, mask, scale, logit_cap, bias=None):
 def softmax_attention(q, k, v, mask, scale, logit_cap):
   """softmax(q k^T scale, masked) v over heads-major operands: q [B, K, Q, H], k/v [B, K, S, H],
   mask [B, T, S] (Q = G x T: query head n's T rows under key/value head n // G) -> [B, T, K, G, H],
-  token-major, as the output projection reads it: kept so (for the backward pass's row sums, which
-  read it and its gradient in that layout), the blocks' outputs joined are the projection's input,
-  where the backward pass had recomputed that input by transposing the kept heads-major outputs
-  (benchmarks/train_step_profile.py --compare=current,heads_major_attention_output).
+  token-major, as the output projection reads it.
 
-  Its backward pass is FlashAttention's: from the output and each row's largest logit and sum of
-  exponentials (kept, under the names above) it recomputes the probabilities with one product
-  (transposed, keys-major: see the backward), and takes the softmax's row sums from rowsum(dO * O)
-  over H instead of rowsum(dP * P) over S.
-  Differentiated by JAX (`differentiated_softmax_attention`), a checkpointed layer recomputed the
-  whole forward (both products and the softmax) before its backward, 4% more of the 35M Llama's
-  LoRA step (benchmarks/train_step_profile.py --compare=current,differentiated_attention)."""
+  Its backward pass is FlashAttention's (the one cuDNN's and splash's kernels compute): from the
+  output and each row's largest logit and sum of exponentials (kept, under the names above) it
+  recomputes the probabilities P, and takes the softmax's row sums as rowsum(dO * O) over H
+  instead of rowsum(dP * P) over S; so a checkpointed layer keeps no [Q, S] array and recomputes
+  one product, not the whole forward."""
   return _softmax_attention_forward(q, k, v, mask, scale, logit_cap)[0]
 
 
@@ -207,9 +168,9 @@ def _softmax_attention_forward(q, k, v, mask, scale, logit_cap):
   # Kept apart rather than as one log-sum-exp: a query that sees no key (padding) has every logit
   # at MASKED_LOGIT, where adding log(sum) to the largest is lost to rounding; this way its
   # softmax is uniform, as jax.nn.softmax's is.
-  largest = jnp.max(logits, axis=-1, keepdims=True)
+  largest = jnp.max(logits, axis=-1, keepdims=True)  # [B, K, Q, 1]
   exps = jnp.exp(logits - largest)
-  total = jnp.sum(exps, axis=-1, keepdims=True)
+  total = jnp.sum(exps, axis=-1, keepdims=True)  # [B, K, Q, 1]
   out = _token_major(einsum("BKQS,BKSH->BKQH", (exps / total).astype(v.dtype), v), mask.shape[1])
   out = jax.ad_checkpoint.checkpoint_name(out, ATTENTION_OUTPUT)
   largest, total = jax.ad_checkpoint.checkpoint_name((largest, total), ATTENTION_ROW_STATISTICS)
@@ -218,54 +179,27 @@ def _softmax_attention_forward(q, k, v, mask, scale, logit_cap):
 
 def _softmax_attention_backward(logit_cap, residuals, d_out):
   q, k, v, mask, scale, out, largest, total = residuals
-  # Keys-major: the probabilities recomputed as their transpose [B, K, S, Q] (k q^T), so that the
-  # values' and the keys' gradients (P^T dO, dL^T q) are products in YNNPACK's order as they come;
-  # taken from P [B, K, Q, S], each contracted the rows of both operands, so `contract_leading`
-  # transposed dO (5-D, token-major) and q for them, and XLA each result back
-  # (benchmarks/train_step_profile.py --compare=current,probabilities_queries_major). The
-  # queries' gradient is now the one that contracts both operands' leading axis:
-  # `contract_leading` transposes the narrow k.
-  mask = _keys_major_mask(mask, q.shape[2] // mask.shape[1])
-  logits, raw = _masked_logits_keys_major(q, k, mask, scale, logit_cap)
-  probs = jnp.exp(logits - largest.swapaxes(-1, -2)) / total.swapaxes(-1, -2)  # [B, K, S, Q]
-  row_sums = _row_sums(d_out, out)
+  logits, raw = _masked_logits(q, k, mask, scale, logit_cap)  # [B, K, Q, S]
+  probs = jnp.exp(logits - largest) / total
+  row_sums = _heads_major(jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1,
+                                  keepdims=True))  # rowsum(dO * O): [B, K, Q, 1]
   d_out = _heads_major(d_out)  # [B, K, Q, H]
-  d_v = einsum("BKSQ,BKQH->BKSH", probs.astype(v.dtype), d_out.astype(v.dtype))
-  d_probs = einsum("BKSH,BKQH->BKSQ", v, d_out, jnp.float32)
-  d_logits = jnp.where(mask,  # a masked key's logit is a constant
-                       probs * (d_probs - row_sums.swapaxes(-1, -2)), 0.0)
+  d_v = einsum("BKQS,BKQH->BKSH", probs.astype(v.dtype), d_out.astype(v.dtype))
+  d_probs = einsum("BKQH,BKSH->BKQS", d_out, v, jnp.float32)
+  d_logits = probs * (d_probs - row_sums)
+  d_logits = jnp.where(_grouped(mask, q.shape[2]), d_logits, 0.0)  # a masked logit is a constant
   if logit_cap is not None:  # d/dx cap tanh(x / cap) = 1 - tanh(x / cap)^2
     d_logits = d_logits * (1.0 - jnp.square(jnp.tanh(raw / logit_cap)))
   d_logits = d_logits * scale
-  d_k = einsum("BKSQ,BKQH->BKSH", d_logits.astype(q.dtype), q)
-  d_q = contract_leading(d_logits.astype(k.dtype), k)
+  d_q = einsum("BKQS,BKSH->BKQH", d_logits.astype(k.dtype), k)
+  d_k = einsum("BKQS,BKQH->BKSH", d_logits.astype(q.dtype), q)
   # The mask and the scale (a model's constant, or a layer's scanned constant) get none.
   return d_q, d_k, d_v, None, None
 
 
-def _row_sums(d_out: jax.Array, out: jax.Array) -> jax.Array:
-  """rowsum(dO * O) over H, d_out and out token-major [B, T, K, G, H] -> [B, K, G x T, 1].
-
-  As a product: summed (`jnp.sum(d_out * out, -1)`), XLA:CPU handed YNNPACK a reduction to
-  [1, T, K, G] when B is 1 (a packed block), which it ran seven to nine times as slowly as the
-  product's, to [T, K, G] (benchmarks/train_step_profile.py --compare=current,
-  probabilities_queries_major_row_sums_product)."""
-  return _heads_major(einsum("BTKGH,BTKGH->BTKG", d_out, out, jnp.float32)[..., None])
-
-
-def _keys_major_mask(mask: jax.Array, groups: int) -> jax.Array:
-  """mask [B, T, S] -> [B, 1, S, G x T], against keys-major logits [B, K, S, Q]: transposed, and
-  joined G times rather than broadcast over G. Broadcast, each element's mask index divides its
-  column by T, and XLA:CPU's loops over the logits' exponentials ran five to six times as slowly
-  (benchmarks/train_step_profile.py --compare=keys_major_mask_broadcast,current)."""
-  return jnp.concatenate([mask.swapaxes(1, 2)] * groups, axis=-1)[:, None]
-
-
-def _masked_logits_keys_major(q, k, mask, scale, logit_cap):
-  """`_masked_logits` transposed, against `_keys_major_mask`'s mask: [B, K, S, Q] (k q^T), and the
-  scaled logits before soft-capping."""
-  raw = einsum("BKSH,BKQH->BKSQ", k, q, jnp.float32) * scale
-  return jnp.where(mask, soft_cap(raw, logit_cap), MASKED_LOGIT), raw
+def _grouped(mask: jax.Array, rows: int) -> jax.Array:
+  """mask [B, T, S] against heads-major logits [B, K, G x T, S]: [B, 1, G x T, S]."""
+  return jnp.tile(mask, (1, rows // mask.shape[1], 1))[:, None]
 
 
 softmax_attention.defvjp(_softmax_attention_forward, _softmax_attention_backward)
@@ -300,10 +234,8 @@ def xla_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *, 
   without one, the softmax and its backward pass are `softmax_attention`'s.
 
   The products run heads-major, each key/value head's G query heads and T queries as one axis of
-  G x T rows ([B, K, G x T, H] against [B, K, S, H]), so that every product, the backward pass's
-  included, contracts a single axis: XLA:CPU transposes an operand of a dot that contracts several
-  (the probabilities over G and T for the values' gradient, as in `layers.Projection`), and those
-  transposes were a tenth of the training step (benchmarks/train_step_profile.py).
+  G x T rows ([B, K, G x T, H] against [B, K, S, H]), so that grouped heads need no copy of the
+  keys and values.
   """
   return _attention_by_query_blocks(q, k, v, mask, scale=scale, logit_cap=logit_cap, bias=bias,
                                     block=q.shape[1], keys_end_with_block=False)
@@ -325,10 +257,8 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
                                keys_end_with_block):
   """`xla_attention` and `blocked_attention`: the operands made heads-major once (q [B, K, G, T,
-  H], k/v [B, K, S, H]) and named ATTENTION_INPUTS, then each block of queries against its keys.
-  Named, a layer under `jax.checkpoint` keeps them for the backward pass rather than recomputing
-  RoPE and these transposes from its projections' outputs: 3-6% of the 35M Llama's LoRA step
-  (benchmarks/train_step_profile.py --compare=current,attention_inputs_recomputed)."""
+  H], k/v [B, K, S, H]) and named ATTENTION_INPUTS (a remat policy may keep them rather than
+  recompute RoPE and the transposes), then each block of queries against its keys."""
   batch, q_len, num_heads, head_dim = q.shape
   num_kv_heads = k.shape[2]
   groups = num_heads // num_kv_heads
@@ -337,8 +267,7 @@ def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
   q, k, v = jax.ad_checkpoint.checkpoint_name((q, k, v), ATTENTION_INPUTS)
   blocks = []
   starts = range(0, q_len, block)
-  # Split, not sliced one by one: the backward pass joins the blocks' gradients (a concatenate)
-  # rather than padding each to every query and adding them up.
+  # Split in one op: the backward pass joins the blocks' gradients.
   for start, rows in zip(starts, jnp.split(q, list(starts[1:]), axis=3)):
     end = min(start + block, q_len)
     keys = end if keys_end_with_block else k.shape[2]
@@ -348,11 +277,7 @@ def _attention_by_query_blocks(q, k, v, mask, *, scale, logit_cap, bias, block,
       out = softmax_attention(*operands)
     else:
       out = differentiated_softmax_attention(*operands, bias[:, :, start:end, :keys])
-    # Each block comes token-major ([B, block, K, G, H]) and they are joined so, rather than
-    # joined heads-major and then transposed: in the backward pass each block's output gradient
-    # is then a slice of whole rows, read and transposed for that block alone, where XLA had
-    # fused the whole [B, T, N, H] gradient's sum and transpose into every block's slice of it
-    # (benchmarks/train_step_profile.py --compare=current,heads_major_attention_output).
+    # Each block comes token-major ([B, block, K, G, H]), joined over T.
     blocks.append(out)
   out = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks, axis=1)
   return out.reshape(batch, q_len, num_heads, head_dim)

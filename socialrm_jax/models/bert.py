@@ -153,7 +153,8 @@ class Model(trunk.FamilyModel):
     x = (self.embed(input_ids) + self.position_embed(positions)
          + self.token_type_embed(token_type_ids))  # [B, T, D]
     x = self.embed_norm(x)
-    x = trunk.scan_layers(self.layers, x, lambda block, x, _: block(x, positions, layout))
+    x = trunk.scan_layers(self.layers, x, lambda block, x, _: block(x, positions, layout),
+                          remat=self.remat_policy)
     return layers.take_positions(x, output_index)  # [B, T or P, D]
 
   def head(self, cls_hidden: jax.Array) -> jax.Array:

@@ -308,7 +308,7 @@ class Model(trunk.FamilyModel):
     def layer(block: Block, x: jax.Array, _) -> jax.Array:
       return block(x, positions, layout, relative, c2p_index, p2c_index)
 
-    x = trunk.scan_layers(self.layers, x, layer)
+    x = trunk.scan_layers(self.layers, x, layer, remat=self.remat_policy)
     return layers.take_positions(x, output_index)  # [B, T or P, D]
 
   def head(self, cls_hidden: jax.Array) -> jax.Array:

@@ -171,7 +171,8 @@ class Model(trunk.FamilyModel):
     def layer(block: Block, x: jax.Array, scale: jax.Array | None) -> jax.Array:
       return block(x, positions, layout, scale)
 
-    x = trunk.scan_layers(self.layers, x, layer, layer_scale_array(self.config))
+    x = trunk.scan_layers(self.layers, x, layer, layer_scale_array(self.config),
+                          remat=self.remat_policy)
     return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:

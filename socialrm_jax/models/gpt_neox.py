@@ -211,7 +211,8 @@ class Model(trunk.FamilyModel):
     `output_index` [B, P])."""
     del token_type_ids  # GPT-NeoX has no segment embeddings
     x = self.embed(input_ids)  # [B, T, D]
-    x = trunk.scan_layers(self.layers, x, lambda block, x, _: block(x, positions, layout))
+    x = trunk.scan_layers(self.layers, x, lambda block, x, _: block(x, positions, layout),
+                          remat=self.remat_policy)
     return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
   def head(self, hidden: jax.Array) -> jax.Array:

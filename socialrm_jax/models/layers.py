@@ -67,11 +67,7 @@ class RMSNorm(nnx.Module):
     self.dtype = dtype
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    # Over [rows, features], the leading axes (and a `dim` of two axes) flattened, free reshapes:
-    # XLA:CPU hands YNNPACK the backward pass's reductions, and over [B, T, D] it ran the scale's
-    # gradient (a sum over the middle axis) about 35 times slower than over [B x T, D], and the
-    # rows' sums of the norm's own gradient about 10 times (benchmarks/train_step_profile.py
-    # --ops, one core, the 35M Llama: 15.7 against 0.4 ms and 4.5 against 0.4 ms a block).
+    # Over [rows, features]: the leading axes (and a `dim` of two axes) flattened, free reshapes.
     scale = self.scale[...].reshape(-1)
     x32 = x.reshape(-1, scale.shape[0]).astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
@@ -99,19 +95,11 @@ class Embedder(nnx.Module):
 
 
 class Projection(nnx.Module):
-  """A linear map written as an einsum over named axes, with an optional bias.
+  """A linear map written as an einsum over named axes (`equation`, e.g. "BTD,DNH->BTNH"), with an
+  optional bias; JAX differentiates it.
 
   `kernel_shape` follows the einsum's second operand, its input axes first (the input's trailing
   axes, in order), then its output axes; `bias_shape` the output's trailing axes.
-
-  It is computed as one matrix product, [rows, inputs] x [inputs, outputs], the leading axes and
-  the kernel's input and output axes each flattened (free reshapes of row-major arrays), not as
-  the einsum over named axes: XLA:CPU canonicalizes a dot whose contraction spans several axes by
-  transposing an operand, and in the backward pass both gradients contract several (the weight's
-  over B and T, the input's over N and H for o_proj and q/k/v), so every layer's elementwise
-  backward was written out transposed, a strided loop 20 to 30 times slower than the same ops in
-  order (benchmarks/train_step_profile.py: the value-and-gradient step 17% faster this way; the
-  forward unchanged).
   """
 
   def __init__(self, equation: str, kernel_shape: tuple[int, ...], bias_shape: tuple[int, ...] | None,
@@ -121,64 +109,40 @@ class Projection(nnx.Module):
     self.kernel = nnx.Param(_normal_init(rngs.params(), kernel_shape, param_dtype))
     self.bias = None if bias_shape is None else nnx.Param(jnp.zeros(bias_shape, param_dtype))
     self.dtype = dtype
-    # LoRA's adapters, A [in, r] and (alpha / r) B [r, out] over the flattened axes, where training
-    # attaches them (training.trainable.init_lora); None: a plain projection.
+    # LoRA's adapters, A [in, r] and (alpha / r) B [r, out] over the flattened input and output
+    # axes, where training attaches them (training.trainable.init_lora); None: a plain projection.
     self.lora_a: nnx.Param | None = nnx.data(None)
     self.lora_b: nnx.Param | None = nnx.data(None)
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    kernel = self.kernel[...].astype(self.dtype)
-    inputs, outputs = kernel.shape[:self.input_axes], kernel.shape[self.input_axes:]
-    leading = x.shape[:x.ndim - self.input_axes]
-    rows = x.astype(self.dtype).reshape(-1, math.prod(inputs))  # [rows, in]
-    y = matmul(rows, kernel.reshape(math.prod(inputs), math.prod(outputs)))
+    x = x.astype(self.dtype)
+    y = attention.einsum(self.equation, x, self.kernel[...].astype(self.dtype))
     if self.lora_a is not None:
       # x W + (x A) B, as PEFT's LoraLayer computes it: the backward pass forms the gradients of
       # the small A and B and of x, never the frozen kernel's (a product as large as W's).
-      low_rank = _named(matmul(rows, self.lora_a[...].astype(self.dtype)))
-      y = y + matmul(low_rank, self.lora_b[...].astype(self.dtype))
-    # Named once, the sum: named apart, x W and (x A) B were each kept, two [L, rows, out]
-    # buffers where the backward pass reads their sum.
-    y = _named(y).reshape(*leading, *outputs)
+      leading = x.shape[:x.ndim - self.input_axes]
+      rows = x.reshape(*leading, -1)  # [..., in]
+      low_rank = _named(attention.einsum("...I,IR->...R", rows, self.lora_a[...].astype(self.dtype)))
+      update = attention.einsum("...R,RO->...O", low_rank, self.lora_b[...].astype(self.dtype))
+      y = y + update.reshape(y.shape)
+    # Named once, the sum, so that a remat policy that keeps projections keeps one buffer: named
+    # apart, x W and (x A) B would each be kept where the backward pass reads only their sum.
+    y = _named(y)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y
 
 
-# The name a projection gives its output (and LoRA's x A), so that a layer under `jax.checkpoint`
-# keeps it for the backward pass (`trunk.LAYER_SAVED_RESIDUALS`), as it keeps a plain dot's: the
-# policy does not see the dot inside `matmul`'s custom derivative (unnamed, the layers recomputed
-# the MLP's products for their backward pass instead of keeping them).
+# The name a projection gives its output (and LoRA's x A), for the remat policies that keep
+# projections (`trunk.REMAT_POLICIES`): a plain dot's output is not always the value the backward
+# pass reads (with LoRA it is the sum x W + (x A) B).
 PROJECTION_OUTPUT = "projection_output"
-# The name of RoPE's cosines and sines (`apply_rope`), kept by a checkpointed layer the same way.
+# The name of RoPE's cosines and sines (`apply_rope`), kept by those policies the same way.
 ROTARY_TABLES = "rotary_tables"
 
 
 def _named(x: jax.Array) -> jax.Array:
   return jax.ad_checkpoint.checkpoint_name(x, PROJECTION_OUTPUT)
-
-
-@jax.custom_vjp
-def matmul(rows: jax.Array, weight: jax.Array) -> jax.Array:
-  """rows [R, I] x weight [I, O] -> [R, O] (`attention.einsum`), differentiated as JAX
-  differentiates it, except that the weight's gradient rows^T dy is `attention.contract_leading`'s:
-  on a CPU, a LoRA adapter's (whose rank is the narrow side) in YNNPACK's order instead of
-  XLA:CPU's own loops. XLA drops the weight's gradient where nothing reads it (a frozen kernel)."""
-  return attention.einsum("RI,IO->RO", rows, weight)
-
-
-def _matmul_forward(rows, weight):
-  return matmul(rows, weight), (rows, weight)
-
-
-def _matmul_backward(residuals, d_out):
-  rows, weight = residuals
-  d_rows = attention.einsum("RO,IO->RI", d_out, weight, rows.dtype)
-  d_weight = attention.contract_leading(rows, d_out, weight.dtype)
-  return d_rows, d_weight
-
-
-matmul.defvjp(_matmul_forward, _matmul_backward)
 
 
 def _kernel_input_axes(equation: str) -> int:
@@ -231,8 +195,7 @@ def apply_rope(x: jnp.ndarray, positions: jnp.ndarray, inv_freq: np.ndarray | ja
                            axis=-1)
   angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, H/2]
   angles = jnp.concatenate([angles, angles], axis=-1)  # [B, T, H]
-  # Named, so that a checkpointed layer keeps them (`trunk.LAYER_SAVED_RESIDUALS`): recomputed,
-  # XLA:CPU fused the cosine and sine into the loops over every head's rotated gradient.
+  # Named, so that a remat policy may keep them rather than recompute them in the backward pass.
   cos, sin = jax.ad_checkpoint.checkpoint_name(
       (jnp.cos(angles).astype(x.dtype)[:, :, None, :],  # [B, T, 1, H]
        jnp.sin(angles).astype(x.dtype)[:, :, None, :]), ROTARY_TABLES)

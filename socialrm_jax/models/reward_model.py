@@ -125,11 +125,12 @@ def _native_family_and_config(path: str):
 
 
 def abstract_module(family: families.ModelFamily, config: families.ModelConfig, dtype,
-                    attention: str) -> nnx.Module:
+                    attention: str, remat_policy: str = "auto") -> nnx.Module:
   """The family's Model with shapes only (no memory), ready for `weights.load_params`;
-  `attention` is a concrete implementation (see `resolve_attention`)."""
-  return nnx.eval_shape(lambda: family.Model(config, attention=attention, dtype=dtype,
-                                             param_dtype=dtype, rngs=nnx.Rngs(0)))
+  `attention` is a concrete implementation (see `resolve_attention`), `remat_policy` a name of
+  `trunk.REMAT_POLICY_NAMES` (what a training step's backward pass keeps)."""
+  return nnx.eval_shape(lambda: family.Model(config, attention=attention, remat_policy=remat_policy,
+                                             dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0)))
 
 
 def resolve_attention(attention: str, family: families.ModelFamily, config: families.ModelConfig,
@@ -297,7 +298,8 @@ def check_models(paths: Mapping[str, str | None]) -> None:
 
 
 def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
-                      head: str | None = None, attention: str = "auto") -> "RewardModel":
+                      head: str | None = None, attention: str = "auto",
+                      remat_policy: str = "auto") -> "RewardModel":
   """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one),
   or a model by Hub id or alias (`default_model.resolve_model_path`).
 
@@ -305,6 +307,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
   `head`: None keeps the architecture's head; "none" loads the trunk only.
   `attention`: an `attention.IMPLEMENTATIONS` name; "auto" picks the fastest that supports the
   model on the mesh's (else the default) backend.
+  `remat_policy`: what a training step's backward pass keeps (`trunk.REMAT_POLICY_NAMES`).
   """
   path = default_model.resolve_model_path(os.fspath(path))
   if not os.path.exists(path):
@@ -315,7 +318,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     if head not in (None, config.head):
       raise InputError(f"native checkpoint carries a {config.head!r} head, not {head!r}", path)
     implementation = resolve_attention(attention, family, config, jdtype, mesh)
-    module = abstract_module(family, config, jdtype, implementation)
+    module = abstract_module(family, config, jdtype, implementation, remat_policy)
     checkpoint.restore_params(path, module, family.weight_sources(config), dtype=jdtype, mesh=mesh)
     return RewardModel(config, family, module, tokenizer_path=path, attention=implementation)
 
@@ -325,7 +328,7 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
     tensors = _RenamedTrunk(tensors, config.reward_head.trunk_prefix)
   tensors = _with_base_prefix(family, config, tensors)
   implementation = resolve_attention(attention, family, config, jdtype, mesh)
-  module = abstract_module(family, config, jdtype, implementation)
+  module = abstract_module(family, config, jdtype, implementation, remat_policy)
   ignored = _ignored_tensors(family, config, tensors)
   _refuse_unused_head_tensors(family, config, tensors, ignored, path)
   weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,

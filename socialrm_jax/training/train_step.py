@@ -20,7 +20,6 @@ from flax import nnx
 
 from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
-from socialrm_jax.models import trunk
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as scoring_step
 from socialrm_jax.training import loss as loss_lib
@@ -74,9 +73,8 @@ class TrainStep:
     def rewards_of(trained, frozen, batch):
       return pair_rewards(model, full_params(trained, frozen, lora_scale, dtype), batch)
 
-    def block_sums(trained, frozen, batch, workspace=None):
-      with trunk.residual_workspace(workspace):
-        rewards = rewards_of(trained, frozen, batch)
+    def block_sums(trained, frozen, batch):
+      rewards = rewards_of(trained, frozen, batch)
       sums = loss_lib.pair_sums(rewards[..., 0].reshape(-1), rewards[..., 1].reshape(-1),
                                 batch["margin"].reshape(-1), batch["weight"].reshape(-1),
                                 center_rewards_coefficient)
@@ -87,12 +85,6 @@ class TrainStep:
     def accumulate(grads, sums, trained, frozen, batch):
       (_, block), block_grads = grad_fn(trained, frozen, batch)
       return jax.tree.map(jnp.add, grads, block_grads), loss_lib.add_sums(sums, block)
-
-    def accumulate_in_workspace(grads, sums, trained, frozen, batch, workspace):
-      (_, block), (block_grads, workspace) = jax.value_and_grad(
-          block_sums, argnums=(0, 3), has_aux=True)(trained, frozen, batch, workspace)
-      return (jax.tree.map(jnp.add, grads, block_grads), loss_lib.add_sums(sums, block),
-              workspace)
 
     def update(trained, opt_state, grads, sums):
       grads = jax.tree.map(lambda g: g / jnp.maximum(sums["pairs"], 1.0), grads)
@@ -107,13 +99,6 @@ class TrainStep:
     # The jitted programs (benchmarks/train_step_profile.py times them one by one).
     self.zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
     self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1))  # grads, sums += a block's
-    # The same, the layers' residuals kept in a workspace passed in and handed back (donated):
-    # on one CPU device, where the scan's own, zeroed afresh on every call, cost 6% of a LoRA
-    # step (`trunk.residual_workspace`). One workspace a block shape, made on first use.
-    self.accumulate_in_workspace = jax.jit(accumulate_in_workspace, donate_argnums=(0, 1, 5))
-    self.workspaces = ({} if mesh.devices.size == 1 and mesh.devices.flat[0].platform == "cpu"
-                       else None)
-    self._workspace_shapes = functools.partial(trunk.workspace_shapes, rewards_of)
     self.update = jax.jit(update, donate_argnums=(0, 1))  # the optimizer's step
     self.add_block_sums = jax.jit(evaluate, donate_argnums=(0,))  # sums += a block's, no grads
 
@@ -165,30 +150,10 @@ class TrainStep:
     with jax.set_mesh(self.mesh):
       return jax.jit(self.tx.init)(trained)
 
-  def add_block(self, grads, sums, trained, frozen, batch):
-    """(grads, sums) += a block's (`batch`: on the mesh, `put`), through `accumulate`, or on one
-    CPU device `accumulate_in_workspace` with the block shape's workspace."""
-    if self.workspaces is None:
-      return self.accumulate(grads, sums, trained, frozen, batch)
-    workspace = self.workspace(trained, frozen, batch)
-    del self.workspaces[_shape_key(batch)]  # donated below: never held twice
-    grads, sums, self.workspaces[_shape_key(batch)] = self.accumulate_in_workspace(
-        grads, sums, trained, frozen, batch, workspace)
-    return grads, sums
-
-  def workspace(self, trained, frozen, batch) -> list[jax.Array]:
-    """The residual workspace of `batch`'s shape (`accumulate_in_workspace`), made (zeros) on
-    first use."""
-    key = _shape_key(batch)
-    if key not in self.workspaces:
-      self.workspaces[key] = [jnp.zeros(s.shape, s.dtype)
-                              for s in self._workspace_shapes(trained, frozen, batch)]
-    return self.workspaces[key]
-
   def _sums_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
     grads, sums = self.zeros(trained), self.replicated(loss_lib.no_sums())
     for arrays in blocks:
-      grads, sums = self.add_block(grads, sums, trained, frozen, self.put(arrays))
+      grads, sums = self.accumulate(grads, sums, trained, frozen, self.put(arrays))
     return grads, sums
 
   def step(self, trained, opt_state, frozen, blocks: Sequence[Mapping]):
@@ -213,10 +178,6 @@ class TrainStep:
       for arrays in blocks:
         sums = self.add_block_sums(sums, trained, frozen, self.put(arrays))
     return loss_lib.means(sums)
-
-
-def _shape_key(batch: Mapping) -> tuple:
-  return tuple(sorted((name, value.shape) for name, value in batch.items()))
 
 
 def abstract_outputs(compiled: jax.stages.Compiled):

@@ -92,9 +92,11 @@ def _base_config(path: str) -> tuple[str, str, dict]:
   return architecture, families.supported_architectures().get(architecture, ""), hf
 
 
-def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto") -> TrainModel:
+def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto",
+              remat_policy: str = "auto") -> TrainModel:
   """The base at `path` (a HF folder, a GGUF file or a folder with one, a native checkpoint, the
-  default model's alias or a Hub id) with a one-output score head."""
+  default model's alias or a Hub id) with a one-output score head; `remat_policy`: what the
+  layers' backward pass keeps (`trunk.REMAT_POLICY_NAMES`)."""
   path = default_model.resolve_model_path(path)
   if not os.path.exists(path):
     raise InputError("--model: no such model file or folder", path)
@@ -103,7 +105,7 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
     raise InputError(f"--model: {architecture or 'no architecture'} is neither a causal language "
                      "model nor a reward model with a score head", path)
   loaded = reward_model.load_reward_model(path, dtype, mesh, head="none" if head == "lm" else None,
-                                          attention=attention)
+                                          attention=attention, remat_policy=remat_policy)
   if not loaded.is_causal:
     raise InputError(f"--model: {architecture} is not a decoder; only decoders are trained", path)
   config = loaded.config
@@ -123,7 +125,8 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
     params[SCORE_KERNEL] = scoring_step.put_global(
         np.asarray(kernel.astype(jdtype)),
         weights.param_sharding((config.hidden_size, 1), None, mesh))
-  module = reward_model.abstract_module(loaded.family, config, jdtype, loaded.attention)
+  module = reward_model.abstract_module(loaded.family, config, jdtype, loaded.attention,
+                                        remat_policy)
   graphdef, _, rest = nnx.split(module, nnx.Param, ...)
   missing = set(weights.param_paths(module)) ^ set(params)
   if missing:

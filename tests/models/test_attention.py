@@ -135,23 +135,6 @@ def test_softmax_attentions_own_backward_equals_jaxs_differentiation(logit_cap, 
   assert max(diffs) <= TOLERANCE
 
 
-@pytest.mark.parametrize("shape", [(48, 40, 8), (48, 8, 40), (48, 200, 160), (2, 3, 48, 40, 8)],
-                         ids=["narrow result", "narrow left", "both wide", "batched"])
-def test_contract_leading_equals_the_plain_product_and_hands_ynnpack_the_narrow_ones(shape):
-  """`contract_leading` (x [..., R, I], y [..., R, O] -> x^T y) equals the einsum it replaces
-  whichever operand it transposes; on this CPU the narrow cases compile to a YNNPACK dot (the
-  plain product XLA:CPU computes in its own loops)."""
-  *lead, rows, width_in, width_out = shape
-  rng = np.random.default_rng(3)
-  x = jnp.asarray(rng.normal(size=(*lead, rows, width_in)), jnp.float32)
-  y = jnp.asarray(rng.normal(size=(*lead, rows, width_out)), jnp.float32)
-  expected = np.einsum("...ri,...ro->...io", np.float64(x), np.float64(y))
-  got = jax.jit(attention.contract_leading)(x, y)
-  assert got.shape == expected.shape and max_diff(got, expected) <= TOLERANCE * rows
-  if min(width_in, width_out) <= attention.NARROW_OPERAND:
-    assert "ynn_fusion" in jax.jit(attention.contract_leading).lower(x, y).compile().as_text()
-
-
 @pytest.mark.parametrize("length, window, logit_cap", [(200, None, None), (256, 6, 30.0)])
 def test_causal_blocks_of_queries_match_the_dense_attention(length, window, logit_cap):
   """Blocks of 64 queries against the keys up to each block's end (the last block shorter when
@@ -304,11 +287,9 @@ def test_training_never_runs_the_forward_only_splash_kernel():
 
 
 def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it():
-  """Under the layers' checkpoint policy the backward pass transposes nothing it recomputes:
+  """Under the default remat policy the backward pass transposes nothing it recomputes:
   attention's output is kept token-major, as the output projection reads it, so that projection's
-  input is the kept blocks joined. Kept heads-major, the backward pass recomputed it by transposing
-  every layer's kept outputs (benchmarks/train_step_profile.py
-  --compare=current,heads_major_attention_output)."""
+  input is the kept blocks joined."""
   from socialrm_jax.models import trunk
   q, _, _, layout, positions = random_case(2, rows=1, length=256, heads=4, kv_heads=2,
                                            is_causal=True)
@@ -317,7 +298,7 @@ def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it
   weights = jnp.asarray(rng.normal(size=(3, 2, width, width)) / width, jnp.float32)
   x = q.reshape(1, 256, width)
 
-  @functools.partial(jax.checkpoint, policy=trunk.LAYER_SAVED_RESIDUALS, prevent_cse=False)
+  @functools.partial(jax.checkpoint, policy=trunk.checkpoint_policy("auto"), prevent_cse=False)
   def layer(x, layer_weights):
     kv = (x @ layer_weights[0]).reshape(1, 256, 4, HEAD_DIM)[:, :, :2]
     out = attention.attend(x.reshape(1, 256, 4, HEAD_DIM), kv, kv, layout, positions,

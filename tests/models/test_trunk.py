@@ -78,7 +78,7 @@ def test_format_2_checkpoints_of_per_layer_families_still_load(loaded_model, tmp
 @pytest.mark.parametrize("lora_rank", [0, 3])
 def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_weights(
     tiny_checkpoint, lora_rank):
-  """What the scanned layers leave for the backward pass (`trunk.LAYER_SAVED_RESIDUALS`): the
+  """What the scanned layers leave for the backward pass under the default remat policy: the
   projections' outputs, attention's inputs (heads-major, after RoPE) and its output with its
   rows' softmax statistics, per layer; not the key and value projections' outputs (attention's
   inputs stand for them, so RoPE is not recomputed), not the logits or probabilities (attention's
@@ -114,19 +114,18 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   named = [why for _, why in saved if "named" in why]
   stacked_kernels = {tuple(v.get_value().shape[1:]) for p, v in weights.param_paths(params).items()
                      if p.startswith("layers/") and v.get_value().ndim >= 3}
-  # The gate and up projections' outputs, which the MLP's backward reads: kept, not recomputed
-  # (their products go through `layers.matmul`'s own VJP, so `layers.Projection` names its output
-  # for the policy); with LoRA, each as one sum x W + (x A) B, not its two terms apart, and each
-  # projection's x A kept.
-  intermediate = [shape for shape in scanned if shape[1:] == (length, config.intermediate_size)]
+  # The gate and up projections' outputs, which the MLP's backward reads: kept, not recomputed;
+  # with LoRA, each as one sum x W + (x A) B (`layers.Projection` names it), not its two terms
+  # apart, and each projection's x A kept.
+  intermediate = [shape for shape in scanned if shape[1:] == (1, length, config.intermediate_size)]
   assert len(intermediate) == 2, scanned
-  low_rank = [shape for shape in scanned if shape[1:] == (length, lora_rank)]
+  low_rank = [shape for shape in scanned if shape[1:] == (1, length, lora_rank)]
   assert len(low_rank) == (7 if lora_rank else 0), scanned
   assert any("attention_output" in why for why in named), saved
   assert any("attention_row_statistics" in why for why in named), saved
   assert any("attention_inputs" in why for why in named), saved
-  kv_width = config.num_kv_heads * config.head_dim
-  assert not [shape for shape in scanned if shape[1:] == (length, kv_width)], scanned
+  kv_projection = (1, length, config.num_kv_heads, config.head_dim)  # k_proj's, v_proj's output
+  assert not [shape for shape in scanned if shape[1:] == kv_projection], scanned
   assert not [shape for shape in scanned if shape[1:] in stacked_kernels], scanned
   assert not [shape for shape in scanned if shape[-2:] == (length, length)], scanned
 
@@ -137,16 +136,16 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
     ("Gemma3TextForSequenceClassification", True),  # windows and RoPE scanned per layer
     ("GPT2ForSequenceClassification-layer-scaled", False),  # a float scanned per layer
     ("DebertaV2ForSequenceClassification", False)])  # relative embeddings closed over
-def test_a_residual_workspace_gives_the_scans_gradients_to_the_bit(tiny_checkpoint, case,
-                                                                   reads_few):
-  """`trunk.residual_workspace`: the layers' residuals kept in buffers passed in, which come back
-  filled as their gradient, give every parameter's and the input's gradient as JAX's scan does,
-  on a fresh (zero) workspace and on one handed back by the call before."""
+def test_every_remat_policy_gives_the_same_loss_and_gradients(tiny_checkpoint, case, reads_few):
+  """What the backward pass keeps is a trade of memory for recomputation, not a change of what is
+  computed: every policy's loss and gradients equal the default's. Tolerance: a recomputed value
+  is the same float32 operations, but XLA may fuse (so round and reorder) a rematerialized
+  forward otherwise than the kept one; over this model's reductions (widths of at most 64 and 16
+  tokens) that is within 64 float32 epsilons of each value's magnitude."""
   family, config = family_config(tiny_checkpoint, case, 3)
   if getattr(config, "local_rope_layers", ()):  # local, global, local
     config = dataclasses.replace(config, local_rope_layers=(True, False, True),
                                  layer_windows=(8, None, 8))
-  graphdef, params, rest = nnx.split(family.Model(config), nnx.Param, ...)
   ids = jax.random.randint(jax.random.key(1), (2, 16), 0, 50)
   layout = attention.Layout(jnp.ones_like(ids), jnp.zeros_like(ids),
                             is_causal=family.IS_CAUSAL)
@@ -155,19 +154,26 @@ def test_a_residual_workspace_gives_the_scans_gradients_to_the_bit(tiny_checkpoi
   weights_ = jax.random.normal(jax.random.key(2), (2, 2 if reads_few else 16,
                                                    config.hidden_size))
 
-  def loss(params, buffers=None):
-    with trunk.residual_workspace(buffers):
+  def value_and_grads(policy):
+    graphdef, params, rest = nnx.split(family.Model(config, remat_policy=policy), nnx.Param, ...)
+
+    def loss(params):
       hidden = nnx.merge(graphdef, params, rest)(ids, positions, layout,
                                                  output_index=output_index)
-    return jnp.sum(hidden * weights_)
+      return jnp.sum(hidden * weights_)
+    return jax.jit(jax.value_and_grad(loss))(params)
 
-  want = jax.jit(jax.grad(loss))(params)
-  shapes = trunk.workspace_shapes(lambda params: loss(params), params)
-  assert shapes and all(s.shape[0] == (2 if reads_few else 3) for s in shapes)
-  buffers = [jnp.zeros(s.shape, s.dtype) for s in shapes]
-  step = jax.jit(jax.grad(loss, argnums=(0, 1)), donate_argnums=(1,))
-  for _ in range(2):  # the second on the buffers the first handed back
-    got, buffers = step(params, buffers)
-    for (path, g), w in zip(jax.tree.leaves_with_path(got), jax.tree.leaves(want)):
-      np.testing.assert_array_equal(g, w, err_msg=jax.tree_util.keystr(path))
-  assert any(np.any(np.asarray(b) != 0) for b in buffers)
+  want_loss, want = value_and_grads("auto")
+  for policy in trunk.REMAT_POLICIES:
+    got_loss, got = value_and_grads(policy)
+    for (path, g), w in zip(jax.tree.leaves_with_path((got_loss, got)),
+                            jax.tree.leaves((want_loss, want))):
+      scale = max(float(np.max(np.abs(w))), 1.0)
+      np.testing.assert_allclose(g, w, rtol=0, atol=64 * np.finfo(np.float32).eps * scale,
+                                 err_msg=f"{policy}: {jax.tree_util.keystr(path)}")
+
+
+def test_an_unknown_remat_policy_is_refused_when_the_model_is_made(tiny_checkpoint):
+  family, config = family_config(tiny_checkpoint, "LlamaForSequenceClassification", 2)
+  with pytest.raises(ValueError, match="unknown remat policy 'everything'; one of auto, "):
+    family.Model(config, remat_policy="everything")

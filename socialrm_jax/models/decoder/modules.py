@@ -172,13 +172,14 @@ class Model(trunk.FamilyModel):
 
     reads_few = output_index is not None and 2 * output_index.shape[1] <= input_ids.shape[1]
     if not reads_few or self.attention != "xla":
-      x = trunk.scan_layers(self.layers, x, layer, per_layer)
+      x = trunk.scan_layers(self.layers, x, layer, per_layer, remat=self.remat_policy)
       return layers.take_positions(self.final_norm(x), output_index)  # [B, T or P, D]
 
     def last_layer(block: Block, x: jax.Array, data) -> jax.Array:
       return block(x, positions, layout, *data, output_index)  # [B, P, D]
 
-    x = trunk.scan_layers(self.layers, x, layer, per_layer, last_call=last_layer)
+    x = trunk.scan_layers(self.layers, x, layer, per_layer, last_call=last_layer,
+                          remat=self.remat_policy)
     return self.final_norm(x)  # [B, P, D]
 
   def head(self, hidden: jnp.ndarray, gate_hidden: jnp.ndarray | None = None) -> jnp.ndarray:
