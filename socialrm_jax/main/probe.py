@@ -7,7 +7,7 @@
 
 Writes OUT/probe.json, OUT/value_probe.md (the table), OUT/value_probe.png and the scores under
 OUT/scores (a rerun resumes). What is scored and how: socialrm_jax/orchestrators/probe.py; the
-statistics: socialrm_jax/analysis/values.py.
+statistics: socialrm_jax/analysis/studies/probe.py.
 """
 
 from __future__ import annotations
