@@ -358,6 +358,41 @@ def _matrix(rewards: dict[tuple[str, str], float], prompts: PromptSet, words: li
   return matrix
 
 
+def run_compared(model_path: str, output_dir, options: engine.ScoringOptions,
+                 probe: ProbeOptions = ProbeOptions(), *, compare_with: list[str] = (),
+                 families: list[str] | None = None) -> dict[str, Any]:
+  """`run`, then, with `compare_with` (finished probes of other models on the same prompts and
+  words), the report over every model and, with `families` (this model's first, then each
+  `compare_with` probe's, as socialrm-vocab-scan's), the family comparison in study.json."""
+  if families is not None and len(families) != 1 + len(compare_with):
+    raise InputError(f"--families names {len(families)} families for {1 + len(compare_with)} "
+                     "probes (this one first, then each --compare_with)")
+  prompts, lexicon = check_options(probe)
+  for folder in compare_with:
+    if not (pathlib.Path(folder) / "probe.json").is_file():
+      raise InputError("--compare_with: no probe.json here (a finished socialrm-probe folder)",
+                       folder)
+  labels = list(families or [""] * (1 + len(compare_with)))
+  result = run(model_path, output_dir, options, probe, family=labels[0])
+  if not compare_with or not distributed.is_coordinator():
+    return result
+  words = list(dict.fromkeys(w for ws in result["words"].values() for w in ws))
+  results = {result["model"]: result}
+  runs = {result["model"]: (labels[0], reward_matrix(pathlib.Path(output_dir) / "scores",
+                                                     len(words), prompts))}
+  for folder, family in zip(compare_with, labels[1:]):
+    other, rewards = read_probe_run(pathlib.Path(folder), prompts, words)
+    if other["model"] in results:
+      raise InputError(f"--compare_with: model {other['model']!r} is probed twice", folder)
+    results[other["model"]], runs[other["model"]] = other, (family, rewards)
+  study = None
+  if families is not None:
+    study = compare(runs, result, prompts, lexicon, probe)
+    tables.atomic_write_json(pathlib.Path(output_dir) / STUDY_FILE, study)
+  write_report(pathlib.Path(output_dir), results, study)
+  return result
+
+
 def import_tables(paths: list[pathlib.Path], families: list[str]) -> dict[str, tuple[
     str, dict[tuple[str, str], float], pathlib.Path]]:
   """Rewards scored elsewhere: {model: (family, {(prompt id, word): reward}, its file)} from
@@ -416,7 +451,7 @@ def run_import(paths: list[str], output_dir, probe: ProbeOptions = ProbeOptions(
     write_rewards(out / model / REWARDS_FILE, model, family, matrix, words, prompts)
     runs[model] = (family, matrix)
   study = None
-  if len({f for f, _ in runs.values()}) > 1 or any(f for f, _ in runs.values()):
+  if any(f for f, _ in runs.values()):
     study = compare(runs, next(iter(results.values())), prompts, lexicon, probe)
     tables.atomic_write_json(out / STUDY_FILE, study)
   write_report(out, results, study)
