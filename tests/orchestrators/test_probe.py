@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model
 from socialrm_jax.orchestrators import probe
 from socialrm_jax.scoring import engine
@@ -169,3 +170,28 @@ def test_the_probe_command_refuses_a_malformed_file_in_one_line_naming_its_row(
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("socialrm-probe: error: ")
   assert f"{bad}, row {row}: " in lines[0] and "Traceback" not in result.stderr
+
+
+def test_an_imported_table_is_refused_where_it_lacks_a_cell_or_names_a_stray_prompt(tmp_path):
+  lexicon = tmp_path / "bigtwo.csv"
+  lexicon.write_text(LEXICON)
+  options = probe.ProbeOptions(lexicon=str(lexicon), n_resamples=20, n_permutations=20)
+  words = ["kind", "able"]
+  rows = [f"m,,{i},{w},{i * 0.1}" for i in range(len(probe.PROMPTS)) for w in words]
+  table = tmp_path / "rewards.csv"
+  table.write_text("model,family,prompt,word,reward\n" + "\n".join(rows[:-1]) + "\n")
+  with pytest.raises(InputError, match=r"rewards\.csv: no reward for prompt '11' and "
+                                             r"word 'able'"):
+    probe.run_import([str(table)], tmp_path / "out", options)
+  table.write_text("model,family,prompt,word,reward\n" + "\n".join(rows + ["m,,best,kind,1"]))
+  with pytest.raises(InputError, match=r"prompt 'best' is no prompt of --prompts="
+                                             r"value_probe\.prompts/1"):
+    probe.run_import([str(table)], tmp_path / "out", options)
+  table.write_text("model,family,prompt,word,reward\n" + "\n".join(rows) + "\n")
+  result = probe.run_import([str(table)], tmp_path / "out", options)["m"]
+  # One model, no family: today's statistics alone, on the two words the lexicon holds.
+  assert result["words"] == {"communion": ["kind"], "agency": ["able"]}
+  assert list(result["contrasts"]) == ["communion - agency"]
+  assert not (tmp_path / "out" / probe.STUDY_FILE).exists()
+  with pytest.raises(InputError, match=r"--families names 1 families for 0 study-layout"):
+    probe.run_import([str(table)], tmp_path / "out", options, families=["g"])
