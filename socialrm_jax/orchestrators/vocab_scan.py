@@ -35,7 +35,8 @@ import pyarrow as pa
 from absl import logging
 
 from socialrm_jax.analysis.resampling import bootstrap
-from socialrm_jax.analysis.studies import values, vocab_stats
+from socialrm_jax.analysis.studies import probe as probe_stats
+from socialrm_jax.analysis.studies import vocab_stats
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import probe
@@ -190,7 +191,7 @@ class ScanOptions:
                                           "token but the special ones).")
   seed: int = settings.field(SEED, "Seed of the bootstrap and the permutations.")
   n_resamples: int = settings.field(bootstrap.N_RESAMPLES, "Bootstrap resamples.")
-  n_permutations: int = settings.field(values.N_PERMUTATIONS,
+  n_permutations: int = settings.field(probe_stats.N_PERMUTATIONS,
                                        "Permutations of the contrasts' tests.")
 
 

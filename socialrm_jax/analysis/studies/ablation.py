@@ -28,11 +28,11 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from socialrm_jax.analysis.outputs import report
-from socialrm_jax.analysis.studies import values
+from socialrm_jax.analysis.studies import probe as probe_stats
 from socialrm_jax.base import tables
 
 # The probe's contrast the grid reads, and the name the grid gives its negation.
-CONTRAST = values.COMMUNION_AGENCY[0]
+CONTRAST = probe_stats.COMMUNION_AGENCY[0]
 VALUE = "agency - communion"
 
 

@@ -24,9 +24,9 @@ The scan (`socialrm_jax/orchestrators/vocab_scan.py`) gives each prompt a reward
   over those tokens (listed). Words no single token spells are counted as missing.
 - **Categories**: the median of the words' percentiles, with a 95% percentile-bootstrap interval
   over words (`bootstrap.N_RESAMPLES` resamples, seeded).
-- **Contrasts** (`values.contrasts`: communion - agency, virtue - vice per foundation): the
+- **Contrasts** (`probe.contrasts`: communion - agency, virtue - vice per foundation): the
   difference of the two categories' mean percentiles, its bootstrap interval (each category's
-  words resampled on their own), the permutation p-value of `values.permutation_p_value`, and the
+  words resampled on their own), the permutation p-value of `probe.permutation_p_value`, and the
   Mann-Whitney U of the first category's percentiles against the second's with its two-sided
   p-value (`scipy.stats.mannwhitneyu`, asymptotic) and the rank-biserial correlation
   r = 2 U / (n1 n2) - 1 (+1: every word of the first above every word of the second).
@@ -60,7 +60,7 @@ from matplotlib.figure import Figure  # drawn and saved without pyplot: no proce
 from scipy import stats
 
 from socialrm_jax.analysis.outputs import report
-from socialrm_jax.analysis.studies import values
+from socialrm_jax.analysis.studies import probe as probe_stats
 
 TOP = 25                 # Top and bottom tokens listed per prompt.
 TAILS = (100, 1000)      # Tails summarised per prompt and compared across models.
@@ -227,16 +227,16 @@ def category_summary(word_percentiles: Mapping[str, Mapping[str, float]], *, n_r
     means[name] = resamples.mean(axis=1)
     out["categories"][name] = {"n_words": int(len(array)),
                                "median_percentile": float(np.median(array)),
-                               "ci95": values.interval(np.median(resamples, axis=1))}
-  for name, first, second in values.contrasts(list(arrays)):
+                               "ci95": probe_stats.interval(np.median(resamples, axis=1))}
+  for name, first, second in probe_stats.contrasts(list(arrays)):
     x, y = arrays[first], arrays[second]
     if len(x) < 2 or len(y) < 2:
       continue
     out["contrasts"][name] = {
         "first": first, "second": second,
         "difference": float(x.mean() - y.mean()),
-        "ci95": values.interval(means[first] - means[second]),
-        "p_value": values.permutation_p_value(x, y, n_permutations, rng),
+        "ci95": probe_stats.interval(means[first] - means[second]),
+        "p_value": probe_stats.permutation_p_value(x, y, n_permutations, rng),
         "mann_whitney": mann_whitney(x, y)}
   return out
 
@@ -375,7 +375,7 @@ def family_contrasts(differences: Mapping[str, Mapping[str, Mapping[str, float]]
       out.append({"prompt": prompt, "contrast": contrast, "families": [first, second],
                   "models": [a, b], "means": [float(x.mean()), float(y.mean())],
                   "difference": float(x.mean() - y.mean()),
-                  "p_value": values.permutation_p_value(x, y, n_permutations, rng),
+                  "p_value": probe_stats.permutation_p_value(x, y, n_permutations, rng),
                   "smallest_p": min(1.0, 2 / math.comb(len(a) + len(b), len(a)))})
   return out
 

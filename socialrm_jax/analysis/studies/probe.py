@@ -34,6 +34,11 @@ from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import bootstrap
 
 N_PERMUTATIONS = 10_000
+BUNDLED = "bundled"
+BUNDLED_LEXICONS = ("Warmth and competence are the stereotype-content dictionary's high "
+                    "sociability/morality and ability/agency words (Nicolas, Bai & Fiske), the "
+                    "closest public stand-in for the Big Two communion/agency dictionary; moral "
+                    "foundations are MFD 2.0's single-word virtue and vice entries. ")
 # Contrasts: (name, the first category, the second); foundations from the MFD 2.0 categories.
 COMMUNION_AGENCY = ("communion - agency (warmth - competence)", "warmth", "competence")
 FOUNDATIONS = ("care", "fairness", "loyalty", "authority", "sanctity")
@@ -98,9 +103,11 @@ def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
 
 
 def summarise(rewards: np.ndarray, categories: Mapping[str, np.ndarray], *, n_resamples: int,
-              n_permutations: int, seed: int) -> dict[str, Any]:
+              n_permutations: int, seed: int,
+              pairs: Sequence[tuple[str, str, str]] | None = None) -> dict[str, Any]:
   """The probe's statistics for one model: `categories.<name>.{mean, ci95, n_words}` and
-  `contrasts.<name>.{difference, ci95, p_value, first, second}`. rewards [P, W]."""
+  `contrasts.<name>.{difference, ci95, p_value, first, second}` for each (name, first, second)
+  of `pairs` (by default `contrasts(categories)`). rewards [P, W]."""
   rng = np.random.default_rng(seed)
   means = bootstrap_means(rewards, categories, n_resamples, rng)
   out: dict[str, Any] = {"n_prompts": int(rewards.shape[0]), "n_resamples": n_resamples,
@@ -110,7 +117,7 @@ def summarise(rewards: np.ndarray, categories: Mapping[str, np.ndarray], *, n_re
     out["categories"][name] = {"mean": float(values[0]), "ci95": interval(values[1:]),
                                "n_words": int(len(categories[name]))}
   word_scores = rewards.mean(axis=0)                                    # [W]
-  for name, first, second in contrasts(list(categories)):
+  for name, first, second in contrasts(list(categories)) if pairs is None else pairs:
     difference = means[first] - means[second]                           # [1 + B]
     out["contrasts"][name] = {
         "first": first, "second": second, "difference": float(difference[0]),
@@ -134,10 +141,9 @@ def report_section(results: Mapping[str, Mapping[str, Any]], figure: str | None 
          f"\"{first['example_prompt']}\"), each with the proxy it has in the audit (a language "
          "model's reward is the mean log-probability of the answer's tokens). A cell is the mean "
          "reward of a category's words over all prompts, with a 95% bootstrap interval over "
-         "words and prompts. Warmth and competence are the stereotype-content dictionary's high "
-         "sociability/morality and ability/agency words (Nicolas, Bai & Fiske), the closest "
-         "public stand-in for the Big Two communion/agency dictionary; moral foundations are "
-         "MFD 2.0's single-word virtue and vice entries. Words are a seeded sample of "
+         "words and prompts. " + (BUNDLED_LEXICONS if first.get("lexicon", BUNDLED) == BUNDLED
+                                  else f"Lexicon: {first['lexicon']}. ")
+         + "Words are a seeded sample of "
          f"{first['words_per_category'] or 'all'} per category (seed {first['sample_seed']}). "
          "Contrasts: the difference of means, its interval, and a permutation-test p-value over "
          "words.", ""]
@@ -146,11 +152,24 @@ def report_section(results: Mapping[str, Mapping[str, Any]], figure: str | None 
       [category] + [report.fmt(node["mean"], node["ci95"]) + f" (n={node['n_words']})"
                     if (node := r["categories"].get(category)) else "–"
                     for r in results.values()] for category in categories]) + [""]
-  contrast_names = list(dict.fromkeys(c for r in results.values() for c in r["contrasts"]))
+  # With prompts of more than one framing (the superlatives' best and worst), each contrast is
+  # shown per framing too: a positive and a negative question pull the words apart in
+  # opposite directions, so the mean over both can hide either.
+  rows = [(c, None) for c in dict.fromkeys(c for r in results.values() for c in r["contrasts"])]
+  rows += [(c, framing) for framing in dict.fromkeys(
+      f for r in results.values() for f in r.get("framings", {}))
+           for c in dict.fromkeys(c for r in results.values()
+                                  for c in r["framings"].get(framing, {}).get("contrasts", {}))]
+
+  def contrast_of(result, contrast, framing):
+    node = result if framing is None else result.get("framings", {}).get(framing, {})
+    return node.get("contrasts", {}).get(contrast)
+
   out += report.table(["contrast"] + names, [
-      [contrast] + [report.fmt(node["difference"], node["ci95"]) + f", p={node['p_value']:.3g}"
-                    if (node := r["contrasts"].get(contrast)) else "–"
-                    for r in results.values()] for contrast in contrast_names]) + [""]
+      [contrast if framing is None else f"{contrast} [{framing} prompts]"]
+      + [report.fmt(node["difference"], node["ci95"]) + f", p={node['p_value']:.3g}"
+         if (node := contrast_of(r, contrast, framing)) else "–" for r in results.values()]
+      for contrast, framing in rows]) + [""]
   if figure:
     out += [f"![value probe]({figure})", ""]
   return out

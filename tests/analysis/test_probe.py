@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis.studies import values
+from socialrm_jax.analysis.studies import probe as probe_stats
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import probe
 from socialrm_jax.sources import lexicons as lexicon_files
@@ -15,19 +15,19 @@ from socialrm_jax.sources import lexicons as lexicon_files
 def test_permutation_p_value_by_hand():
   # x = {3, 4}, y = {1, 2}: of the 6 splits of {1, 2, 3, 4} into two pairs, the differences of
   # means are 2, 1, 0, 0, -1, -2. P(T >= 2) = 1/6, P(T <= 2) = 1, two-sided p = 2 * 1/6.
-  p = values.permutation_p_value(np.array([3.0, 4.0]), np.array([1.0, 2.0]), 100,
+  p = probe_stats.permutation_p_value(np.array([3.0, 4.0]), np.array([1.0, 2.0]), 100,
                                  np.random.default_rng(0))
   assert p == pytest.approx(1 / 3)
   # x = {1, 2, 3}, y = {4} (one value: the pooled orders are permuted, 24 of them): the 4
   # splits give -2, -2/3, 2/3, 2; the observed -2 is the lowest: p = 2 * 1/4.
-  p = values.permutation_p_value(np.array([1.0, 2.0, 3.0]), np.array([4.0]), 100,
+  p = probe_stats.permutation_p_value(np.array([1.0, 2.0, 3.0]), np.array([4.0]), 100,
                                  np.random.default_rng(0))
   assert p == pytest.approx(0.5)
   # More splits (C(16, 8) = 12,870) than permutations: 200 random ones, the observed split
   # counted once more. Every x above every y: only the observed split (and its mirror, on the
   # other side) is as extreme, so p = 2 (0 + 1) / (200 + 1) unless a draw repeats it.
   x, y = np.arange(10.0, 18.0), np.arange(8.0)
-  p = values.permutation_p_value(x, y, 200, np.random.default_rng(0))
+  p = probe_stats.permutation_p_value(x, y, 200, np.random.default_rng(0))
   assert p == pytest.approx(2 / 201)
 
 
@@ -42,22 +42,24 @@ def test_bootstrap_over_words_and_prompts_has_the_hand_computed_distribution():
     mean = float(a @ rewards @ b) / 4
     exact[mean] = exact.get(mean, 0.0) + pa * pb
   n = 40_000
-  means = values.bootstrap_means(rewards, {"c": np.array([0, 1])}, n, np.random.default_rng(0))
+  means = probe_stats.bootstrap_means(rewards, {"c": np.array([0, 1])}, n,
+                                      np.random.default_rng(0))
   assert means["c"][0] == pytest.approx(7 / 4)  # row 0: the data's own mean
   got = {m: np.mean(np.isclose(means["c"][1:], m)) for m in exact}
   assert sum(got.values()) == pytest.approx(1.0)
   for m, p in exact.items():
     assert got[m] == pytest.approx(p, abs=0.01), m
   # Its 95% interval: the extremes here (each has probability 1/16 > 2.5%).
-  assert values.interval(means["c"][1:]) == [0.0, 4.0]
+  assert probe_stats.interval(means["c"][1:]) == [0.0, 4.0]
 
 
 def test_categories_share_the_prompt_draw_so_contrasts_get_intervals():
   rng = np.random.default_rng(1)
   rewards = rng.normal(size=(10, 8)) + np.arange(10)[:, None]  # a strong prompt effect
   categories = {"warmth": np.arange(4), "competence": np.arange(4, 8)}
-  summary = values.summarise(rewards, categories, n_resamples=400, n_permutations=300, seed=0)
-  contrast = summary["contrasts"][values.COMMUNION_AGENCY[0]]
+  summary = probe_stats.summarise(rewards, categories, n_resamples=400, n_permutations=300,
+                                  seed=0)
+  contrast = summary["contrasts"][probe_stats.COMMUNION_AGENCY[0]]
   assert contrast["difference"] == pytest.approx(rewards[:, :4].mean() - rewards[:, 4:].mean())
   # The prompt effect cancels in the difference: its interval is narrower than a category's.
   width = np.diff(contrast["ci95"])[0]
@@ -65,7 +67,7 @@ def test_categories_share_the_prompt_draw_so_contrasts_get_intervals():
   assert 0 < contrast["p_value"] <= 1
   assert summary["categories"]["warmth"]["n_words"] == 4 and summary["n_prompts"] == 10
   # The same seed gives the same numbers.
-  assert values.summarise(rewards, categories, n_resamples=400, n_permutations=300,
+  assert probe_stats.summarise(rewards, categories, n_resamples=400, n_permutations=300,
                           seed=0) == summary
 
 
