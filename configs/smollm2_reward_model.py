@@ -6,7 +6,7 @@ table (the domains, the value probe's communion - agency).
       --config=configs/smollm2_reward_model.py:hf_model=RUN/model,output_dir=runs/smollm2_audit
 
 `hf_model` is the trained reward model (`socialrm-train`'s OUTPUT/model, e.g. the one
-benchmarks/smollm2_reward_model.py trains); `name` names it in the report.
+benchmarks/training/smollm2_reward_model.py trains); `name` names it in the report.
 """
 
 import ml_collections

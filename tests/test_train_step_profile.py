@@ -1,4 +1,4 @@
-"""benchmarks/train_step_profile.py's attention variants compute the gradients the code computes,
+"""benchmarks/training/train_step_profile.py's attention variants compute the gradients the code computes,
 so that an A/B of them (docs/training.md) times the same mathematics."""
 
 from __future__ import annotations

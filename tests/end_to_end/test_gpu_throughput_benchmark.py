@@ -1,4 +1,4 @@
-"""benchmarks/gpu_throughput.py still runs end to end: `--preset=tiny` on CPU (a 336k-parameter
+"""benchmarks.gpu.gpu_throughput still runs end to end: `--preset=tiny` on CPU (a 336k-parameter
 random Llama reward model, 6 items, 9 pairs) times our scorer and both PyTorch loops, prints the
 table, agrees with transformers in float32, and reuses its built model on a rerun.
 
@@ -8,7 +8,6 @@ modules' in this process.
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -17,13 +16,13 @@ import pytest
 from tests.helpers.paths import REPO_ROOT
 
 REPO = REPO_ROOT
-SCRIPT = REPO / "benchmarks" / "gpu_throughput.py"
+MODULE = "benchmarks.gpu.gpu_throughput"
 TITLES = ("socialrm_jax (cold cache)", "PyTorch, dataset order", "PyTorch, sorted by length")
 
 
 def _run(work_dir, *flags):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run([sys.executable, str(SCRIPT), "--preset=tiny", "--device=cpu",
+  return subprocess.run([sys.executable, "-m", MODULE, "--preset=tiny", "--device=cpu",
                          f"--work_dir={work_dir}", *flags],
                         capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 

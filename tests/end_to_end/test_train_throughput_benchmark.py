@@ -1,11 +1,10 @@
-"""benchmarks/train_throughput.py still runs end to end: `--preset=tiny` (a random Llama of hidden
-64 on the bundled slice's first 16 pairs) trains with the project's trainer and with TRL's
+"""benchmarks.training.train_throughput still runs end to end: `--preset=tiny` (a random Llama of
+hidden 64 on the bundled slice's first 16 pairs) trains with the project's trainer and with TRL's
 RewardTrainer, each as its own process, prints the table, both trainers count the same tokens
 (the same templated sequences) and their losses are the same step by step. Run as a subprocess, as it is used (absl flags)."""
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -13,13 +12,13 @@ import pytest
 from tests.helpers.paths import REPO_ROOT
 
 REPO = REPO_ROOT
-SCRIPT = REPO / "benchmarks" / "train_throughput.py"
+MODULE = "benchmarks.training.train_throughput"
 
 
 @pytest.mark.slow
 def test_tiny_preset_trains_with_both_and_prints_the_table(tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  done = subprocess.run([sys.executable, str(SCRIPT), "--preset=tiny", f"--work_dir={tmp_path}"],
+  done = subprocess.run([sys.executable, "-m", MODULE, "--preset=tiny", f"--work_dir={tmp_path}"],
                         capture_output=True, text=True, env=env, timeout=900, cwd=REPO)
   assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
   for title in ("socialrm_jax (socialrm-train)", "TRL RewardTrainer", "speed-up, whole process"):
@@ -35,12 +34,11 @@ def test_tiny_preset_trains_with_both_and_prints_the_table(tmp_path):
   assert ours["peak_rss_mib"] > 0 and trl["peak_rss_mib"] > 0
 
 
-def test_the_table_measures_a_run_stopped_early_on_its_own_tokens(monkeypatch):
+def test_the_table_measures_a_run_stopped_early_on_its_own_tokens():
   """TRL stopped after 2 of 4 steps (`--trl_steps`): its tokens/s are the tokens it counted over
   its seconds, not the whole run's; its seconds per slot are not shown (the slots are the whole
   run's); the speed-ups are ratios of tokens/s. Figures by hand."""
-  monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-  import train_comparison  # pylint: disable=import-outside-toplevel
+  from benchmarks.training import train_comparison  # pylint: disable=import-outside-toplevel
   results = {"ours": {"wall_seconds": 100.0, "train_seconds": 50.0, "peak_rss_mib": 1000.0,
                       "losses": [0.7, 0.6, 0.5, 0.4], "counted_tokens": 4000},
              "trl": {"wall_seconds": 40.0, "train_seconds": 20.0, "peak_rss_mib": 2000.0,

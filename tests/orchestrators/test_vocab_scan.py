@@ -21,7 +21,8 @@ from tests.helpers import scoring_fixtures as fx
 PROMPTS = list(zip(vocab_scan.DEFAULT_PROMPTS.ids, vocab_scan.DEFAULT_PROMPTS.texts))
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=48)
 # Llama 3.1's template, shortened, with its default system block (the scan benchmark's).
-LLAMA3_TEMPLATE = (fx.REPO_ROOT / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
+LLAMA3_TEMPLATE = (fx.REPO_ROOT / "benchmarks" / "gpu" /
+                   "llama3_like_chat_template.jinja").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Scoring throughput: the packed, prefix-shared engine against a naive pairwise scorer.
 
-  JAX_PLATFORMS=cpu python benchmarks/scoring_throughput.py --model=smollm2 --limit=48
+  JAX_PLATFORMS=cpu python -m benchmarks.scoring.scoring_throughput --model=smollm2 --limit=48
 
 Items default to the bundled BBQ slice (converted on the fly). Both scorers are compiled by an
 untimed warm-up pass over the same items, then timed:
@@ -28,7 +28,6 @@ from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.orchestrators import convert
 from socialrm_jax.scoring import engine, item_tokens, packing
-from socialrm_jax.scoring import step as step_lib
 from socialrm_jax.scoring import mesh as mesh_lib
 
 _MODEL = flags.DEFINE_string("model", "smollm2", "Model path (see socialrm_jax.main.score --model).")
@@ -128,4 +127,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/scoring_throughput.py", main)
+  command.run_command("benchmarks.scoring.scoring_throughput", main)

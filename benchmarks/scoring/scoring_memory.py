@@ -1,9 +1,9 @@
 """Peak host memory of a scoring run: flat in the number of items and in --tokens_per_batch.
 
-  JAX_PLATFORMS=cpu python benchmarks/scoring_memory.py [--item_counts=1000,100000] \
+  JAX_PLATFORMS=cpu python -m benchmarks.scoring.scoring_memory [--item_counts=1000,100000] \
       [--budgets=16384,1000000000] [--work_dir=runs/gpu_throughput]
 
-Builds the tiny random Llama reward model of `benchmarks/gpu_throughput.py` (numpy weights, a BPE
+Builds the tiny random Llama reward model of `benchmarks/gpu/gpu_throughput.py` (numpy weights, a BPE
 tokenizer trained on the items), writes N BBQ-like items (the bundled BBQ slice, each copy's
 context numbered so no two items are alike), and runs `python -m socialrm_jax.main.score` as a child
 process for every (items, tokens_per_batch) pair, reading the child's peak resident set size
@@ -18,21 +18,16 @@ import json
 import pathlib
 import subprocess
 import sys
-import tempfile
-import time
 
 from absl import flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import gpu_throughput  # pylint: disable=wrong-import-position  # its flags
-import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
-from socialrm_jax.main import command  # pylint: disable=wrong-import-position
-from socialrm_jax.orchestrators import convert  # pylint: disable=wrong-import-position
-from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
-from socialrm_jax.scoring import engine  # pylint: disable=wrong-import-position
+from benchmarks.common import REPO, peak_rss_mib, print_peak_ratio, print_table
+from benchmarks.gpu import gpu_throughput  # its flags
+from benchmarks.gpu import gpu_throughput_inputs  # the model builder
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import convert
+from socialrm_jax.base import tables
+from socialrm_jax.scoring import engine
 
 # Its --work_dir (where models are built) is this script's too: --help lists it.
 flags.adopt_module_key_flags(gpu_throughput)
@@ -51,32 +46,6 @@ def numbered_items(n: int) -> list[dict]:
     item["prompt"][0]["content"] = f"({i}) " + item["prompt"][0]["content"]
     items.append(item)
   return items
-
-
-# Runs the command as its own child and writes (peak RSS KiB, exit code) to argv[1]. A child's
-# ru_maxrss starts from the RSS of the process that forked it (Linux carries the high-water mark
-# across fork and exec), so the measured child is forked from this small process, not from the
-# benchmark, which may hold hundreds of MB.
-_LAUNCHER = ("import os, subprocess, sys; child = subprocess.Popen(sys.argv[2:]); "
-             "_, status, usage = os.wait4(child.pid, 0); "
-             "open(sys.argv[1], 'w').write(f'{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}')")
-
-
-def peak_rss_mib(command: list[str]) -> tuple[float, float]:
-  """(peak RSS of the command's process in MiB, wall seconds); it must succeed. Its output goes
-  to a temporary file (a pipe nobody reads would stop a long run when it fills), shown when it
-  fails."""
-  start = time.perf_counter()
-  with tempfile.TemporaryDirectory() as folder:
-    result, log = pathlib.Path(folder) / "result", pathlib.Path(folder) / "log"
-    with open(log, "wb") as out:
-      subprocess.run([sys.executable, "-c", _LAUNCHER, str(result), *command], stdout=out,
-                     stderr=subprocess.STDOUT, check=False)
-    kib, code = (int(v) for v in result.read_text().split())
-    if code != 0:
-      raise SystemExit(f"failed ({code}): {' '.join(command)}\n"
-                       f"{log.read_text(errors='replace')[-4000:]}")
-  return kib / 1024, time.perf_counter() - start  # ru_maxrss is in KiB on Linux.
 
 
 def main(argv):
@@ -107,18 +76,8 @@ def main(argv):
   print_table(rows, {"items": "items", "tokens_per_batch": "tokens_per_batch",
                      "peak_rss_mib": "peak RSS MiB", "wall_seconds": "wall s",
                      "batches": "batches"})
-
-
-def print_table(rows: list[dict], columns: dict[str, str]) -> None:
-  """The rows' `columns` (key: heading) as a table, then the largest peak RSS over the smallest."""
-  widths = {key: max(len(heading), *(len(str(row[key])) for row in rows))
-            for key, heading in columns.items()}
-  print("\n" + " ".join(f"{heading:>{widths[key]}}" for key, heading in columns.items()))
-  for row in rows:
-    print(" ".join(f"{row[key]!s:>{widths[key]}}" for key in columns))
-  peaks = [row["peak_rss_mib"] for row in rows]
-  print(f"\nlargest / smallest peak RSS: {max(peaks) / min(peaks):.2f}")
+  print_peak_ratio(rows)
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/scoring_memory.py", main)
+  command.run_command("benchmarks.scoring.scoring_memory", main)

@@ -1,5 +1,5 @@
-"""benchmarks/train_comparison.py's `allocator`: the malloc named beside a training benchmark's
-figures, which move with it by a tenth or more on a CPU (docs/value_bias_ablation.md)."""
+"""benchmarks.common's `allocator`: the malloc named beside a training benchmark's figures, which
+move with it by a tenth or more on a CPU (docs/value_bias_ablation.md)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ LIBRARIES = pathlib.Path("/usr/lib/x86_64-linux-gnu")
 def allocator_of(env: dict[str, str]) -> str:
   """`allocator()` as a fresh process with `env` sees it (LD_PRELOAD acts at its start)."""
   done = subprocess.run(
-      [sys.executable, "-c", "import train_comparison; print(train_comparison.allocator())"],
-      capture_output=True, text=True, cwd=REPO / "benchmarks", check=True,
+      [sys.executable, "-c", "from benchmarks import common; print(common.allocator())"],
+      capture_output=True, text=True, cwd=REPO, check=True,
       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env})
   return done.stdout.strip()
 

@@ -1,7 +1,7 @@
-"""benchmarks/train_throughput.py's TRL side, run as its own process: TRL's RewardTrainer on the
+"""benchmarks/training/train_throughput.py's TRL side, run as its own process: TRL's RewardTrainer on the
 benchmark's model folder and pairs file, with the benchmark's hyperparameters.
 
-  python benchmarks/train_throughput_trl.py --model=DIR --pairs=FILE --output_dir=DIR \
+  python -m benchmarks.training.train_throughput_trl --model=DIR --pairs=FILE --output_dir=DIR \
       --epochs=1 --batch_size=8 --learning_rate=5e-5 --max_length=1024 --seed=0
 
 The pairs file is the one the project's trainer reads (`prompt` a message list, `chosen` and

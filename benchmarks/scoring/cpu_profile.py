@@ -1,8 +1,8 @@
 """Where a CPU scoring run spends its time: one process, phase by phase, and each batch shape.
 
-  JAX_PLATFORMS=cpu python benchmarks/cpu_profile.py --model=DIR --items=CONVERTED
+  JAX_PLATFORMS=cpu python -m benchmarks.scoring.cpu_profile --model=DIR --items=CONVERTED
 
-(the model and items `benchmarks/gpu_throughput.py --preset=cpu35m_1500` builds and converts, in
+(the model and items `benchmarks/gpu/gpu_throughput.py --preset=cpu35m_1500` builds and converts, in
 WORK_DIR/models/ and WORK_DIR/items-cpu35m_1500/). It goes through the engine's own pieces in
 order and times each: the imports, loading the model, encoding the items (templating and the
 batched tokenizer), packing them into rows and batches, compiling each batch shape, then every
@@ -17,19 +17,13 @@ layer against the last layer at the read tokens only instead (`compare_last_laye
 from __future__ import annotations
 
 import collections
-import pathlib
-import sys
 import time
 
 START = time.perf_counter()
 
 from absl import flags  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-  sys.path.insert(0, str(REPO))
-
-from socialrm_jax.main import command  # noqa: E402  # after the path above
+from socialrm_jax.main import command  # noqa: E402  # after START
 
 _MODEL = flags.DEFINE_string("model", None, "Reward model folder.", required=True)
 _ITEMS = flags.DEFINE_string("items", None, "Converted items folder.", required=True)
@@ -169,4 +163,4 @@ def compare_last_layer(model, batches, num_items: int) -> None:
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/cpu_profile.py", main)
+  command.run_command("benchmarks.scoring.cpu_profile", main)

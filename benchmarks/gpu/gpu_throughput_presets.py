@@ -1,23 +1,15 @@
-"""benchmarks/gpu_throughput.py's presets: the random model shapes and the named runs, and the
+"""benchmarks/gpu/gpu_throughput.py's presets: the random model shapes and the named runs, and the
 choices of one benchmark (a preset, with flags given on the command line instead)."""
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import sys
-import time
 
 TORCH_BATCH = 64          # RewardBench's default batch of sequences.
 RUNS = ("ours", "ours_warm", "torch", "torch_sorted")
 RUN_TITLES = {"ours": "socialrm_jax (cold cache)", "ours_warm": "socialrm_jax (warm cache)",
               "torch": "PyTorch, dataset order", "torch_sorted": "PyTorch, sorted by length"}
-
-
-def log(message: str) -> None:
-  """A progress line, prefixed with the running benchmark's name (train_throughput.py and
-  vocab_scan_throughput.py log through this too)."""
-  print(f"[{pathlib.Path(sys.argv[0]).stem} {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +36,7 @@ class Size:
 
 SIZES = {
     "tiny": Size(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=4096),
-    # The audit memory benchmark's model (benchmarks/audit_memory.py): a million items to score
+    # The audit memory benchmark's model (benchmarks/statistics/audit_memory.py): a million items to score
     # on a small CPU, where only the host's memory is measured.
     "micro": Size(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, vocab=4096),
     "35m": Size(hidden=512, layers=8, heads=8, kv_heads=4, intermediate=1024, vocab=32000),

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_throughput.py's table: each run's row (pairs/s, tokens, FLOP/s), the score
+"""benchmarks/gpu/gpu_throughput.py's table: each run's row (pairs/s, tokens, FLOP/s), the score
 agreement of ours with the PyTorch loops, and the report written beside the runs' logs."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import shutil
 
 import numpy as np
 
-from gpu_throughput_inputs import model_params
-from gpu_throughput_presets import RUN_TITLES, Settings
-from gpu_throughput_runs import Run, our_rewards
+from benchmarks.gpu.gpu_throughput_inputs import model_params
+from benchmarks.gpu.gpu_throughput_presets import RUN_TITLES, Settings
+from benchmarks.gpu.gpu_throughput_runs import Run, our_rewards
 from socialrm_jax.base import tables
 
 

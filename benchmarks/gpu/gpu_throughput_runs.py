@@ -1,20 +1,15 @@
-"""benchmarks/gpu_throughput.py's runs, each a whole process timed from start to exit, and this
+"""benchmarks/gpu/gpu_throughput.py's runs, each a whole process timed from start to exit, and this
 project's own: `python -m socialrm_jax.main.score` on the built model, and the rewards it wrote."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import shutil
-import subprocess
 import sys
-import time
 
-from gpu_throughput_presets import log
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, child_env, timed_with_cpu
 # The score command's flag for the persistent compilation cache folder, passed when score.py
 # defines it; the environment variables below point every other spelling at the same fresh folder.
 SCORE_CACHE_FLAG = "compilation_cache"
@@ -29,38 +24,6 @@ class Run:
   log: str
   info: dict
   cpu_seconds: float | None = None  # user + system, the process and its children
-
-
-def _child_env(extra: dict[str, str]) -> dict[str, str]:
-  env = dict(os.environ)
-  env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-  env.update(extra)
-  return env
-
-
-def timed(name: str, command: list[str], env: dict[str, str], log_path: pathlib.Path):
-  """Runs `command` to its exit; returns (succeeded, seconds from start to exit)."""
-  ok, seconds, _ = timed_with_cpu(name, command, env, log_path)
-  return ok, seconds
-
-
-def timed_with_cpu(name: str, command: list[str], env: dict[str, str], log_path: pathlib.Path):
-  """`timed`, and the CPU seconds (user + system) the process and its children used: on a
-  machine other work shares, what a run costs moves much less with the load than its wall time."""
-  log(f"{name}: {' '.join(command)}")
-  with open(log_path, "w") as out:
-    start = time.perf_counter()
-    child = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-  code = os.waitstatus_to_exitcode(status)
-  cpu_seconds = usage.ru_utime + usage.ru_stime
-  if code:
-    tail = "".join(log_path.read_text(errors="replace").splitlines(True)[-25:])
-    log(f"{name}: FAILED with exit code {code} after {seconds:.1f} s; log {log_path}:\n{tail}")
-  else:
-    log(f"{name}: {seconds:.1f} s ({cpu_seconds:.1f} CPU s)")
-  return code == 0, seconds, cpu_seconds
 
 
 def _score_defines(flag: str) -> bool:
@@ -85,7 +48,7 @@ def run_ours(name: str, model_dir: pathlib.Path, items_dir: pathlib.Path, run_di
   env["XDG_CACHE_HOME"] = str(cache_dir.parent / "xdg")
   if device == "cpu":
     env["JAX_PLATFORMS"] = "cpu"
-  ok, seconds, cpu_seconds = timed_with_cpu(name, command, _child_env(env),
+  ok, seconds, cpu_seconds = timed_with_cpu(name, command, child_env(env),
                                             run_dir / f"{name}.log")
   info = {}
   if ok and (out_dir / "run.json").exists():

@@ -1,21 +1,16 @@
-"""What the training benchmarks share: a trainer run as a whole process (wall seconds and peak
-RSS from `wait4`), the token slots each trainer computes, the machine's name and allocator, and
-the table that sets the project's trainer beside TRL's (benchmarks/train_throughput.py,
-benchmarks/smollm2_reward_model.py)."""
+"""What the training benchmarks that set the project's trainer beside TRL's share
+(benchmarks.training.train_throughput, benchmarks.training.smollm2_reward_model): the preset, the
+token slots each trainer computes and the table of both runs. Each trainer runs as a whole
+process (`common.run_process`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
-import platform
-import shutil
-import subprocess
-import time
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from benchmarks.common import on_gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,66 +61,11 @@ def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: 
   return {"ours": ours, "trl": trl}
 
 
-def run_process(argv: list[str], log_path: pathlib.Path) -> dict:
-  """Runs `argv` to its end: wall seconds and peak RSS (MiB) of that process alone."""
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-      [str(REPO), str(REPO / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-  start = time.perf_counter()
-  with open(log_path, "w") as log_file:
-    process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                               cwd=REPO)
-    _, status, usage = os.wait4(process.pid, 0)
-  wall = time.perf_counter() - start
-  code = os.waitstatus_to_exitcode(status)
-  if code:
-    tail = log_path.read_text(errors="replace")[-3000:]
-    raise SystemExit(f"{argv[1:3]} exited {code}:\n{tail}")
-  return {"wall_seconds": wall, "peak_rss_mib": usage.ru_maxrss / 1024}
-
-
-def on_gpu() -> bool:
-  """Whether this machine has an NVIDIA GPU (and JAX is not told to use the CPU)."""
-  return shutil.which("nvidia-smi") is not None and os.environ.get("JAX_PLATFORMS") != "cpu"
-
-
-def device_name() -> str:
-  if on_gpu():
-    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                           capture_output=True, text=True).stdout.split("\n")
-    return f"{names[0].strip()} GPU (host CPU: {cpu_name()})"
-  return f"CPU: {cpu_name()}"
-
-
 def moving_mean(values: list[float], width: int = SMOOTH) -> np.ndarray:
   x = np.asarray(values, np.float64)
   if len(x) < width:
     return x
   return np.convolve(x, np.ones(width) / width, mode="valid")
-
-
-def allocator() -> str:
-  """The malloc this process runs on, which the trainers it starts inherit (`LD_PRELOAD`,
-  `MALLOC_CONF`, `GLIBC_TUNABLES`): XLA:CPU allocates each call's buffers afresh, so a CPU's
-  figures move with it by a tenth or more (docs/value_bias_ablation.md, the allocator)."""
-  try:
-    maps = pathlib.Path("/proc/self/maps").read_text()
-  except OSError:
-    return "unknown allocator"
-  for name, settings in (("tcmalloc", "TCMALLOC_RELEASE_RATE"), ("jemalloc", "MALLOC_CONF")):
-    if f"lib{name}" in maps:
-      return name + (f" ({os.environ[settings]})" if settings in os.environ else "")
-  tunables = os.environ.get("GLIBC_TUNABLES")
-  return "glibc" + (f" ({tunables})" if tunables else "")
-
-
-def cpu_name() -> str:
-  try:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-      if line.startswith("Model name:"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown CPU"
 
 
 def table(results: dict, tokens: int, slots: dict) -> list[str]:

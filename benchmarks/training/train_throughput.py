@@ -2,8 +2,8 @@
 RewardTrainer, each a whole process, back to back on the same machine, from the same initial
 weights on the same pairs with the same hyperparameters.
 
-  python benchmarks/train_throughput.py --preset=cpu35m --data_dir=../shared/data
-  python benchmarks/train_throughput.py --preset=tiny          # the bundled slice, seconds
+  python -m benchmarks.training.train_throughput --preset=cpu35m --data_dir=../shared/data
+  python -m benchmarks.training.train_throughput --preset=tiny          # the bundled slice, seconds
 
 `--pairs=N` trains on the first N pairs instead of the preset's count.
 
@@ -49,14 +49,15 @@ import sys
 
 from absl import app, flags
 
-import gpu_throughput_inputs as inputs
-from gpu_throughput_presets import SIZES, log
-from train_comparison import (RUNS, Preset, allocator, computed_slots, cpu_name, device_name,
-                              on_gpu, run_process, table, training_order)
+from benchmarks.common import (REPO, allocator, cpu_name, device_name, log, module_command,
+                               on_gpu, run_process)
+from benchmarks.gpu import gpu_throughput_inputs as inputs
+from benchmarks.gpu.gpu_throughput_presets import SIZES
+from benchmarks.training.train_comparison import (RUNS, Preset, computed_slots, table,
+                                                  training_order)
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import convert
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "socialrm_jax" / "bundled"
 
 
@@ -162,7 +163,7 @@ def run_trl(model: pathlib.Path, pairs: pathlib.Path, out: pathlib.Path, preset:
   shutil.rmtree(out, ignore_errors=True)
   out.mkdir(parents=True)
   # The pairs are already in the project's order for every epoch: TRL makes one pass over them.
-  argv = [sys.executable, str(REPO / "benchmarks" / "train_throughput_trl.py"),
+  argv = [*module_command("benchmarks.training.train_throughput_trl"),
           f"--model={model}", f"--pairs={pairs}", f"--output_dir={out}",
           *hyperparameter_flags(dataclasses.replace(preset, epochs=1), seed),
           f"--max_length={preset.max_length}", f"--dtype={_DTYPE.value}",
@@ -223,4 +224,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/train_throughput.py", main)
+  command.run_command("benchmarks.training.train_throughput", main)

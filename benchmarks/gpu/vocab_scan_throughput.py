@@ -14,12 +14,12 @@ Presets (`--scan_preset`):
   merges of random pairs of its tokens (`extend_vocabulary`), a Llama-3-like chat template with
   its default system block (knowledge cutoff and today's date); the first 8,192 tokens x the two
   default prompts, float32 on CPU:
-  `python benchmarks/vocab_scan_throughput.py --scan_preset=cpu35m --device=cpu`.
+  `python -m benchmarks.gpu.vocab_scan_throughput --scan_preset=cpu35m --device=cpu`.
 - `1b`: Llama 3.2 1B's layers with a 128,256-token vocabulary (the same BPE, extended to
   128,256), the whole vocabulary x both prompts, bf16 on GPU. Through the device tool (see gpu_throughput.py for the one-time `gguf`
   wheel in `.whl/`), with carry=[".whl"]:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
-    PYTHONPATH=/tmp/site:$PWD python3 benchmarks/vocab_scan_throughput.py --scan_preset=1b
+    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu.vocab_scan_throughput --scan_preset=1b
     --device=gpu --scan_work_dir=/tmp/vs 2>&1 | tee $OUT/log.txt; cp /tmp/vs/report-1b/* $OUT/
 
 It builds the model once (cached in `--scan_work_dir/models`), runs ours (a cold compilation cache)
@@ -41,20 +41,15 @@ import time
 import numpy as np
 from absl import app, flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "benchmarks"):
-  if str(path) not in sys.path:
-    sys.path.insert(0, str(path))
-
-import gpu_throughput as gt  # noqa: E402  (its flags)
-import gpu_throughput_inputs as inputs  # noqa: E402  (the model builder)
-import gpu_throughput_presets as presets  # noqa: E402
-import gpu_throughput_runs as runs  # noqa: E402  (process timing)
-from socialrm_jax.orchestrators import convert  # noqa: E402
+from benchmarks.common import child_env, log, module_command, timed_with_cpu
+from benchmarks.gpu import gpu_throughput as gt  # its flags
+from benchmarks.gpu import gpu_throughput_inputs as inputs  # the model builder
+from benchmarks.gpu import gpu_throughput_presets as presets
+from socialrm_jax.orchestrators import convert
 
 # Llama 3.1's chat template, shortened: the system block with the knowledge cutoff and the date
 # is always written, then each turn between header ids and <|eot_id|> (tests use it too).
-CHAT_TEMPLATE = (REPO / "benchmarks" / "llama3_like_chat_template.jinja").read_text()
+CHAT_TEMPLATE = (pathlib.Path(__file__).parent / "llama3_like_chat_template.jinja").read_text()
 BUILD_VERSION = 2
 SENTINEL = "VOCABSCANSENTINEL7f3a"
 
@@ -111,7 +106,7 @@ def build_model(size: presets.Size, texts: list[str], models_dir: pathlib.Path) 
                                       CHAT_TEMPLATE]).encode()).hexdigest()[:12]
   folder = models_dir / f"llama-scan-{size.hidden}x{size.layers}-v{size.vocab}-{digest}"
   if (folder / "build.json").exists():
-    presets.log(f"model: reusing {folder}")
+    log(f"model: reusing {folder}")
     return folder
   start = time.perf_counter()
   tmp = folder.with_name(folder.name + ".tmp")
@@ -135,7 +130,7 @@ def build_model(size: presets.Size, texts: list[str], models_dir: pathlib.Path) 
       "tokenizer_vocab": tokenizer.get_vocab_size()}, indent=2))
   shutil.rmtree(folder, ignore_errors=True)
   tmp.rename(folder)
-  presets.log(f"model: built {folder} in {time.perf_counter() - start:.1f} s "
+  log(f"model: built {folder} in {time.perf_counter() - start:.1f} s "
          f"(tokenizer: {tokenizer.get_vocab_size()} tokens)")
   return folder
 
@@ -211,15 +206,15 @@ def benchmark(name: str, preset: ScanPreset, max_tokens: int | None, device: str
               f"--output_dir={run_dir / 'ours'}", f"--dtype={dtype}",
               f"--tokens_per_batch={preset.tokens_per_batch}", f"--compilation_cache={cache}"]
   ours_cmd += [f"--max_tokens={max_tokens}"] if max_tokens else []
-  ok_ours, ours_s = runs.timed("ours", ours_cmd, runs._child_env(env), run_dir / "ours.log")
+  ok_ours, ours_s, _ = timed_with_cpu("ours", ours_cmd, child_env(env), run_dir / "ours.log")
   torch_json = run_dir / "torch.json"
   # The prompts the scan used, for the loop (which imports neither jax nor this package).
   (run_dir / "prompts.json").write_text(json.dumps(scan_prompts()))
-  torch_cmd = [sys.executable, str(pathlib.Path(__file__).resolve()),
+  torch_cmd = [*module_command("benchmarks.gpu.vocab_scan_throughput"),
                f"--scan_torch_child={torch_json}", f"--model={model_dir}", f"--device={device}",
                f"--dtype={dtype}", f"--torch_batch={torch_batch()}"]
   torch_cmd += [f"--scan_max_tokens={max_tokens}"] if max_tokens else []
-  ok_torch, torch_s = runs.timed("torch", torch_cmd, runs._child_env(
+  ok_torch, torch_s, _ = timed_with_cpu("torch", torch_cmd, child_env(
       {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}), run_dir / "torch.log")
   if not (ok_ours and ok_torch):
     raise RuntimeError(f"a run failed; logs in {run_dir}")

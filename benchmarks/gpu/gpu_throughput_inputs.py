@@ -1,4 +1,4 @@
-"""benchmarks/gpu_throughput.py's inputs: the selected items (converted with
+"""benchmarks/gpu/gpu_throughput.py's inputs: the selected items (converted with
 `socialrm_jax.orchestrators.convert`), and a random-weight Llama reward model of a preset's
 shape with a tokenizer trained on the items' text, written with numpy and safetensors only."""
 
@@ -17,7 +17,8 @@ import zlib
 import numpy as np
 from absl import app
 
-from gpu_throughput_presets import SIZES, Size, log
+from benchmarks.common import log
+from benchmarks.gpu.gpu_throughput_presets import SIZES, Size
 from socialrm_jax.orchestrators import convert
 
 WEIGHT_STD = 0.02         # HF's initializer_range for Llama.

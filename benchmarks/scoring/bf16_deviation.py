@@ -1,16 +1,16 @@
 """How far bfloat16 rewards drift from float32, per decoder architecture (quoted in the README).
 
-  JAX_PLATFORMS=cpu python benchmarks/bf16_deviation.py
+  JAX_PLATFORMS=cpu python -m benchmarks.scoring.bf16_deviation
 
 For each architecture: a tiny random checkpoint (the test fixtures' models, 2 layers, width 32)
 saved in fp32, scored on a padded batch in float32 and in bfloat16 by our loader; prints the max
 absolute reward deviation and the rewards' spread for scale. Real models are deeper and wider, so
 treat these as the per-layer rounding floor, not a bound.
 
-  JAX_PLATFORMS=cpu python benchmarks/bf16_deviation.py --scores=FLOAT32_SCORES,BFLOAT16_SCORES
+  JAX_PLATFORMS=cpu python -m benchmarks.scoring.bf16_deviation --scores=FLOAT32_SCORES,BFLOAT16_SCORES
 
 compares two scoring runs of the same items instead (folders of `scores*` shards, e.g. the
-`ours` folders of two `benchmarks/gpu_throughput.py` runs with `--dtype=float32` and
+`ours` folders of two `benchmarks/gpu/gpu_throughput.py` runs with `--dtype=float32` and
 `--dtype=bfloat16`): the max and mean absolute reward deviation over every (item, candidate), the
 float32 rewards' spread for scale, and the share of items whose preferred candidate stays.
 """
@@ -18,8 +18,6 @@ float32 rewards' spread for scale, and the share of items whose preferred candid
 from __future__ import annotations
 
 import os
-import pathlib
-import sys
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -27,10 +25,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np
 from absl import flags
 
-# The tiny-checkpoint builders live with the tests; this script reuses them as they are.
-# The repository root, for the tests' model builders (`tests.helpers`), ahead of an installed
+# The tiny-checkpoint builders live with the tests; this script reuses them as they are. Run as
+# a module from the repository root, its `tests` comes first on the path, ahead of an installed
 # `tests` package (the rewardbench wheel ships one).
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from tests.helpers import model_fixtures  # noqa: E402
 
 from socialrm_jax.analysis.tables import reward_tables
@@ -89,4 +86,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/bf16_deviation.py", main)
+  command.run_command("benchmarks.scoring.bf16_deviation", main)

@@ -1,6 +1,6 @@
 """Peak host memory of the metrics command, from a thousand to a million scored items.
 
-  JAX_PLATFORMS=cpu .venv/bin/python benchmarks/metrics_memory.py \
+  JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks.statistics.metrics_memory \
       [--item_counts=1000,100000,1000000] [--work_dir=/tmp/metrics_memory]
 
 Writes, for each count, synthetic BBQ-like items (a numbered context of about 400 characters,
@@ -13,20 +13,15 @@ issue's bound: the largest count's peak within 1.5x of the smallest's.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
-import time
 
 import numpy as np
 from absl import flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
-from socialrm_jax.main import command  # pylint: disable=wrong-import-position
+from benchmarks.common import peak_rss_mib, print_peak_ratio, print_table
+from socialrm_jax.base import tables
+from socialrm_jax.main import command
 
 _ITEMS = flags.DEFINE_list("item_counts", ["1000", "100000", "1000000"], "Item counts.")
 _WORK_DIR = flags.DEFINE_string("work_dir", "/tmp/metrics_memory", "Where the tables go.")
@@ -83,16 +78,6 @@ def write_tables(folder: pathlib.Path, n: int, seed: int) -> None:
                   for j, (item, _) in enumerate(batch) for k in range(3)])
 
 
-def peak_rss_mib(command: list[str]) -> tuple[float, float]:
-  """(peak RSS of the child in MiB, wall seconds); the child must succeed."""
-  start = time.perf_counter()
-  child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  _, status, usage = os.wait4(child.pid, 0)
-  if os.waitstatus_to_exitcode(status) != 0:
-    raise SystemExit(f"failed ({status}): {' '.join(command)}\n{child.stderr.read().decode()}")
-  return usage.ru_maxrss / 1024, time.perf_counter() - start  # ru_maxrss is in KiB on Linux.
-
-
 def main(argv):
   del argv
   work = pathlib.Path(_WORK_DIR.value)
@@ -106,12 +91,10 @@ def main(argv):
     rows.append({"items": n, "pairs": 2 * n, "peak_rss_mib": round(rss, 1),
                  "wall_seconds": round(seconds, 1)})
     print(json.dumps(rows[-1]), flush=True)
-  print(f"\n{'items':>9} {'pairs':>9} {'peak RSS MiB':>13} {'wall s':>7}")
-  for row in rows:
-    print(f"{row['items']:>9} {row['pairs']:>9} {row['peak_rss_mib']:>13} {row['wall_seconds']:>7}")
-  peaks = [row["peak_rss_mib"] for row in rows]
-  print(f"\nlargest / smallest peak RSS: {max(peaks) / min(peaks):.2f}")
+  print_table(rows, {"items": "items", "pairs": "pairs", "peak_rss_mib": "peak RSS MiB",
+                     "wall_seconds": "wall s"})
+  print_peak_ratio(rows)
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/metrics_memory.py", main)
+  command.run_command("benchmarks.statistics.metrics_memory", main)

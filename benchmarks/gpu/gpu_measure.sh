@@ -2,14 +2,14 @@
 # The GPU measurements (docs/benchmarks.md, "On a GPU"), stage by stage, each under its own time
 # limit so that one stage that hangs or fails leaves the others' figures. Run on a GPU machine
 # from the repository root, with the wheels and data the GPU image lacks in .whl/ (see
-# benchmarks/gpu_throughput.py's docstring: gguf, ml_collections, and for TRL trl, datasets,
+# benchmarks/gpu/gpu_throughput.py's docstring: gguf, ml_collections, and for TRL trl, datasets,
 # dill, multiprocess; the full data in .whl/data/):
 #
-#   bash benchmarks/gpu_measure.sh tests score1b train1b     # then: score8b vocab1b
+#   bash benchmarks/gpu/gpu_measure.sh tests score1b train1b     # then: score8b vocab1b
 #
-# Stages: tests (tests/gpu: cuDNN against XLA), score1b / score8b (benchmarks/gpu_throughput.py
-# presets, bf16), train1b (benchmarks/train_throughput.py --preset=1b against TRL, bf16, cuDNN),
-# vocab1b (benchmarks/vocab_scan_throughput.py --scan_preset=1b). Everything a stage prints goes
+# Stages: tests (tests/gpu: cuDNN against XLA), score1b / score8b (benchmarks/gpu/gpu_throughput.py
+# presets, bf16), train1b (benchmarks/training/train_throughput.py --preset=1b against TRL, bf16, cuDNN),
+# vocab1b (benchmarks/gpu/vocab_scan_throughput.py --scan_preset=1b). Everything a stage prints goes
 # to $OUT/STAGE.txt (and the terminal); the tables are the last lines of each.
 set -u
 OUT=${OUT:-/tmp/gpu_measure_out}
@@ -46,19 +46,19 @@ print(jax.devices())"' ;;
     tests)
       stage tests 300 python3 -m pytest -q -s -rA -p no:cacheprovider tests/gpu ;;
     score1b)
-      stage score1b 260 python3 benchmarks/gpu_throughput.py --preset=1b --data_dir="$DATA" \
+      stage score1b 260 python3 -m benchmarks.gpu.gpu_throughput --preset=1b --data_dir="$DATA" \
           --work_dir="$WORK/gt" --runs=ours,torch_sorted,ours_warm ;;
     score1b_loop)
-      stage score1b_loop 300 python3 benchmarks/gpu_throughput.py --preset=1b --data_dir="$DATA" \
+      stage score1b_loop 300 python3 -m benchmarks.gpu.gpu_throughput --preset=1b --data_dir="$DATA" \
           --work_dir="$WORK/gt" --runs=torch ;;
     score8b)
-      stage score8b 330 python3 benchmarks/gpu_throughput.py --preset=8b --data_dir="$DATA" \
+      stage score8b 330 python3 -m benchmarks.gpu.gpu_throughput --preset=8b --data_dir="$DATA" \
           --work_dir="$WORK/gt" --runs=ours,torch_sorted ;;
     train1b)
-      stage train1b 300 python3 benchmarks/train_throughput.py --preset=1b --data_dir="$DATA" \
+      stage train1b 300 python3 -m benchmarks.training.train_throughput --preset=1b --data_dir="$DATA" \
           --work_dir="$WORK/tt" --dtype=bfloat16 --attention=cudnn ;;
     vocab1b)
-      stage vocab1b 300 python3 benchmarks/vocab_scan_throughput.py --scan_preset=1b --device=gpu \
+      stage vocab1b 300 python3 -m benchmarks.gpu.vocab_scan_throughput --scan_preset=1b --device=gpu \
           --scan_work_dir="$WORK/vs" ;;
     *)
       echo "unknown stage $name (env, tests, score1b, score1b_loop, score8b, train1b, vocab1b)"

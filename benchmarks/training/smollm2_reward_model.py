@@ -4,7 +4,7 @@ with peft's LoRA on the same base, data and hyperparameters; the export checked 
 transformers; the bundled suite audited with the trained model and with its base as the `loglik`
 proxy.
 
-  JAX_PLATFORMS=cpu python benchmarks/smollm2_reward_model.py --data_dir=../shared/data
+  JAX_PLATFORMS=cpu python -m benchmarks.training.smollm2_reward_model --data_dir=../shared/data
 
 Steps (`--runs`, in this order; each reads what the earlier ones wrote in WORK_DIR):
 
@@ -20,7 +20,7 @@ Steps (`--runs`, in this order; each reads what the earlier ones wrote in WORK_D
   (the score head trained in full), 1 epoch, batch 8, `--learning_rate` decayed linearly to 0,
   AdamW without weight decay, clipping at 1, float32, the held-out pairs evaluated every
   `--eval_every` steps; the whole process timed, its peak RSS from `wait4`.
-- `trl`: `benchmarks/train_throughput_trl.py`: TRL's RewardTrainer on the same GGUF (transformers'
+- `trl`: `benchmarks/training/train_throughput_trl.py`: TRL's RewardTrainer on the same GGUF (transformers'
   `gguf_file=`), peft's LoRA on the same projections, starting from the project's initial score
   head and LoRA A (computed here as the trainer draws them from `--seed`), on the same pairs in the
   same order, with the same hyperparameters and evaluations; the whole process timed.
@@ -40,21 +40,22 @@ TRL needs peft (the test extra); put it on PYTHONPATH if it is installed elsewhe
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 from absl import app, flags
+
+from benchmarks.common import (REPO, allocator, child_env, cpu_name, device_name, log,
+                               module_command, run_process)
+from benchmarks.training import train_comparison as comparison
 from socialrm_jax.main import command
 
-import train_comparison as comparison
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 BUNDLED_HARMLESS = REPO / "socialrm_jax" / "bundled" / "hh_rlhf" / "harmless-base" / "test.jsonl.gz"
 HARMLESS = pathlib.Path("hh_rlhf") / "harmless-base" / "test.jsonl.gz"
 STEPS = ("pairs", "ours", "trl", "agreement", "audit", "table")
@@ -81,10 +82,6 @@ _TRL_STEPS = flags.DEFINE_integer("trl_steps", 0, "Stop TRL after this many step
 def base_gguf() -> pathlib.Path:
   from socialrm_jax.models import default_model
   return default_model.smollm2_gguf_path()
-
-
-def log(message: str) -> None:
-  print(f"[smollm2_reward_model {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def write_jsonl(path: pathlib.Path, rows: list[dict]) -> None:
@@ -161,7 +158,7 @@ def run_ours(work: pathlib.Path) -> dict:
           f"--eval_every={_EVAL_EVERY.value}", "--warmup_steps=0", "--lr_schedule=linear",
           "--weight_decay=0", "--max_grad_norm=1.0", "--dtype=float32", "--attention=xla",
           "--checkpoint_every=0", "--log_every=1"]
-  result = comparison.run_process(argv, work / "ours.log")
+  result = run_process(argv, work / "ours.log")
   rows = read_jsonl(out / "train_metrics.jsonl")
   steps = [r for r in rows if "loss" in r]
   return {**result, "losses": [float(r["loss"]) for r in steps],
@@ -191,14 +188,14 @@ def run_trl(work: pathlib.Path) -> dict:
   out.mkdir(parents=True)
   initial_weights(work / "initial_weights.npz")
   gguf = base_gguf()
-  argv = [sys.executable, str(REPO / "benchmarks" / "train_throughput_trl.py"),
+  argv = [*module_command("benchmarks.training.train_throughput_trl"),
           f"--model={gguf.parent}", f"--gguf_file={gguf.name}",
           f"--pairs={work / 'train-in-order.jsonl'}", f"--eval_pairs={work / 'held_out.jsonl'}",
           f"--eval_steps={_EVAL_EVERY.value}", f"--output_dir={out}",
           *[f for f in hyperparameters() if not f.startswith("--epochs")], "--epochs=1",
           f"--lora_targets={','.join(LORA_TARGETS)}", f"--init={work / 'initial_weights.npz'}",
           f"--stop_after_steps={_TRL_STEPS.value}", "--dtype=float32", "--device=cpu"]
-  result = comparison.run_process(argv, work / "trl.log")
+  result = run_process(argv, work / "trl.log")
   report = json.loads((out / "trl_metrics.json").read_text())
   return {**result, "losses": [float(h["loss"]) for h in report["history"]],
           "train_seconds": report["train_seconds"], "trl": report["trl"],
@@ -217,7 +214,7 @@ def agreement(work: pathlib.Path) -> dict:
   export = work / "ours" / "model"
   items, scores = work / "agreement" / "items", work / "agreement" / "scores"
   shutil.rmtree(work / "agreement", ignore_errors=True)
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+  env = child_env()
   for argv in ([sys.executable, "-m", "socialrm_jax.main.convert",
                 f"--datasets=preference:{work / 'held_out.jsonl'}:name=held_out",
                 f"--output_dir={items}"],
@@ -252,8 +249,10 @@ def agreement(work: pathlib.Path) -> dict:
 
 def audit_results(work: pathlib.Path) -> dict:
   """Each model's domain accuracies and value-probe contrasts, with their intervals."""
-  sys.path.insert(0, str(REPO / "configs"))
-  import smollm2_reward_model as audit_config  # configs/smollm2_reward_model.py
+  spec = importlib.util.spec_from_file_location("smollm2_audit_config",
+                                                REPO / "configs" / "smollm2_reward_model.py")
+  audit_config = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(audit_config)
   out = {}
   for name in (audit_config.BASE_NAME, RM_NAME):
     metrics = json.loads((work / "audit" / name / "metrics.json").read_text())
@@ -326,7 +325,7 @@ def main(argv):
   work.mkdir(parents=True, exist_ok=True)
   results_path = work / "results.json"
   results = json.loads(results_path.read_text()) if results_path.exists() else {}
-  log(f"{comparison.device_name()}, {os.cpu_count()} cores; load average "
+  log(f"{device_name()}, {os.cpu_count()} cores; load average "
       f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
   for step in _RUNS.value:
     if step == "table":
@@ -347,15 +346,15 @@ def main(argv):
     elif step == "agreement":
       results["agreement"] = agreement(work)
     elif step == "audit":
-      results["audit_process"] = comparison.run_process(
+      results["audit_process"] = run_process(
           [sys.executable, "-m", "socialrm_jax.main.audit",
            f"--config={REPO / 'configs' / 'smollm2_reward_model.py'}:"
            f"hf_model={work / 'ours' / 'model'},output_dir={work / 'audit'},name={RM_NAME}"],
           work / "audit.log")
       results["audit"] = audit_results(work)
     log(f"{step}: done; load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    results["cpu"] = comparison.cpu_name()
-    results["allocator"] = comparison.allocator()
+    results["cpu"] = cpu_name()
+    results["allocator"] = allocator()
     results_path.write_text(json.dumps(results, indent=1))
   lines = table(work, results)
   print("\n".join(lines))
@@ -364,4 +363,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/smollm2_reward_model.py", main)
+  command.run_command("benchmarks.training.smollm2_reward_model", main)

@@ -1,6 +1,6 @@
 """What a dot costs on this CPU in float32 and in bfloat16, by the dtype XLA is asked to return.
 
-  JAX_PLATFORMS=cpu python benchmarks/cpu_dot_dtypes.py [--tokens=2048] [--hidden=512]
+  JAX_PLATFORMS=cpu python -m benchmarks.scoring.cpu_dot_dtypes [--tokens=2048] [--hidden=512]
 
 Times one [tokens, hidden] x [hidden, 2 hidden] product (the 35M Llama's MLP shape) jitted three
 ways: float32 operands; bfloat16 operands with a bfloat16 result (`x @ w`); bfloat16 operands with
@@ -56,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/cpu_dot_dtypes.py", main)
+  command.run_command("benchmarks.scoring.cpu_dot_dtypes", main)

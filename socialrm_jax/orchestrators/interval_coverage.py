@@ -1,8 +1,6 @@
-"""How often the metrics' 95% intervals hold the value they estimate, on the datasets' own items.
-
-  JAX_PLATFORMS=cpu .venv/bin/python benchmarks/interval_coverage.py \
-      [--replications=1000] [--sizes=1,10,100] [--effects=0,0.05,0.15] [--resampling=before,after]
-      [--seed=0] [--datasets=bbq,xstest]
+"""The validation of the intervals (`python -m socialrm_jax.main.interval_coverage`, docs/
+interval_coverage.md): how often the metrics' 95% intervals hold the value they estimate, on the
+datasets' own items.
 
 The bundled suite's items and pairs (every dataset, with its real subsets, conditions, categories,
 StereoSet's target terms, XSTest's candidates, ETHICS' scenario groups, ...; and the HH-RLHF slice
@@ -27,55 +25,26 @@ same metric computed on --truth_copies copies of the items (1,000x the largest s
 with fresh rewards from the same generator. Coverage is the share of replications whose interval
 holds it, with its binomial standard error sqrt(c (1 - c) / n).
 
-Prints the table (markdown, every domain- and dataset-level metric; subset- and category-level
-ones summarised) and writes it as JSON to --output when given.
+`run` measures every cell and returns the results (JSON-ready); `print_table` prints them
+(markdown, every domain- and dataset-level metric; subset- and category-level ones summarised).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import pathlib
-import sys
 import time
 from typing import Any
 
 import numpy as np
-from absl import app, flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-# pylint: disable=wrong-import-position
 from socialrm_jax.analysis import evaluate, hooks
 from socialrm_jax.analysis.metrics import accuracy, confounds, verdicts
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.studies import compare
 from socialrm_jax.analysis.tables import pairs, synthetic
 from socialrm_jax.analysis.tables.reward_tables import Scores
-from socialrm_jax.base import records
-from socialrm_jax.main import command
+from socialrm_jax.base import errors, records
 from socialrm_jax.orchestrators import audit, convert
-
-_REPLICATIONS = flags.DEFINE_integer("replications", 1000, "Replications per cell.")
-_SIZES = flags.DEFINE_list("sizes", ["1", "10", "100"], "Copies of the bundled items.")
-_EFFECTS = flags.DEFINE_list("effects", ["0", "0.05", "0.15"],
-                             "Planted effects: a gold pair is won with probability 1/2 + effect.")
-_RESAMPLING = flags.DEFINE_list("resampling", ["before", "after"],
-                                "before: every cell by items; after: bootstrap.design.")
-_TRUTH_COPIES = flags.DEFINE_integer("truth_copies", 0, "Copies of the items the true values "
-                                     "are computed on (0: 1,000 times the largest size).")
-_BLOCK = flags.DEFINE_integer("block", 50, "Replications drawn at once.")
-_MIN_STRATUM_ITEMS = flags.DEFINE_integer(
-    "min_stratum_items", bootstrap.MIN_STRATUM_ITEMS,
-    "The smallest stratum of the 'after' resampling (the metrics' own by default).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the rewards and the resamples.")
-_DATASETS = flags.DEFINE_list("datasets", [], "Only these datasets' items (a domain's metrics "
-                              "then rest on them alone): to measure some rows again, fewer "
-                              "minutes. All by default.")
-_OUTPUT = flags.DEFINE_string("output", None, "Where the table goes as JSON.")
-_TABLES_FROM = flags.DEFINE_list("tables_from", [], "Print the tables of these --output files "
-                                 "(their cells together) instead of measuring.")
 
 OWN = "own_preference"  # the HH-RLHF slice again, as a path source of your own would be read
 LEVELS = ("domains", "datasets")
@@ -352,56 +321,55 @@ def headline(path: str) -> bool:
   return len(parts) == 3
 
 
-def main(argv):
-  del argv
-  if _TABLES_FROM.value:
-    runs = [json.loads(pathlib.Path(path).read_text()) for path in _TABLES_FROM.value]
-    print_table({**runs[0], "cells": [cell for run in runs for cell in run["cells"]]})
-    return
+def run(*, sizes: list[int], effects: list[float], resampling: list[str], replications: int,
+        truth_copies: int, block: int, min_stratum_items: int, seed: int,
+        datasets: list[str]) -> dict[str, Any]:
+  """Every cell (a size, an effect, a resampling) measured: the results `print_table` prints.
+  `truth_copies` 0: 1,000 times the largest size; `datasets` empty: every dataset."""
   options = evaluate.Options()
-  sizes = [int(s) for s in _SIZES.value]
-  effects = [float(e) for e in _EFFECTS.value]
-  truth_copies = _TRUTH_COPIES.value or 1000 * max(sizes)
+  truth_copies = truth_copies or 1000 * max(sizes)
   items, pair_rows = bundled_rows()
-  if _DATASETS.value:
-    unknown = set(_DATASETS.value) - {item["dataset"] for item in items}
+  if datasets:
+    unknown = set(datasets) - {item["dataset"] for item in items}
     if unknown:
-      raise app.UsageError(f"--datasets: {', '.join(sorted(unknown))} not in the bundled suite")
-    kept = {item["item_id"] for item in items if item["dataset"] in _DATASETS.value}
+      raise errors.InputError(f"--datasets: {', '.join(sorted(unknown))} not in the bundled suite")
+    kept = {item["item_id"] for item in items if item["dataset"] in datasets}
     items = [item for item in items if item["item_id"] in kept]
     pair_rows = [p for p in pair_rows if p["item_id"] in kept]
   base = structure(items, pair_rows, options)
 
   start = time.perf_counter()
-  truths = {e: true_values(base, e, truth_copies, _BLOCK.value,
-                           np.random.default_rng([_SEED.value, 2, int(e * 1000)]), options)
+  truths = {e: true_values(base, e, truth_copies, block,
+                           np.random.default_rng([seed, 2, int(e * 1000)]), options)
             for e in sorted(set(effects) | {0.0})}
   print(f"true values on {truth_copies:,} copies of the {len(items)} items: "
         f"{time.perf_counter() - start:.0f} s", flush=True)
-  results: dict[str, Any] = {"replications": _REPLICATIONS.value,
+  results: dict[str, Any] = {"replications": replications,
                              "n_resamples": options.n_resamples, "truth_copies": truth_copies,
                              "cells": []}
   for size in sizes:
     struct = structure(*synthetic.copied(items, pair_rows, size), options) if size > 1 else base
     for effect in effects:
-      for resampling in _RESAMPLING.value:
+      for kind in resampling:
         start = time.perf_counter()
-        tally = run_cell(struct, effect, resampling, truths[effect], truths[0.0], options,
-                         _REPLICATIONS.value, _BLOCK.value, _SEED.value,
-                         _MIN_STRATUM_ITEMS.value)
+        tally = run_cell(struct, effect, kind, truths[effect], truths[0.0], options,
+                         replications, block, seed, min_stratum_items)
         seconds = time.perf_counter() - start
-        print(f"size {size}x, effect {effect}, {resampling}: {seconds:.0f} s", flush=True)
+        print(f"size {size}x, effect {effect}, {kind}: {seconds:.0f} s", flush=True)
         results["cells"].append({
             "size": size, "items": struct.scored.n_items, "effect": effect,
-            "resampling": resampling, "seconds": round(seconds, 1),
+            "resampling": kind, "seconds": round(seconds, 1),
             "coverage": {p: {"held": tally.held[p], "counted": tally.counted[p],
                              "truth": (truths[effect].get(p) if not p.startswith("paired")
                                        else None)}
                          for p in tally.counted},
             "stated": tally.stated})
-  print_table(results)
-  if _OUTPUT.value:
-    pathlib.Path(_OUTPUT.value).write_text(json.dumps(results, indent=1))
+  return results
+
+
+def joined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+  """Several runs' results as one (their cells together), to print as one table."""
+  return {**runs[0], "cells": [cell for run in runs for cell in run["cells"]]}
 
 
 def share_text(count: int, total: int) -> str:
@@ -482,6 +450,3 @@ def print_table(results: dict[str, Any]) -> None:
         share_text(stated[k], results["replications"]) if k in stated else "–" for k in kinds)
           + " |")
 
-
-if __name__ == "__main__":
-  command.run_command("benchmarks/interval_coverage.py", main)

@@ -1,6 +1,6 @@
 """How long the metrics take on a million pairs (synthetic: BBQ-like items, two gold pairs each).
 
-  JAX_PLATFORMS=cpu .venv/bin/python benchmarks/metrics_speed.py [--items=500000]
+  JAX_PLATFORMS=cpu .venv/bin/python -m benchmarks.statistics.metrics_speed [--items=500000]
 
 Times the join (scores -> rewards, outcomes, selections) and every metric with its 1000-resample
 bootstrap intervals; reading files is not included (it is pyarrow's speed, not ours).
@@ -65,4 +65,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/metrics_speed.py", main)
+  command.run_command("benchmarks.statistics.metrics_speed", main)

@@ -1,13 +1,12 @@
 """How long a model takes to load: `load_reward_model` against transformers' `from_pretrained`,
 each a whole process (start, import, load, the weights on the device), alternating, several runs.
 
-  python benchmarks/load_time.py --model=DIR [--dtype=bfloat16] [--runs=3] [--device=cpu|gpu]
+  python -m benchmarks.scoring.load_time --model=DIR [--dtype=bfloat16] [--runs=3] [--device=cpu|gpu]
 
 Prints each run's seconds (process wall, the load alone, user and system CPU seconds) and the
 medians side by side. A random-weight model of a real shape comes from gpu_throughput's builder:
 
-  python -c "import sys, pathlib; sys.path.insert(0, 'benchmarks'); \
-      from gpu_throughput_inputs import build_model; \
+  python -c "import pathlib; from benchmarks.gpu.gpu_throughput_inputs import build_model; \
       print(build_model('1b', ['a b c'], pathlib.Path('/tmp/loadbench')))"
 """
 
@@ -17,10 +16,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 from absl import flags
+
+from benchmarks.common import child_env, module_command
 from socialrm_jax.main import command
 
 _MODEL = flags.DEFINE_string("model", None, "A HF reward-model folder.", required=True)
@@ -28,8 +28,6 @@ _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "Load d
 _RUNS = flags.DEFINE_integer("runs", 3, "Runs of each loader, alternating.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where the weights go.")
 _CHILD = flags.DEFINE_enum("child", None, ["ours", "transformers"], "(internal) load and exit.")
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def child(loader: str, model: str, dtype: str, device: str) -> None:
@@ -55,12 +53,10 @@ def child(loader: str, model: str, dtype: str, device: str) -> None:
 
 
 def timed(loader: str) -> dict:
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get(
-      "PYTHONPATH")])))
-  if _DEVICE.value == "cpu":
-    env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  env = child_env({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+                  if _DEVICE.value == "cpu" else {})
   start = time.perf_counter()
-  process = subprocess.Popen([sys.executable, __file__, f"--child={loader}",
+  process = subprocess.Popen([*module_command("benchmarks.scoring.load_time"), f"--child={loader}",
                               f"--model={_MODEL.value}", f"--dtype={_DTYPE.value}",
                               f"--device={_DEVICE.value}"], env=env, stdout=subprocess.PIPE,
                              text=True)
@@ -98,4 +94,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/load_time.py", main)
+  command.run_command("benchmarks.scoring.load_time", main)

@@ -15,7 +15,7 @@ then one device `run` per preset, with carry=[".whl"] and timeout_s=600, this co
 
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit;
-  D=../shared/data; [ -d $D/bbq ] || D=.whl/data; python3 benchmarks/gpu_throughput.py
+  D=../shared/data; [ -d $D/bbq ] || D=.whl/data; python3 -m benchmarks.gpu.gpu_throughput
   --preset=1b --data_dir=$D --work_dir=/tmp/gt 2>&1 | tee $OUT/log.txt;
   cp /tmp/gt/report-1b/* $OUT/
 
@@ -28,7 +28,7 @@ Presets (flags override any field; `--expect_pairs` guards the selection):
   + XSTest 972 + CrowS-Pairs 1,508 = 7,130 pairs (6,401 items).
 - `cpu35m`: 35,267,584 parameters (hidden 512, 8 layers, 8 heads, 4 KV heads, intermediate 1024,
   32k vocabulary), the bundled BBQ + HH-RLHF suite: 300 pairs (180 items), float32 on CPU; a few
-  minutes on 2 cores: `python benchmarks/gpu_throughput.py --preset=cpu35m`.
+  minutes on 2 cores: `python -m benchmarks.gpu.gpu_throughput --preset=cpu35m`.
 - `cpu35m_1500`: the same model on the first 500 BBQ and 500 HH-RLHF items of the full data
   (1,000 BBQ pairs, all Age, and 500 harmless HH-RLHF pairs: 1,500), float32 on CPU, the PyTorch
   loop in batches of 8: `--preset=cpu35m_1500 --data_dir=../shared/data`.
@@ -65,7 +65,7 @@ columns), one core and one thread a process. On a 2-vCPU AMD EPYC (family 25 mod
 AVX512-BF16, no AMX) under load, float32, the first 100 BBQ and 100 HH-RLHF items (300 pairs):
 
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 XLA_FLAGS=--xla_cpu_multi_thread_eigen=false \
-  JAX_PLATFORMS=cpu taskset -c 1 python benchmarks/gpu_throughput.py --preset=cpu35m_1500 \
+  JAX_PLATFORMS=cpu taskset -c 1 python -m benchmarks.gpu.gpu_throughput --preset=cpu35m_1500 \
       --data_dir=../shared/data --limit=100 --expect_pairs=300 --runs=ours,torch,torch_sorted
 
   run                        CPU s  x torch (CPU s)  x sorted (CPU s)  tokens      CPU s / 1k tokens
@@ -90,21 +90,16 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import sys
 import time
 
 from absl import app, flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # `python benchmarks/gpu_throughput.py` from a plain checkout.
-  sys.path.insert(0, str(REPO))
-
-# pylint: disable=wrong-import-position  # after the path above
-from gpu_throughput_inputs import build_model, convert_items, corpus, model_params  # noqa: E402
-from gpu_throughput_presets import PRESETS, RUNS, SIZES, TORCH_BATCH, Settings, log  # noqa: E402
-from gpu_throughput_runs import Run, run_ours  # noqa: E402
-from gpu_throughput_table import report  # noqa: E402
-from gpu_throughput_torch import run_torch, torch_child  # noqa: E402
+from benchmarks.common import REPO, log
+from benchmarks.gpu.gpu_throughput_inputs import build_model, convert_items, corpus, model_params
+from benchmarks.gpu.gpu_throughput_presets import PRESETS, RUNS, SIZES, TORCH_BATCH, Settings
+from benchmarks.gpu.gpu_throughput_runs import Run, run_ours
+from benchmarks.gpu.gpu_throughput_table import report
+from benchmarks.gpu.gpu_throughput_torch import run_torch, torch_child
 
 BUNDLED = REPO / "socialrm_jax" / "bundled"
 

@@ -1,12 +1,12 @@
 """Where the trainer's step spends its time on a CPU: the jitted forward against the jitted
 value-and-gradient step on the same rows, in one process, and what changed it.
 
-  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py --model=DIR --pairs=PAIRS.jsonl
-  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py ... --compare=current,before
-  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py ... --ops=40
-  JAX_PLATFORMS=cpu python benchmarks/train_step_profile.py ... --torch
+  JAX_PLATFORMS=cpu python -m benchmarks.training.train_step_profile --model=DIR --pairs=PAIRS.jsonl
+  JAX_PLATFORMS=cpu python -m benchmarks.training.train_step_profile ... --compare=current,before
+  JAX_PLATFORMS=cpu python -m benchmarks.training.train_step_profile ... --ops=40
+  JAX_PLATFORMS=cpu python -m benchmarks.training.train_step_profile ... --torch
 
-DIR and PAIRS are what `benchmarks/train_throughput.py --preset=cpu35m --runs=` writes in its
+DIR and PAIRS are what `benchmarks/training/train_throughput.py --preset=cpu35m --runs=` writes in its
 WORK_DIR: `models/llama-35m-*` and `pairs-cpu35m-in-order.jsonl` (the pairs in the trainer's
 order). The first `--steps` steps' pairs (batch 8) are packed as the trainer packs them on a CPU
 (`training.pair_batches.pair_packing`: one row a block, rows of 512 tokens, longer buckets for longer
@@ -52,18 +52,14 @@ import os
 import pathlib
 import re
 import resource
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-  sys.path.insert(0, str(REPO))
 
 from socialrm_jax.main import command  # noqa: E402  # after the path above
-from train_comparison import allocator, cpu_name  # noqa: E402  # benchmarks/, the script's folder
+from benchmarks.common import allocator, cpu_name  # noqa: E402
 
 _MODEL = flags.DEFINE_string("model", None, "Model folder (a causal LM or a reward model).",
                              required=True)
@@ -982,4 +978,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/train_step_profile.py", main)
+  command.run_command("benchmarks.training.train_step_profile", main)

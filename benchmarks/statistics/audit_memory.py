@@ -1,12 +1,12 @@
 """Peak host memory of a whole audit: flat in the number of items.
 
-  JAX_PLATFORMS=cpu python benchmarks/audit_memory.py [--item_counts=10000,1000000] \
+  JAX_PLATFORMS=cpu python -m benchmarks.statistics.audit_memory [--item_counts=10000,1000000] \
       [--work_dir=runs/gpu_throughput]
 
-The scoring memory benchmark's method (`benchmarks/scoring_memory.py`) over the audit: for each
+The scoring memory benchmark's method (`benchmarks/scoring/scoring_memory.py`) over the audit: for each
 count N it writes a BBQ data folder of N distinct records (the bundled slice's rows over and over,
 each copy's `example_id` renumbered and its context numbered, in the bundled category files),
-builds the tiny random Llama reward model of `benchmarks/gpu_throughput.py` once, and runs
+builds the tiny random Llama reward model of `benchmarks/gpu/gpu_throughput.py` once, and runs
 `python -m socialrm_jax.main.audit` on it as a child process: convert, score, derive and score
 the counterfactual identity swaps, metrics with their bootstrap, the report (the value probe
 off: it scores its own lexicon, whatever the items). It reads the child's peak resident set size
@@ -38,16 +38,13 @@ import pyarrow as pa
 
 from absl import flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import gpu_throughput_inputs  # pylint: disable=wrong-import-position  # the model builder
-import scoring_memory  # pylint: disable=wrong-import-position  # its --item_counts, peak_rss_mib
-from socialrm_jax.base import tables  # pylint: disable=wrong-import-position
-from socialrm_jax.main import command  # pylint: disable=wrong-import-position
-from socialrm_jax.orchestrators import convert  # pylint: disable=wrong-import-position
-from socialrm_jax.orchestrators.audit import BUNDLED_DATA  # pylint: disable=wrong-import-position
+from benchmarks.common import REPO, peak_rss_mib, print_peak_ratio, print_table
+from benchmarks.gpu import gpu_throughput_inputs  # the model builder
+from benchmarks.scoring import scoring_memory  # its --item_counts and --work_dir
+from socialrm_jax.base import tables
+from socialrm_jax.main import command
+from socialrm_jax.orchestrators import convert
+from socialrm_jax.orchestrators.audit import BUNDLED_DATA
 
 flags.adopt_module_key_flags(scoring_memory)  # --item_counts, --work_dir
 flags.FLAGS.set_default("item_counts", ["10000", "1000000"])
@@ -106,7 +103,7 @@ def counterfactual_step(work: pathlib.Path, n: int) -> dict:
     convert.convert_to(converted, data, ["bbq"])
   if not (step / "scores.parquet").exists():
     write_synthetic_scores(converted, step / "scores.parquet", _SEED.value)
-  derive_rss, derive_seconds = scoring_memory.peak_rss_mib([
+  derive_rss, derive_seconds = peak_rss_mib([
       sys.executable, "-m", "socialrm_jax.main.counterfactuals", f"--items={converted}",
       f"--output_dir={swaps}"])
   if not (step / "swap_scores.parquet").exists():
@@ -117,7 +114,7 @@ def counterfactual_step(work: pathlib.Path, n: int) -> dict:
              f"{str(swaps)!r}, {str(step / 'scores.parquet')!r}, "
              f"{str(step / 'swap_scores.parquet')!r}, hooks.Options(n_resamples="
              f"{_N_RESAMPLES.value}))")
-  measure_rss, measure_seconds = scoring_memory.peak_rss_mib([sys.executable, "-c", measure])
+  measure_rss, measure_seconds = peak_rss_mib([sys.executable, "-c", measure])
   report = json.loads((swaps / "swap_report.json").read_text())
   return {"items": n, "swapped_items": report["generated_items"], "links": report["records"],
           "derive_peak_rss_mib": round(derive_rss, 1), "derive_seconds": round(derive_seconds, 1),
@@ -134,12 +131,12 @@ def main(argv):
       steps.append(counterfactual_step(work, n))
       print(json.dumps(steps[-1]), flush=True)
     print("\nThe counterfactual step alone (synthetic rewards); the ratio is the swap measures'")
-    scoring_memory.print_table(steps, {
+    print_table(steps, {
         "items": "items", "swapped_items": "swapped items", "links": "links",
         "derive_peak_rss_mib": "derive: peak RSS MiB", "derive_seconds": "s",
         "peak_rss_mib": "measures: peak RSS MiB", "measure_seconds": "s"})
-    derives = [row["derive_peak_rss_mib"] for row in steps]
-    print(f"derivation's largest / smallest peak RSS: {max(derives) / min(derives):.2f}")
+    print_peak_ratio(steps)
+    print_peak_ratio(steps, "derive_peak_rss_mib", "derivation's ")
   if counts:
     audits(work, counts)
 
@@ -157,7 +154,7 @@ def audits(work: pathlib.Path, counts: list[int]) -> None:
       write_bbq(data, n)
     out = work / f"audit-{n}"
     shutil.rmtree(out, ignore_errors=True)
-    rss, seconds = scoring_memory.peak_rss_mib([
+    rss, seconds = peak_rss_mib([
         sys.executable, "-m", "socialrm_jax.main.audit",
         f"--config={REPO / 'configs' / 'bundled_suite.py'}:hf_model={model},name=rm,"
         f"output_dir={out}", f"--config.data_dir={data}", "--config.datasets=bbq",
@@ -169,10 +166,10 @@ def audits(work: pathlib.Path, counts: list[int]) -> None:
                  "links": counterfactual["datasets"]["bbq"]["n_links"],
                  "peak_rss_mib": round(rss, 1), "wall_seconds": round(seconds, 1)})
     print(json.dumps(rows[-1]), flush=True)
-  scoring_memory.print_table(rows, {"items": "items", "swapped_items": "swapped items",
-                                    "links": "links", "peak_rss_mib": "peak RSS MiB",
-                                    "wall_seconds": "wall s"})
+  print_table(rows, {"items": "items", "swapped_items": "swapped items", "links": "links",
+                     "peak_rss_mib": "peak RSS MiB", "wall_seconds": "wall s"})
+  print_peak_ratio(rows)
 
 
 if __name__ == "__main__":
-  command.run_command("benchmarks/audit_memory.py", main)
+  command.run_command("benchmarks.statistics.audit_memory", main)

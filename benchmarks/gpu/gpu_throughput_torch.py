@@ -1,4 +1,4 @@
-"""benchmarks/gpu_throughput.py's PyTorch loops: a RewardBench-style loop over the same pairs with
+"""benchmarks/gpu/gpu_throughput.py's PyTorch loops: a RewardBench-style loop over the same pairs with
 transformers, in dataset order or sorted by length, run as `gpu_throughput.py --torch_child` in its
 own process so that its import and load are timed as ours are."""
 
@@ -6,27 +6,25 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 import time
 
 import numpy as np
 
-from gpu_throughput_runs import Run, _child_env, timed_with_cpu
+from benchmarks.common import child_env, module_command, timed_with_cpu
+from benchmarks.gpu.gpu_throughput_runs import Run
 from socialrm_jax.base import tables
-
-SCRIPT = pathlib.Path(__file__).resolve().parent / "gpu_throughput.py"
 
 
 def run_torch(name: str, order: str, model_dir: pathlib.Path, items_dir: pathlib.Path,
               run_dir: pathlib.Path, device: str, dtype: str, batch: int, date: str) -> Run:
   output = run_dir / f"{name}.json"
   output.unlink(missing_ok=True)
-  command = [sys.executable, str(SCRIPT), f"--torch_child={order}",
+  command = [*module_command("benchmarks.gpu.gpu_throughput"), f"--torch_child={order}",
              f"--model={model_dir}", f"--child_items={items_dir}", f"--child_output={output}",
              f"--device={device}", f"--dtype={dtype}", f"--torch_batch={batch}",
              f"--child_date={date}"]
   env = {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}
-  ok, seconds, cpu_seconds = timed_with_cpu(name, command, _child_env(env),
+  ok, seconds, cpu_seconds = timed_with_cpu(name, command, child_env(env),
                                             run_dir / f"{name}.log")
   info = json.loads(output.read_text()) if ok and output.exists() else {}
   return Run(name, ok and bool(info), seconds, str(run_dir / f"{name}.log"), info, cpu_seconds)

@@ -1,0 +1,1 @@
+"""Benchmarks of scoring: throughput, memory, load time and numerics of the forward pass."""
