@@ -34,8 +34,8 @@ def gradients(softmax, logit_cap):
 
 @pytest.fixture
 def train_step_profile(monkeypatch):
-  monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-  import train_step_profile
+  del monkeypatch
+  from benchmarks.training import train_step_profile
   return train_step_profile
 
 
