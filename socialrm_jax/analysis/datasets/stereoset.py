@@ -63,7 +63,7 @@ def icat_bounds(ss: np.ndarray, lms: np.ndarray, n_terms: int) -> estimates.Boun
   """icat's interval: the least and the most icat over the Bonferroni intervals of ss and lms
   (97.5% each for a 95% interval), which hold their level together. The percentiles of icat's
   own resamples do not: min(ss, 1 - ss) has a kink at ss = 1/2, where the estimate lies below
-  the truth in nearly every sample and so do most resamples (socialrm_jax/orchestrators/interval_coverage.py measured 86% at the null)."""
+  the truth in nearly every sample and so do most resamples (orchestrators/interval_coverage.py measured 86% at the null)."""
   def bounds(shape, level):
     each = 1 - (1 - level) / 2
     _, ss_low, ss_high = estimates.intervals(shape(ss), n_terms, level=each)

@@ -18,7 +18,7 @@ the correction, for values the dataset-level test already covers. For each test:
   effect the resamples show (clusters, strata) and drops only the estimate's own variance. The
   Wald form, se at the estimate, shrinks as the estimate leaves the null and so finds too much:
   at the levels Holm holds a family of some 30 tests to, 1.2 to 1.5 times the false findings
-  for 20 to 300 units (socialrm_jax/orchestrators/interval_coverage.py measured 6.5% of null replications with
+  for 20 to 300 units (orchestrators/interval_coverage.py measured 6.5% of null replications with
   a finding). An estimate at a bound (v = 0, every unit alike) gets v(null) / n, the design of
   independent units.
 - `p`: two-sided, t = (estimate - null) / se_null against Student's t with n - 1 degrees of
@@ -44,7 +44,7 @@ the correction, for values the dataset-level test already covers. For each test:
     (`estimates.MIN_INTERVAL_UNITS`) is always this, with no mde.
 
 metrics.json keeps each test's values under its node's `verdicts.<metric>`, and the family's
-settings under the tree's `verdicts`; the benchmark socialrm_jax/orchestrators/interval_coverage.py applies the
+settings under the tree's `verdicts`; the validation orchestrators/interval_coverage.py applies the
 same `decide` to a thousand replicate data sets at once to count false findings under the null.
 """
 

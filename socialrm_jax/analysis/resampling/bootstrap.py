@@ -10,7 +10,7 @@ sums over the items as they are (the point estimate) and rows 1.. the resamples.
 then computed once on all rows at the same time, and its 95% interval comes from the percentiles
 of rows 1.. (`estimates.intervals`: widened where the statistic rests on few resampling units).
 
-How the items are drawn (`design`), as socialrm_jax/orchestrators/interval_coverage.py measured it on the
+How the items are drawn (`design`), as orchestrators/interval_coverage.py measured it on the
 datasets' own item structures (docs/metrics.md#interval-coverage):
 - Items are drawn with replacement within strata, so a resample keeps the benchmark's
   composition (how many items per subset and condition). A stratum is a cell with at least
@@ -32,7 +32,7 @@ numpy's PCG64 seeded with (seed, dataset name): an interval never depends on whi
 datasets were evaluated beside it.
 
 The same code draws many replicate data sets at once (a leading axis of R replicates of the same
-items' values, `resampled_sums_batched`): socialrm_jax/orchestrators/interval_coverage.py measures the intervals'
+items' values, `resampled_sums_batched`): orchestrators/interval_coverage.py measures the intervals'
 coverage that way, with the design the metrics use.
 """
 

@@ -44,7 +44,7 @@ def point(value: float, reason: str) -> float | Missing:
 
 # The fewest resampling units (items; StereoSet's target terms) a statistic gets an interval from:
 # with fewer, its resamples take a handful of values and no percentile interval holds its 95%
-# (socialrm_jax/orchestrators/interval_coverage.py). Its value is still reported.
+# (orchestrators/interval_coverage.py). Its value is still reported.
 MIN_INTERVAL_UNITS = 10
 
 
@@ -104,7 +104,7 @@ def share_edges(estimate: np.ndarray, low: np.ndarray, high: np.ndarray, units: 
   """A share's interval where its estimate is 0 (or 1): every unit scored 0, so every resample
   is 0 too and the percentiles give [0, 0], which misses any true share above 0 (a BBQ category's
   10 disambiguated items with a true unknown rate of 0.13 show 0 of 10 a quarter of the time:
-  socialrm_jax/orchestrators/interval_coverage.py measured 85% coverage). There the far end is the exact
+  orchestrators/interval_coverage.py measured 85% coverage). There the far end is the exact
   (Clopper-Pearson) bound of 0 of n units (statsmodels' `proportion_confint`, method "beta"):
   1 - ((1 - level) / 2) ** (1 / n). -> (low, high)"""
   if not np.any((estimate == 0) | (estimate == 1)):  # most statistics: no bound to compute
@@ -160,7 +160,7 @@ def difference_intervals(a: Kept, b: Kept, shape: Callable[[np.ndarray], np.ndar
   intervals at half the error each (Bonferroni: [low_a - high_b, high_a - low_b] holds the
   difference whenever both hold their values, so with 95% at least), since the percentiles of
   its differences do not hold their level either (icat's kink at ss = 1/2 biases a model at the
-  null: socialrm_jax/orchestrators/interval_coverage.py measured 89% at 100 times the bundled items)."""
+  null: orchestrators/interval_coverage.py measured 89% at 100 times the bundled items)."""
   if a.bounds is None and b.bounds is None:
     return intervals(shape(a.rows - b.rows), a.units)
   level = 1 - (1 - CI_LEVEL) / 2

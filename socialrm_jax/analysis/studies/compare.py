@@ -34,7 +34,7 @@ domain's only dataset with gold pairs, as BBQ is bias's), is listed once, as the
   that dropped such pairs could find nothing where every resample shows a difference. Items, not
   pairs: the pairs of one item (BBQ's, an ETHICS scenario's several) share candidates, so their
   outcomes are not independent, and a test over pairs finds too much (6.3 +- 0.8% of comparisons
-  of two equal models at 100 times the bundled suite's items, socialrm_jax/orchestrators/interval_coverage.py);
+  of two equal models at 100 times the bundled suite's items, orchestrators/interval_coverage.py);
   two equal models are exchangeable on every item, so the signs of the items' differences are
   fair coins whatever the pairs within an item do.
 - Test, every other metric: t = d / se against Student's t on n - 1 degrees of freedom (n the

@@ -1,5 +1,6 @@
 """Reward models with planted preferences: the self-check (`socialrm-validate`) audits them, and
-the interval coverage benchmark (socialrm_jax/orchestrators/interval_coverage.py) draws its replicates from them.
+the interval coverage validation (orchestrators/interval_coverage.py) draws its replicates from
+them.
 
 A synthetic reward model (`Plan`) gives each candidate of an item a standard normal reward plus
 its planted shifts, in units of that noise:
