@@ -2,7 +2,7 @@
 by side, in one process, on the same rows.
 
   JAX_PLATFORMS=cpu python -m benchmarks.training.train_step_profile --model=DIR \
-      --pairs=PAIRS.jsonl --compare=remat_policy:full,remat_policy:minimal
+      --pairs=PAIRS.jsonl --compare=remat_policy:full,remat_policy:save_dots
   JAX_PLATFORMS=cpu python -m benchmarks.training.train_step_profile --model=DIR \
       --pairs=PAIRS.jsonl --compare=default,attention:xla+remat_policy:auto --lora_rank=32
 
@@ -13,12 +13,12 @@ trainer's order). The first `--steps` steps' pairs are packed as the trainer pac
 
 Each entry of `--compare` names what the model is loaded with and nothing else: `SETTING:NAME`,
 SETTING one of `attention` (a name of `models.attention.IMPLEMENTATIONS`) and `remat_policy` (of
-`models.trunk.REMAT_POLICIES`), `+` joining settings; `default` is the model's own defaults. Each
-loads the model so (`training.trainable.load_base`) and builds the trainer's jitted programs
+`models.trunk.REMAT_POLICY_NAMES`), `+` joining settings; `default` is the model's own defaults.
+Each loads the model so (`training.trainable.load_base`) and builds the trainer's jitted programs
 (`training.train_step.TrainStep`):
 
 - forward: `add_block_sums`, a block's loss and metrics without gradients;
-- value and gradient: `add_block`, a block's loss and the gradients of every trained parameter,
+- value and gradient: `accumulate`, a block's loss and the gradients of every trained parameter,
   added to the step's sums.
 
 Every program is compiled first; then `--passes` passes over the blocks run the programs of every
@@ -69,7 +69,7 @@ def setting_names() -> dict[str, tuple[str, ...]]:
   """{setting: the names it takes}, as the model code declares them."""
   from socialrm_jax.models import attention, trunk
   return {"attention": tuple(attention.IMPLEMENTATIONS),
-          "remat_policy": tuple(trunk.REMAT_POLICIES)}
+          "remat_policy": tuple(trunk.REMAT_POLICY_NAMES)}
 
 
 def parse_entry(entry: str, names: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -149,7 +149,7 @@ class Entry:
         else:
           grads = self.step.zeros(self.trained)
           for arrays in blocks:
-            grads, sums = self.step.add_block(grads, sums, self.trained, self.frozen, arrays)
+            grads, sums = self.step.accumulate(grads, sums, self.trained, self.frozen, arrays)
           jax.block_until_ready(grads)
 
 
