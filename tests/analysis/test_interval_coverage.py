@@ -2,7 +2,7 @@
 terms have one item each (the bundled slice has 64 such strata of 89), under a model with no
 preference, so that ss is truly 1/2. Resampling items within each (type, term) stratum drew
 every singleton term as itself: ss's interval held 1/2 in about half the data sets
-(orchestrators/interval_coverage.py, docs/metrics.md#interval-coverage). Fixed seeds, and a bound
+(orchestrators/interval_coverage.py, docs/interval_coverage.md). Fixed seeds, and a bound
 from the binomial distribution of the count of intervals that hold."""
 
 import numpy as np

@@ -11,7 +11,7 @@ then computed once on all rows at the same time, and its 95% interval comes from
 of rows 1.. (`estimates.intervals`: widened where the statistic rests on few resampling units).
 
 How the items are drawn (`design`), as orchestrators/interval_coverage.py measured it on the
-datasets' own item structures (docs/metrics.md#interval-coverage):
+datasets' own item structures (docs/interval_coverage.md):
 - Items are drawn with replacement within strata, so a resample keeps the benchmark's
   composition (how many items per subset and condition). A stratum is a cell with at least
   `MIN_STRATUM_ITEMS` items; smaller cells are pooled with their neighbours (the cells that share
