@@ -1,6 +1,8 @@
 """The jitted train step over the mesh, as the scoring step runs: batch rows split over `data`,
-parameters and optimizer state where the loader placed them (split over `model`, FSDP-style),
-the decoder's layers under `lax.scan`, one program a block shape (a few, compiled once each).
+parameters, their gradient sums and the optimizer state split over the whole mesh (FSDP,
+`training/fsdp.py`: each program holds its outputs to those shardings, so a step's state comes
+back as it went in), the decoder's layers under `lax.scan`, one program a block shape (a few,
+compiled once each).
 
 The forward is the scorer's own (`models.readout.readouts` on a packed, prefix-shared row, read
 at each candidate's last token), so training optimizes exactly the reward the project's commands
@@ -22,6 +24,7 @@ from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
 from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as scoring_step
+from socialrm_jax.training import fsdp
 from socialrm_jax.training import loss as loss_lib
 from socialrm_jax.training import trainable
 
@@ -69,6 +72,13 @@ class TrainStep:
                dtype, lora_scale: float = 1.0, center_rewards_coefficient: float | None = None):
     self.model, self.tx, self.mesh = model, tx, mesh
     self.sharding = mesh_lib.batch_sharding(mesh)
+    # Each parameter's `model` axis as the loader split it, which FSDP keeps.
+    self.model_axes = {path: source.model_axis
+                       for path, source in model.family.weight_sources(model.config).items()}
+    hold = functools.partial(fsdp.constrain, mesh=mesh, model_axes=self.model_axes)
+    hold_state = functools.partial(fsdp.constrain_state, mesh=mesh, model_axes=self.model_axes)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    hold_sums = lambda sums: jax.lax.with_sharding_constraint(sums, replicated)
 
     def rewards_of(trained, frozen, batch):
       return pair_rewards(model, full_params(trained, frozen, lora_scale, dtype), batch)
@@ -84,23 +94,25 @@ class TrainStep:
 
     def accumulate(grads, sums, trained, frozen, batch):
       (_, block), block_grads = grad_fn(trained, frozen, batch)
-      return jax.tree.map(jnp.add, grads, block_grads), loss_lib.add_sums(sums, block)
+      return (hold(jax.tree.map(jnp.add, grads, block_grads)),
+              hold_sums(loss_lib.add_sums(sums, block)))
 
     def update(trained, opt_state, grads, sums):
       grads = jax.tree.map(lambda g: g / jnp.maximum(sums["pairs"], 1.0), grads)
       metrics = loss_lib.means(sums)
       metrics["grad_norm"] = optax.global_norm(grads)
       updates, opt_state = tx.update(grads, opt_state, trained)
-      return optax.apply_updates(trained, updates), opt_state, metrics
+      return hold(optax.apply_updates(trained, updates)), hold_state(opt_state), metrics
 
     def evaluate(sums, trained, frozen, batch):
-      return loss_lib.add_sums(sums, block_sums(trained, frozen, batch)[1])
+      return hold_sums(loss_lib.add_sums(sums, block_sums(trained, frozen, batch)[1]))
 
-    # The jitted programs (benchmarks/train_step_profile.py times them one by one).
-    self.zeros = jax.jit(lambda trained: jax.tree.map(jnp.zeros_like, trained))
+    # The jitted programs (benchmarks/training/train_step_profile.py times them).
+    self.zeros = jax.jit(lambda trained: hold(jax.tree.map(jnp.zeros_like, trained)))
     self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1))  # grads, sums += a block's
     self.update = jax.jit(update, donate_argnums=(0, 1))  # the optimizer's step
     self.add_block_sums = jax.jit(evaluate, donate_argnums=(0,))  # sums += a block's, no grads
+    self._init = jax.jit(lambda trained: hold_state(tx.init(trained)))
 
   def _abstract_outputs(self, program, *args):
     """What jitted `program` returns for `args`, abstract (`abstract_outputs`)."""
@@ -109,7 +121,7 @@ class TrainStep:
 
   def abstract_opt_state(self, trained):
     """The optimizer state `init` makes for `trained`, abstract (see `_abstract_outputs`)."""
-    return self._abstract_outputs(jax.jit(self.tx.init), trained)
+    return self._abstract_outputs(self._init, trained)
 
   def abstract_grads(self, trained):
     """The zero gradients a step starts its sums from, abstract (see `_abstract_outputs`)."""
@@ -146,9 +158,15 @@ class TrainStep:
     sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
     return jax.tree.map(lambda v: scoring_step.put_global(np.asarray(v), sharding), tree)
 
+  def place(self, params: Mapping) -> dict:
+    """Flat parameters (trained or frozen; arrays or abstract) at their FSDP shardings, where
+    every program of the step takes and returns them."""
+    return fsdp.place(params, self.mesh, self.model_axes)
+
   def init(self, trained):
+    """The optimizer state of `trained` (placed: `place`), sharded as they are."""
     with jax.set_mesh(self.mesh):
-      return jax.jit(self.tx.init)(trained)
+      return self._init(trained)
 
   def _sums_and_grads(self, trained, frozen, blocks: Sequence[Mapping]):
     grads, sums = self.zeros(trained), self.replicated(loss_lib.no_sums())

@@ -162,6 +162,7 @@ def setup(settings: Any, model: trainable.TrainModel, mesh, total_steps: int) ->
       model, tx, mesh, dtype=reward_model.model_dtype(settings.dtype), lora_scale=lora_scale,
       center_rewards_coefficient=settings.center_rewards_coefficient)
   trained.update(step_fn.replicated(adapters))
+  trained, frozen = step_fn.place(trained), step_fn.place(frozen)  # FSDP: split over the mesh
   rng = step_fn.replicated(jax.random.key_data(jax.random.key(settings.seed)))
   return Setup(step_fn, schedule, frozen, lora_scale,
                TrainState(trained, step_fn.init(trained), rng))

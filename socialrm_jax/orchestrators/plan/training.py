@@ -189,7 +189,7 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
       model, tx, mesh, dtype=setup.dtype,
       lora_scale=settings.lora_alpha / settings.lora_rank if lora else 1.0,
       center_rewards_coefficient=settings.center_rewards_coefficient)
-  trained, frozen = trained_and_frozen(model, settings, mesh)
+  trained, frozen = (step.place(params) for params in trained_and_frozen(model, settings, mesh))
   opt_state, zeros = step.abstract_opt_state(trained), step.abstract_grads(trained)
   resident = {"trained": compiler.bytes_per_device(trained),
               "frozen": compiler.bytes_per_device(frozen),
