@@ -153,18 +153,19 @@ class Evaluate(Hook):
 
 class SaveCheckpoints(Hook):
   """A checkpoint of the state (once checked finite) at the steps it is due, at step 0 of a fresh
-  run when `initial`; `restore_latest` resumes from the newest. Closes the store at the end."""
+  run when `initial`; `restore_latest` resumes from the newest that restores completely. Closes
+  the store at the end."""
 
   def __init__(self, store: checkpoints_lib.Checkpoints, accumulation: int, initial: bool):
     self.store, self.accumulation, self.initial = store, accumulation, initial
 
   def restore_latest(self, fresh: TrainState) -> TrainState:
-    """The state of the newest checkpoint, restored into `fresh`'s shapes and places."""
-    latest = self.store.latest()
-    restored, position = self.store.restore(latest, fresh.tree())
+    """The state of the newest checkpoint that restores completely (a damaged newer one said and
+    set aside: `Checkpoints.restore_newest`), restored into `fresh`'s shapes and places."""
+    step, restored, position = self.store.restore_newest(fresh.tree())
     return TrainState(restored["params"], restored["opt_state"], restored["rng"],
                       int(position["step"]), int(position["num_tokens"]),
-                      os.path.join(self.store.directory, str(latest)))
+                      self.store.step_directory(step))
 
   def save(self, state: TrainState) -> None:
     if not bool(divergence.all_finite((state.trained, state.opt_state))):

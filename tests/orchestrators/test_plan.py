@@ -64,6 +64,21 @@ def test_every_bucket_compiles_for_v5e_with_splash_as_a_mosaic_kernel(tiny_plan,
   assert "roofline estimate" in (tmp_path / "plan.md").read_text()
 
 
+def test_each_compiled_program_is_a_line_saying_what_remains(tiny_plan, caplog):
+  """A plan compiles for minutes on a large model: each program is said as it is compiled, its
+  shape, seconds, memory, whether it fits, and how many are left."""
+  setup, _ = tiny_plan
+  with caplog.at_level("INFO"):
+    batches, _ = compiler.compile_all(setup)
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[")]
+  assert len(lines) == 2, lines
+  for i, (line, entry) in enumerate(zip(lines, batches)):
+    rows, length = entry["shape"][:2]
+    gib = entry["hbm_bytes_per_chip"] / 2**30
+    assert line == (f"[{i + 1}/2] scoring rows {rows}x{length}: {entry['compile_seconds']:.1f} s, "
+                    f"{gib:.2f} GiB/device, fits; {1 - i} to go"), line
+
+
 def test_analytic_flops_match_a_hand_count(tiny_plan):
   setup, batches = tiny_plan
   # Per layer: q 256x4x128 + k, v 256x2x128 each + o 4x128x256 + gate, up, down 3x256x512.
@@ -138,6 +153,12 @@ def test_a_model_that_does_not_fit_is_a_plan_naming_the_model_axis_that_fits(tmp
                        "--mesh=data:4,model:1", "--max_length=128", "--tokens_per_batch=512",
                        "--dtype=bfloat16", f"--output_dir={tmp_path / 'plan'}")
   assert done.returncode == 0, done.stderr[-2000:]
+  # Each program said as it goes, on stderr: the mesh asked for, then the model axes tried.
+  said = [line.split("] ", 1)[1] for line in done.stderr.splitlines() if "] [" in line]
+  assert said[0].startswith("[1/1] scoring rows 4x128: ") and said[0].endswith(
+      "does not fit; 0 to go"), said
+  assert any(line.endswith("fits; 0 to go (the smallest model axis that fits: 2)")
+             for line in said), said
   plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
   assert not plan["fits"]
   (entry,) = plan["batches"]

@@ -132,22 +132,23 @@ def run(config: PlanSettings) -> dict[str, Any]:
                                config.memory_fraction)
   start = time.perf_counter()
   setup = compiler.build(topology, hf_config, source, options, tensors)
-  batches, checks = compiler.compile_all(setup)
+  progress = compiler.Progress()
+  batches, checks = compiler.compile_all(setup, progress)
   fits = all(entry["fits"] for entry in batches)
   fitting = None
   if not fits:
     fitting = compiler.smallest_fitting_model_axis(topology, hf_config, source, options,
                                                    larger_than=setup.mesh.shape["model"],
-                                                   tensors=tensors)
+                                                   tensors=tensors, progress=progress)
   largest = None
   if config.largest_batch:
     largest = compiler.largest_fitting_tokens_per_batch(topology, hf_config, source, options,
-                                                        fits, tensors)
+                                                        fits, tensors, progress)
   steps = []
   if trainings:
     train_setup = plan_training.job_setup(setup)  # socialrm-train's mesh spans the job
     model = plan_training.abstract_train_model(train_setup, hf_config, source)
-    steps = [plan_training.compile_training(train_setup, model, settings)
+    steps = [plan_training.compile_training(train_setup, model, settings, progress)
              for settings in trainings]
   projected = None
   if config.items is not None:

@@ -176,9 +176,11 @@ def host_share(mesh) -> dict[str, int]:
 
 
 def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
-                     settings: train.Settings) -> dict[str, Any]:
+                     settings: train.Settings, progress: compiler.Progress | None = None
+                     ) -> dict[str, Any]:
   """socialrm-train's step with `settings` compiled for the plan's target: per block shape its
-  memory, kernel, collectives and failures (see the module doc), and the update program's."""
+  memory, kernel, collectives and failures (see the module doc), and the update program's; a
+  `progress` line a program."""
   mesh, capacity = setup.mesh, setup.topology.usable_bytes
   lora = settings.lora_rank > 0
   settings = dataclasses.replace(settings, mesh=mesh_lib.describe(mesh))
@@ -196,6 +198,8 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
               "optimizer_state": compiler.bytes_per_device(opt_state)}
   blocks, update, summed = [], None, None
   shapes = block_shapes(settings, mesh.devices.flat[0].platform, mesh.shape["data"])
+  progress = progress or compiler.Progress()
+  progress.start(f"training ({'lora' if lora else 'full'})", len(shapes) + 1)  # and the update
   with programs.CompileCounter() as counter:
     for rows, length in shapes:
       start = time.perf_counter()
@@ -218,12 +222,17 @@ def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
                    capacity_bytes=capacity, fits=used is not None and used <= capacity,
                    compile_seconds=round(time.perf_counter() - start, 2))
       blocks.append(entry)
+      progress.compiled(f"block {rows}x{length}", entry["compile_seconds"], used, entry["fits"])
     if summed is not None:
       # The update computes no attention: none is asked of it.
+      start = time.perf_counter()
       _, update = compiler.compile_traced(step.trace_update(trained, opt_state, summed), mesh,
                                           "xla")
       if update["memory"] is not None:
         update["device_bytes"] = update["memory"]["total"] + resident["frozen"]
+      device_bytes = update.get("device_bytes")
+      progress.compiled("update", time.perf_counter() - start, device_bytes,
+                        device_bytes is not None and device_bytes <= capacity)
   failures = []
   if counter.count > len(shapes) + 1:  # accumulate a block shape, and the update once
     failures.append(f"{counter.count} programs compiled for {len(shapes)} block shapes and the "
