@@ -61,8 +61,8 @@ def test_the_contracts_layers_are_the_written_ones_and_read_as_the_pipeline():
   contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
   layers = next(c for c in contracts["contracts"] if c["type"] == "layers")
   assert layers["layers"] == LAYERS[::-1] and layers["exhaustive"]
-  assert LAYERS == ["base", "sources", "datasets", "models", "scoring", "analysis", "training",
-                    "orchestrators", "main", "api"]
+  assert LAYERS == ["base", "sources", "datasets", "models", "runtime", "scoring", "analysis",
+                    "training", "orchestrators", "main", "api"]
 
 
 def face_getattr_imports() -> set[str]:

@@ -23,7 +23,7 @@ import pathlib
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import ablation
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ from socialrm_jax.analysis.outputs import report, results_dataset
 from socialrm_jax.base import settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import audit
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 
 UPLOAD_FAILED_EXIT_CODE = 4  # --push_to_hub: the outputs are whole, the upload failed
 

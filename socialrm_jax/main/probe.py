@@ -24,7 +24,8 @@ import pathlib
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import probe as probe_lib
-from socialrm_jax.scoring import distributed, engine
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import engine
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,8 @@ from absl import logging
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
-from socialrm_jax.scoring import chunks, distributed, engine
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import chunks, engine
 
 
 @dataclasses.dataclass(frozen=True)

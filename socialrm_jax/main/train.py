@@ -21,7 +21,7 @@ import dataclasses
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import train
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 from socialrm_jax.training import divergence
 
 DIVERGED_EXIT_CODE = 3  # as socialrm-score's for a reward that is not finite

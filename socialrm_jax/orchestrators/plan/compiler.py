@@ -30,8 +30,8 @@ import jax.numpy as jnp
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators.plan import cost, hardware, programs
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring import engine, packing, proxies
-from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
 
 # How XLA's TPU compiler says a program does not fit: "... the total memory required for HLO

@@ -33,7 +33,7 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators import train
 from socialrm_jax.orchestrators.plan import compiler, programs
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.training import optimizer, pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
 
@@ -163,7 +163,7 @@ def trained_attention(scoring: str) -> str:
 def host_share(mesh) -> dict[str, int]:
   """How a global batch divides among the hosts of `mesh`: `hosts`, and `data_per_host`, the
   positions along `data` whose rows one host's devices hold (the same for every host of a mesh
-  laid over whole hosts; each feeds only those rows, `mesh.put_process_rows`)."""
+  laid over whole hosts; each feeds only those rows, `global_arrays.put_process_rows`)."""
   held: dict[int, set[int]] = {}
   for position, row in enumerate(mesh.devices):
     for device in row:
