@@ -50,12 +50,7 @@ class ProbeSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(ProbeSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: ProbeSettings) -> None:
   if (config.model is None) == (not config.table):
     raise errors.InputError("give --model (to score the probe) or --table (rewards scored "
                             "elsewhere), not both")
@@ -81,8 +76,11 @@ def main(argv):
         f"Plot: {out / 'value_probe.png'}")
 
 
+COMMAND = command.Command("socialrm-probe", ProbeSettings, main)
+
+
 def run():
-  command.run_command("socialrm-probe", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

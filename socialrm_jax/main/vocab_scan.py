@@ -45,12 +45,7 @@ class VocabScanSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(VocabScanSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: VocabScanSettings) -> None:
   vocab_scan.check_settings(config.scoring, config.scan.max_tokens)
   prompts = (vocab_scan.read_prompts(config.prompts) if config.prompts is not None
              else vocab_scan.DEFAULT_PROMPTS)
@@ -67,8 +62,11 @@ def main(argv):
         f"Plot: {out / 'vocab_scan.png'}")
 
 
+COMMAND = command.Command("socialrm-vocab-scan", VocabScanSettings, main)
+
+
 def run():
-  command.run_command("socialrm-vocab-scan", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":
