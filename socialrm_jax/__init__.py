@@ -2,9 +2,10 @@
 
 The package reads as its pipeline: `datasets` (one adapter per dataset reads its source into
 items and pairs; `orchestrators/convert` writes them), `models` (Flax reward models from real
-checkpoints), `scoring` (one jit-compiled, mesh-sharded scorer), `analysis` (metrics and report,
-with each dataset's own in `analysis/datasets/`, found by the dataset's name), and the audit
-(`orchestrators/audit`: all of it from one config); `training` trains reward models on
+checkpoints), `runtime` (the device mesh, the multi-process job, the compilation cache: what every
+computing command runs on), `scoring` (one jit-compiled, mesh-sharded scorer), `analysis` (metrics
+and report, with each dataset's own in `analysis/datasets/`, found by the dataset's name), and the
+audit (`orchestrators/audit`: all of it from one config); `training` trains reward models on
 preference pairs (`orchestrators/train`). The commands are `main/`: `socialrm-score` is
 `python -m socialrm_jax.main.score`; `api/` is the same for Python (`socialrm_jax.audit(...)`,
 `score`, `train`: docs/python_api.md).
@@ -25,6 +26,7 @@ Layers, bottom first, one folder each:
   sources        reading and hf_reading (original files row by row), lexicons, identity_swaps
   datasets       one input adapter per dataset, its templates; which exist; dataset specs
   models         Flax model code, weights, tokenizers, default_model
+  runtime        the mesh, the multi-process job, global arrays, compilation cache, provenance
   scoring        the compiled step, packing, the streaming run
   analysis       metrics, intervals, report and plots; each dataset's analysis (datasets/)
   training       reward-model training: pair batches, TRL's loss, LoRA, optimizer, step, export

@@ -41,7 +41,7 @@ def main(argv):
   del argv
   import jax  # noqa: F401  (timed as the imports)
   from socialrm_jax.scoring import engine, item_source
-  from socialrm_jax.scoring import mesh as mesh_lib
+  from socialrm_jax.runtime import mesh as mesh_lib
   marks = {"imports": time.perf_counter() - START}
 
   options = engine.ScoringOptions(max_length=_MAX_LENGTH.value,

@@ -27,8 +27,8 @@ from socialrm_jax.main import command
 from socialrm_jax.models import default_model
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.orchestrators import convert
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring import engine, item_tokens, packing
-from socialrm_jax.scoring import mesh as mesh_lib
 
 _MODEL = flags.DEFINE_string("model", "smollm2", "Model path (see socialrm_jax.main.score --model).")
 _ITEMS = flags.DEFINE_string("items", None, "Items (default: the bundled BBQ slice).")

@@ -108,11 +108,11 @@ def counterfactual_step(work: pathlib.Path, n: int) -> dict:
       f"--output_dir={swaps}"])
   if not (step / "swap_scores.parquet").exists():
     write_synthetic_scores(swaps, step / "swap_scores.parquet", _SEED.value + 1)
-  measure = ("from socialrm_jax.analysis import hooks; "
+  measure = ("from socialrm_jax.analysis import dataset_analysis; "
              "from socialrm_jax.analysis.studies import swap_effects; "
              f"swap_effects.compute_at("
              f"{str(swaps)!r}, {str(step / 'scores.parquet')!r}, "
-             f"{str(step / 'swap_scores.parquet')!r}, hooks.Options(n_resamples="
+             f"{str(step / 'swap_scores.parquet')!r}, dataset_analysis.Options(n_resamples="
              f"{_N_RESAMPLES.value}))")
   measure_rss, measure_seconds = peak_rss_mib([sys.executable, "-c", measure])
   report = json.loads((swaps / "swap_report.json").read_text())

@@ -171,7 +171,7 @@ def run_ours(work: pathlib.Path) -> dict:
 def initial_weights(path: pathlib.Path) -> None:
   """The project's trainer's initial score head and LoRA A (what `socialrm-train` draws from
   --seed), for TRL to start from."""
-  from socialrm_jax.scoring import mesh as mesh_lib
+  from socialrm_jax.runtime import mesh as mesh_lib
   from socialrm_jax.training import trainable
   model = trainable.load_base(str(base_gguf()), dtype="float32", mesh=mesh_lib.make_mesh(None),
                               seed=_SEED.value, attention="xla")

@@ -217,7 +217,7 @@ def main(argv):
   del argv
   import jax
   from socialrm_jax.models import default_model
-  from socialrm_jax.scoring import mesh as mesh_lib
+  from socialrm_jax.runtime import mesh as mesh_lib
   if not os.path.exists(default_model.resolve_model_path(_MODEL.value)):
     raise InputError("--model: no such model file or folder", _MODEL.value)
   for flag in (_STEPS, _BATCH_SIZE, _PASSES):

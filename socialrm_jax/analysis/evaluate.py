@@ -6,7 +6,7 @@ metric>_ci95}`, BBQ per category at `datasets.bbq.categories.<category>`, Stereo
 `datasets.stereoset.subsets.<type>`, then `calibration`, `length_confound`, `coverage`, and
 `null_reasons` ({dotted path: why} for every null). The generic part of each `datasets.<name>`
 (accuracy, distribution bias, length) is computed here for every dataset; what a dataset adds comes
-from its analysis's metric hook (`hooks.DatasetAnalysis`, found by the dataset's name in
+from its analysis's metric hook (`dataset_analysis.DatasetAnalysis`, found by the dataset's name in
 `socialrm_jax.analysis.datasets`), which computes it in that module (`datasets/bbq.py`,
 `datasets/stereoset.py`, ...). `bootstrap` explains the intervals.
 
@@ -30,7 +30,8 @@ from socialrm_jax.analysis.metrics import accuracy, calibration, confounds, dist
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.tables import evidence
 from socialrm_jax.analysis.tables.categorical import Categorical
-from socialrm_jax.analysis.hooks import DatasetAnalysis, DatasetView, Options, for_dataset
+from socialrm_jax.analysis.dataset_analysis import (DatasetAnalysis, DatasetView, Options,
+                                                   for_dataset)
 from socialrm_jax.analysis.tables.pairs import Scored, item_chunks, join
 from socialrm_jax.analysis.tables.reward_tables import Scores
 

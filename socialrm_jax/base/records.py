@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -53,6 +54,18 @@ ROLE_PAIRS = ((ANTI_STEREOTYPE, STEREOTYPE, DIRECTIONAL), (STEREOTYPE, UNRELATED
 
 # (chosen candidate index, rejected candidate index, label_source)
 PairSpec = tuple[int, int, str]
+
+# RewardBench 2's Ties rows, as an item's `id` attribute: a prompt's reference row `ref:N` and its
+# tied row `tied:N`. The preference adapter checks them as it converts; the best-of-N metrics
+# group an item's rows by them.
+TIES_ID = re.compile(r"(ref|tied):(\d+)")
+REFERENCE, TIED = "ref", "tied"
+
+
+def ties_id(value: Any) -> tuple[str, str] | None:
+  """(`ref` or `tied`, N) of a RewardBench 2 Ties id `ref:N` / `tied:N`, else None."""
+  match = TIES_ID.fullmatch(str(value)) if value is not None else None
+  return (match.group(1), match.group(2)) if match else None
 
 
 def make_item_id(dataset: str, *parts: Any) -> str:

@@ -24,15 +24,13 @@ and a help line, and where they apply the choices or `required`). Everything els
   parsed as big_vision's `parse_arg` does: each value typed as its default, defaults for what is
   absent, and an unknown key refused with one line naming it and the known ones.
 
-A new command needs three lines beside its dataclass (in `main/score.py`):
+A new command needs two lines beside its dataclass and its `main` (in `main/score.py`):
 
-    _SETTINGS = settings.define_flags(ScoreSettings)       # at module level, before app.run
+    def main(config: ScoreSettings) -> None:               # the parsed settings, typed
     ...
-    def main(argv):
-      config = _SETTINGS.value                             # a ScoreSettings, typed
-    ...
+    COMMAND = command.Command("socialrm-score", ScoreSettings, main)  # socialrm_jax.main.command
     def run():
-      command.run_command("socialrm-score", main)          # socialrm_jax.main.command
+      COMMAND.run()                # define_flags(ScoreSettings), then app.run; holder.value
 
 Types map to flags as: bool -> DEFINE_bool, int -> DEFINE_integer, float -> DEFINE_float, str ->
 DEFINE_string (DEFINE_enum with `choices`), list[...] / tuple[...] -> DEFINE_list (items converted

@@ -59,7 +59,6 @@ metrics: `analysis.best_of_n`, joined in `analysis/datasets/preference.py`.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterator, Mapping, Sequence
 
 from socialrm_jax.base import records
@@ -81,9 +80,6 @@ TEMPLATES = (
     PromptTemplate("preference.framed", 1, {"": REPLY_FRAMING + "{text}"}),
 )
 
-# RewardBench 2's Ties rows: a prompt's reference row `ref:N` and its tied row `tied:N`.
-TIES_ID = re.compile(r"(ref|tied):(\d+)")
-REFERENCE, TIED = "ref", "tied"
 COLUMN_ROLES = ("prompt", "chosen", "rejected", "subset", "domain", "label", "id", "num_correct",
                 "margin")
 RESPONSES = (records.CHOSEN, records.REJECTED)
@@ -95,12 +91,6 @@ LAYOUTS = {(TEXTS, TEXT): "best_of_n", (TEXTS, MESSAGES): "best_of_n",
            (TEXT, None): "hh_transcripts", (TEXT, TEXT): "strings",
            (TEXT, MESSAGES): "prompt_messages", (MESSAGES, None): "implicit_conversational",
            (MESSAGES, TEXT): "conversational", (MESSAGES, MESSAGES): "conversational"}
-
-
-def ties_id(value: Any) -> tuple[str, str] | None:
-  """(`ref` or `tied`, N) of a RewardBench 2 Ties id `ref:N` / `tied:N`, else None."""
-  match = TIES_ID.fullmatch(str(value)) if value is not None else None
-  return (match.group(1), match.group(2)) if match else None
 
 
 class BadRow(Exception):
@@ -351,7 +341,7 @@ def _best_of_n_item(reader: SourceReader, table: hf_reading.Table, number: int,
 
 
 class TiesIds:
-  """The Ties ids (`TIES_ID`) of one table's best-of-N rows: every `tied:N` needs its
+  """The Ties ids (`records.TIES_ID`) of one table's best-of-N rows: every `tied:N` needs its
   reference prompt `ref:N`, whose accuracy and margins its score reads."""
 
   def __init__(self, path):
@@ -364,12 +354,12 @@ class TiesIds:
   def add(self, item: records.Item) -> None:
     if "num_correct" not in item.attributes:
       return
-    found = ties_id(item.attributes.get("id"))
+    found = records.ties_id(item.attributes.get("id"))
     self.first_row[found is not None].setdefault(item.subset, item.attributes["row"])
     if found is None:
       return
     kind, prompt = found
-    seen = self.references if kind == REFERENCE else self.tied
+    seen = self.references if kind == records.REFERENCE else self.tied
     row = item.attributes["row"]
     if prompt in seen:
       raise InputError(f"Ties id '{kind}:{prompt}' given twice (rows {seen[prompt]} and {row})",

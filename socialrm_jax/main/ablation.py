@@ -23,7 +23,7 @@ import pathlib
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import ablation
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +33,7 @@ class AblationCommandSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(AblationCommandSettings,
-                                  config_example="configs/value_bias_ablation.py")
-
-
-def main(argv):
-  del argv
-  command_settings = _SETTINGS.value
+def main(command_settings: AblationCommandSettings) -> None:
   config = ablation.check_config(command_settings.grid)
   errors.check_output_folder(config.output_dir, "output_dir")
   distributed.initialize(command_settings.job)
@@ -51,8 +45,13 @@ def main(argv):
   print(f"Grid: {out / ablation.GRID_FILE}\nPlot: {out / ablation.FIGURE_FILE}")
 
 
+COMMAND = command.Command(
+    "socialrm-ablation", AblationCommandSettings, main,
+    config_example="configs/value_bias_ablation.py")
+
+
 def run():
-  command.run_command("socialrm-ablation", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from socialrm_jax.analysis.outputs import report, results_dataset
 from socialrm_jax.base import settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import audit
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 
 UPLOAD_FAILED_EXIT_CODE = 4  # --push_to_hub: the outputs are whole, the upload failed
 
@@ -32,13 +32,7 @@ class AuditCommandSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(AuditCommandSettings,
-                                  config_example="configs/bundled_suite.py")
-
-
-def main(argv):
-  del argv
-  command_settings = _SETTINGS.value
+def main(command_settings: AuditCommandSettings) -> None:
   config = audit.check_config(command_settings.audit)
   distributed.initialize(command_settings.job)
   models = audit.run_audit(config)
@@ -52,9 +46,13 @@ def main(argv):
   print(report.headline(models))
 
 
+COMMAND = command.Command(
+    "socialrm-audit", AuditCommandSettings, main, config_example="configs/bundled_suite.py",
+    exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
+
+
 def run():
-  command.run_command("socialrm-audit", main,
-                      exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """How every `socialrm-*` command runs: absl's `app.run` with bad input reported as one line.
 
-`run_command(program, main)` parses the flags and runs `main`: a refused flag or an
-`errors.InputError` is one line on stderr, `socialrm-<command>: error: <what>`, and exit code 2
-(`--debug` shows the traceback). Before that it keeps JAX from starting libtpu or its CUDA
+A command is a `Command`: its console script's name, its settings dataclass (`base/settings.py`)
+and its `main`, which takes the settings. `Command.run` defines the flags (when the command runs,
+not when its module is imported, so every command's module imports into one process), parses them
+and runs `main` through `run_command`: a refused flag or an `errors.InputError` is one line on
+stderr, `socialrm-<command>: error: <what>` (`error_line`), and exit code 2 (`--debug` shows the
+traceback). Before that it keeps JAX from starting libtpu or its CUDA
 plugin where no TPU or GPU is (`skip_absent_accelerators`), makes `--help` list the command's
 flags under a console script, and freezes the garbage collector at exit.
 """
@@ -10,22 +13,44 @@ flags under a console script, and freezes the garbage collector at exit.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import gc
 import glob
 import importlib.util
 import os
 import sys
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Generic, Mapping, Sequence, TypeVar
 
 from absl import app, flags
 
+from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError, USER_ERROR_EXIT_CODE, one_line
+
+S = TypeVar("S")
+
+# The flags a `Command` defines belong to the command's module, which called `run` (its `--help`
+# lists them), not to this one.
+flags.disclaim_key_flags()
+
+
+def error_line(program: str, message: str) -> str:
+  """The one line on stderr with which `program` refuses bad input."""
+  return f"{program}: error: {one_line(message)}"
 
 
 def _fail(program: str, message: str, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
-  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
+  print(error_line(program, message), file=sys.stderr)
   sys.exit(exit_code)
+
+
+def flag_refusal(error: Exception) -> str | None:
+  """What a command says of an error its flags' parsing raised, when the user is at fault: a
+  refused flag, or a `--config.*` override of a field the config file lacks (None: another
+  error, a bug, re-raised)."""
+  if isinstance(error, flags.Error):
+    return str(error)
+  return unknown_config_field(error)
 
 
 def _parse_flags(program: str, argv: Sequence[str]) -> list[str]:
@@ -33,10 +58,8 @@ def _parse_flags(program: str, argv: Sequence[str]) -> list[str]:
   file lacks) reported as every other user error."""
   try:
     return flags.FLAGS(argv)
-  except flags.Error as error:
-    _fail(program, str(error))
-  except Exception as error:  # pylint: disable=broad-except  # re-raised unless it is an override's
-    message = unknown_config_field(error)
+  except Exception as error:  # pylint: disable=broad-except  # re-raised unless it is the user's
+    message = flag_refusal(error)
     if message is None:
       raise
     _fail(program, message)
@@ -146,6 +169,34 @@ def run_command(program: str, main: Callable[[list[str]], None], *,
   _help_lists_the_commands_flags(main)
   app.run(functools.partial(_main_reporting_errors, program, main, dict(exit_codes or {}), debug),
           flags_parser=functools.partial(_parse_flags, program))
+
+
+@dataclasses.dataclass(frozen=True)
+class Command(Generic[S]):
+  """A `socialrm-*` command: `program`, its console script's name; `settings`, its settings
+  dataclass, from which its flags and config file's keys come; `main`, the work, given the
+  settings; `config_example`, the config file named when the command needs one and none is given;
+  `exit_codes`, errors besides `InputError` that end it with one line and their own exit code."""
+  program: str
+  settings: type[S]
+  main: Callable[[S], None]
+  config_example: str | None = None
+  exit_codes: Mapping[type[BaseException], int] = dataclasses.field(default_factory=dict)
+
+  def define_flags(self, flag_values: flags.FlagValues = flags.FLAGS
+                   ) -> settings.SettingsHolder[S]:
+    return settings.define_flags(self.settings, flag_values, config_example=self.config_example)
+
+  def run(self) -> None:
+    """The console script: the flags defined, parsed and `main` run (`run_command`)."""
+    holder = self.define_flags()
+
+    def main(argv: list[str]) -> None:
+      del argv
+      self.main(holder.value)
+
+    main.__module__ = self.main.__module__  # whose docstring `--help` shows
+    run_command(self.program, main, exit_codes=self.exit_codes)
 
 
 def unknown_config_field(error: Exception) -> str | None:

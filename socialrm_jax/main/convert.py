@@ -46,12 +46,7 @@ class ConvertSettings:
       "rejected, subset, domain, label, id; 'prompt=' for none). Default: by name.")
 
 
-_SETTINGS = settings.define_flags(ConvertSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: ConvertSettings) -> None:
   errors.check_output_folder(config.output_dir, "output_dir")
   start = time.perf_counter()
   report = convert.convert_to(config.output_dir, config.data_dir, config.datasets,
@@ -64,8 +59,11 @@ def main(argv):
                     **report["totals"]}, indent=2))
 
 
+COMMAND = command.Command("socialrm-convert", ConvertSettings, main)
+
+
 def run():
-  command.run_command("socialrm-convert", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

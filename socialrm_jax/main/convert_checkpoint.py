@@ -30,8 +30,6 @@ class ConvertCheckpointSettings:
   overwrite: bool = settings.field(False, "Replace a non-empty --output folder.")
 
 
-_SETTINGS = settings.define_flags(ConvertCheckpointSettings)
-
 # Files in a HF folder that are weights (not copied); everything else is tokenizer/config.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".h5")
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -70,17 +68,18 @@ def convert(input_path: str, output: str, dtype: str = "float32", overwrite: boo
           "dtype": dtype, "tokenizer_files": [os.path.basename(f) for f in tokenizer_files]}
 
 
-def main(argv):
-  del argv
+def main(config: ConvertCheckpointSettings) -> None:
   start = time.perf_counter()
-  config = _SETTINGS.value
   summary = convert(config.input, config.output, config.dtype, config.overwrite)
   summary["seconds"] = round(time.perf_counter() - start, 1)
   print(json.dumps(summary, indent=2))
 
 
+COMMAND = command.Command("socialrm-convert-checkpoint", ConvertCheckpointSettings, main)
+
+
 def run():
-  command.run_command("socialrm-convert-checkpoint", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -24,20 +24,18 @@ class CounterfactualsSettings:
                                      "counterfactual (default: an error).")
 
 
-def run() -> None:
-  """The command line: flags are defined here, not at import, so importing this module (as the
-  audit does) adds no flags that could clash with another command's."""
-  holder = settings.define_flags(CounterfactualsSettings)
+def main(config: CounterfactualsSettings) -> None:
+  report = identity_swaps.derive_to(config.items, config.output_dir, config.format,
+                                    allow_empty=config.allow_empty)
+  summary = {k: report[k] for k in ("items_read", "records", "generated_items", "pairs")}
+  print(json.dumps({"output_dir": config.output_dir, **summary}, indent=2))
 
-  def main(argv: list[str]) -> None:
-    del argv
-    config = holder.value
-    report = identity_swaps.derive_to(config.items, config.output_dir, config.format,
-                                      allow_empty=config.allow_empty)
-    summary = {k: report[k] for k in ("items_read", "records", "generated_items", "pairs")}
-    print(json.dumps({"output_dir": config.output_dir, **summary}, indent=2))
 
-  command.run_command("socialrm-counterfactuals", main)
+COMMAND = command.Command("socialrm-counterfactuals", CounterfactualsSettings, main)
+
+
+def run():
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -15,16 +15,11 @@ from __future__ import annotations
 
 import json
 
-from socialrm_jax.base import settings
 from socialrm_jax.main import command
 from socialrm_jax.sources import fetch
 
-_SETTINGS = settings.define_flags(fetch.FetchOptions)
 
-
-def main(argv):
-  del argv
-  chosen = _SETTINGS.value
+def main(chosen: fetch.FetchOptions) -> None:
   if chosen.list:
     for entry in fetch.select(chosen.datasets):
       print(json.dumps({**entry.listing(), "url": fetch.mirrored(entry.url, chosen.mirror)}))
@@ -32,8 +27,11 @@ def main(argv):
   print(json.dumps(fetch.fetch(chosen), indent=2))
 
 
+COMMAND = command.Command("socialrm-fetch", fetch.FetchOptions, main)
+
+
 def run():
-  command.run_command("socialrm-fetch", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -53,12 +53,7 @@ class CoverageSettings:
       "together) instead of measuring.")
 
 
-_SETTINGS = settings.define_flags(CoverageSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: CoverageSettings) -> None:
   if config.tables_from:
     runs = []
     for path in config.tables_from:
@@ -89,8 +84,11 @@ def main(argv):
     pathlib.Path(config.output).write_text(json.dumps(results, indent=1), encoding="utf-8")
 
 
+COMMAND = command.Command("socialrm_jax.main.interval_coverage", CoverageSettings, main)
+
+
 def run():
-  command.run_command("socialrm_jax.main.interval_coverage", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -40,13 +40,10 @@ class MetricsSettings:
   metrics: evaluate.MetricsOptions = settings.group(evaluate.MetricsOptions)
 
 
-_SETTINGS = settings.define_flags(MetricsSettings)
 UPLOAD_FAILED_EXIT_CODE = 4
 
 
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: MetricsSettings) -> None:
   errors.check_positive(config.metrics.n_resamples, "n_resamples")
   errors.check_output_folder(config.output_dir, "output_dir")
   errors.check_exists(config.items, "items")
@@ -69,9 +66,13 @@ def main(argv):
     print(f"Uploaded: {url}")
 
 
+COMMAND = command.Command(
+    "socialrm-metrics", MetricsSettings, main,
+    exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
+
+
 def run():
-  command.run_command("socialrm-metrics", main,
-                      exit_codes={results_dataset.UploadError: UPLOAD_FAILED_EXIT_CODE})
+  COMMAND.run()
 
 
 if __name__ == "__main__":

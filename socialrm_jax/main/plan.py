@@ -25,20 +25,15 @@ nvidia-cudnn-cu12==9.28.0.42`); `make test` installs both. How: socialrm_jax/orc
 
 from __future__ import annotations
 
-from socialrm_jax.base import settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators.plan import planner, report
-
-_SETTINGS = settings.define_flags(planner.PlanSettings)
 
 
 class ChecksFailed(Exception):
   """A planned step failed a check (plan.md lists each); the plan is written."""
 
 
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: planner.PlanSettings) -> None:
   planner.check(config)
   plan = planner.run(config)
   print(report.render_markdown(plan), end="")
@@ -47,8 +42,11 @@ def main(argv):
                        f"{config.output_dir}/plan.md: {plan['failures'][0]}")
 
 
+COMMAND = command.Command("socialrm-plan", planner.PlanSettings, main, exit_codes={ChecksFailed: 3})
+
+
 def run():
-  command.run_command("socialrm-plan", main, exit_codes={ChecksFailed: 3})
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import pathlib
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import probe as probe_lib
-from socialrm_jax.scoring import distributed, engine
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +50,7 @@ class ProbeSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(ProbeSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: ProbeSettings) -> None:
   if (config.model is None) == (not config.table):
     raise errors.InputError("give --model (to score the probe) or --table (rewards scored "
                             "elsewhere), not both")
@@ -80,8 +76,11 @@ def main(argv):
         f"Plot: {out / 'value_probe.png'}")
 
 
+COMMAND = command.Command("socialrm-probe", ProbeSettings, main)
+
+
 def run():
-  command.run_command("socialrm-probe", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

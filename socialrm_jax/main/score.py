@@ -23,7 +23,8 @@ from absl import logging
 
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
-from socialrm_jax.scoring import chunks, distributed, engine
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import chunks, engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +40,7 @@ class ScoreSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(ScoreSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: ScoreSettings) -> None:
   engine.check_inputs(config.scoring, "model", config.model)
   errors.check_output_folder(config.output_dir, "output_dir")
   errors.check_exists(config.items, "items")
@@ -58,9 +54,13 @@ def main(argv):
       "wall_seconds")}}, indent=2))
 
 
+# A reward that is not finite is not the user's input at fault: its own exit code.
+COMMAND = command.Command(
+    "socialrm-score", ScoreSettings, main, exit_codes={chunks.NonFiniteRewardError: 3})
+
+
 def run():
-  # A reward that is not finite is not the user's input at fault: its own exit code.
-  command.run_command("socialrm-score", main, exit_codes={chunks.NonFiniteRewardError: 3})
+  COMMAND.run()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import dataclasses
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import train
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 from socialrm_jax.training import divergence
 
 DIVERGED_EXIT_CODE = 3  # as socialrm-score's for a reward that is not finite
@@ -35,12 +35,7 @@ class TrainCommandSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(TrainCommandSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: TrainCommandSettings) -> None:
   train.check(config.run)
   errors.check_output_folder(config.run.output_dir, "output_dir")
   distributed.initialize(config.job)
@@ -48,9 +43,13 @@ def main(argv):
   print(f"Model: {output}/{train.MODEL_DIR}\nMetrics: {output}/{train.METRICS_FILE}")
 
 
+COMMAND = command.Command(
+    "socialrm-train", TrainCommandSettings, main,
+    exit_codes={divergence.TrainingDivergedError: DIVERGED_EXIT_CODE})
+
+
 def run():
-  command.run_command("socialrm-train", main,
-                      exit_codes={divergence.TrainingDivergedError: DIVERGED_EXIT_CODE})
+  COMMAND.run()
 
 
 if __name__ == "__main__":

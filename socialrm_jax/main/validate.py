@@ -35,12 +35,7 @@ class ValidateSettings:
                                    "checks.json go (nothing is written without it).")
 
 
-_SETTINGS = settings.define_flags(ValidateSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: ValidateSettings) -> None:
   errors.check_positive(config.copies, "copies")
   errors.check_positive(config.truth_copies, "truth_copies")
   if not 0.5 < config.win < 1:
@@ -57,8 +52,11 @@ def main(argv):
     sys.exit(1)
 
 
+COMMAND = command.Command("socialrm-validate", ValidateSettings, main)
+
+
 def run():
-  command.run_command("socialrm-validate", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

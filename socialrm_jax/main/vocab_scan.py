@@ -20,7 +20,8 @@ import pathlib
 from socialrm_jax.base import errors, settings
 from socialrm_jax.main import command
 from socialrm_jax.orchestrators import vocab_scan
-from socialrm_jax.scoring import distributed, engine
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,12 +45,7 @@ class VocabScanSettings:
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 
-_SETTINGS = settings.define_flags(VocabScanSettings)
-
-
-def main(argv):
-  del argv
-  config = _SETTINGS.value
+def main(config: VocabScanSettings) -> None:
   vocab_scan.check_settings(config.scoring, config.scan.max_tokens)
   prompts = (vocab_scan.read_prompts(config.prompts) if config.prompts is not None
              else vocab_scan.DEFAULT_PROMPTS)
@@ -66,8 +62,11 @@ def main(argv):
         f"Plot: {out / 'vocab_scan.png'}")
 
 
+COMMAND = command.Command("socialrm-vocab-scan", VocabScanSettings, main)
+
+
 def run():
-  command.run_command("socialrm-vocab-scan", main)
+  COMMAND.run()
 
 
 if __name__ == "__main__":

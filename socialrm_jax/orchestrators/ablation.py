@@ -24,7 +24,7 @@ resume). A run whose training diverges (a NaN or infinite loss or gradient norm:
 stops and exports nothing, `training/divergence.py`) is not audited: the grid goes on with the
 others, lists it in grid.json's `failed` with the trainer's line, and its table says so.
 
-Across processes (one per host, `scoring/distributed.py`; docs/multihost.md) the runs go one
+Across processes (one per host, `runtime/distributed.py`; docs/multihost.md) the runs go one
 after another on the whole job: each trains across every process (`orchestrators/train.py`), and
 each probe and scan is scored by every process, chunks divided; process 0 alone writes the
 subsamples (the others wait at a barrier), the probes' files, removes the exports and writes
@@ -55,8 +55,8 @@ from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, train, vocab_scan
 from socialrm_jax.orchestrators.audit import resolve_data_dir
-from socialrm_jax.scoring import distributed, engine
-from socialrm_jax.scoring import step as step_lib
+from socialrm_jax.runtime import compilation_cache, distributed
+from socialrm_jax.scoring import engine
 from socialrm_jax.training import divergence, pair_batches
 
 GRID_FILE = "grid.json"
@@ -311,7 +311,7 @@ def run(config: ml_collections.ConfigDict | AblationSettings) -> dict[str, Any]:
   config = check_config(config)
   out = pathlib.Path(config.output_dir)
   # Every run of a base trains and probes at the same few shapes: compiled once, for the grid.
-  step_lib.enable_compilation_cache(config.audit.scoring.cache_dir())
+  compilation_cache.enable(config.audit.scoring.cache_dir())
   data_dir = resolve_data_dir(config.data_dir) if config.data_dir else None
   if distributed.is_coordinator():
     for name, data in config.sources.items():

@@ -9,7 +9,7 @@ run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabl
 (docs/spec.md sec. 6: finished shards are kept). `config.push_to_hub` then uploads the results as
 a Hub dataset (`analysis/outputs/results_dataset.py`).
 
-Across processes (one per host, `scoring/distributed.py`; docs/multihost.md): process 0 converts
+Across processes (one per host, `runtime/distributed.py`; docs/multihost.md): process 0 converts
 (and derives the identity swaps) while the others wait at a barrier; every process then scores
 its own chunks of each model's items into its own shards, as socialrm-score does (the probe's and
 the scan's too), and once all have (the scorer's barrier) process 0 alone reads the scores and
@@ -34,7 +34,8 @@ from socialrm_jax.analysis.studies import swap_effects
 from socialrm_jax.base import errors, settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import convert, probe, vocab_scan
-from socialrm_jax.scoring import distributed, engine, item_source
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import engine, item_source
 from socialrm_jax.sources import identity_swaps
 from socialrm_jax.sources.reading import ON_ERROR
 

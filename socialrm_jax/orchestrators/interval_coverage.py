@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis import dataset_analysis, evaluate
 from socialrm_jax.analysis.metrics import accuracy, confounds, verdicts
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.studies import compare
@@ -82,7 +82,7 @@ def structure(items: list[dict], pair_rows: list[dict], options: evaluate.Option
   index, strata, alone = {}, {}, {}
   for name in scored.dataset.distinct():
     index[name] = np.flatnonzero(scored.dataset == name)
-    strata[name] = evaluate.strata(scored, index[name], hooks.for_dataset(name))
+    strata[name] = evaluate.strata(scored, index[name], dataset_analysis.for_dataset(name))
     alone[name] = evaluate.restrict(scored, scored.dataset == name)
   return Structure(scored, index, strata, alone)
 
@@ -104,7 +104,7 @@ def replicate_rewards(tiles: pairs.Scored, shifts: np.ndarray, copies: int,
       tiles.valid, noise + np.tile(shifts, (copies, 1)), -np.inf))
 
 
-def replicate_values(scored: pairs.Scored, analysis: hooks.DatasetAnalysis,
+def replicate_values(scored: pairs.Scored, analysis: dataset_analysis.DatasetAnalysis,
                      copies: int) -> dict[str, np.ndarray]:
   """The per-item values of `copies` replicates' items (`replicate_rewards`). Each # [R, n]"""
   columns = evaluate.dataset_columns(scored, analysis, np.arange(scored.n_items))
@@ -126,7 +126,7 @@ def metric_rows(struct: Structure, sums: dict[str, bootstrap.StratifiedSums],
   paths: dict[int, str] = {}
   with estimates.keeping_rows() as kept:
     for name, dataset_sums in sums.items():
-      analysis = hooks.for_dataset(name)
+      analysis = dataset_analysis.for_dataset(name)
       # The generic node and the analysis's own, named apart: merging them would drop some.
       for node in evaluate.summaries(struct.scored, analysis, struct.index[name], dataset_sums,
                                      options):
@@ -151,7 +151,7 @@ def true_values(struct: Structure, effect: float, copies: int, block: int,
   plan = model(struct, effect)
   sums = {}
   for name, alone in struct.alone.items():
-    analysis = hooks.for_dataset(name)
+    analysis = dataset_analysis.for_dataset(name)
     step = max(1, min(copies, block * 1000 // max(1, alone.n_items)))
     tiles = synthetic.tiled(alone, step)
     shifts = plan.shifts(alone)
@@ -279,7 +279,7 @@ def run_cell(struct: Structure, effect: float, resampling: str, truth_a: dict[st
     size = min(block, replications - start)
     joint, outcomes = {}, {}
     for name, alone in struct.alone.items():
-      analysis = hooks.for_dataset(name)
+      analysis = dataset_analysis.for_dataset(name)
       part = tiles[name] if size == block else synthetic.tiled(alone, size)
       model_a, model_b = (replicate_rewards(part, plan.shifts(alone), size, rng)
                           for plan in plans)

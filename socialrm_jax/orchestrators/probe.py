@@ -48,9 +48,9 @@ from socialrm_jax.base import settings, tables
 from socialrm_jax.analysis.studies import probe as probe_stats
 from socialrm_jax.analysis.studies import probe_families
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.scoring import distributed, engine
-from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import step as step_lib
+from socialrm_jax.runtime import compilation_cache, distributed
+from socialrm_jax.runtime import mesh as mesh_lib
+from socialrm_jax.scoring import engine
 from socialrm_jax.sources import lexicons
 
 PROMPTS_NAME = "value_probe.prompts"
@@ -273,7 +273,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions,
   out = pathlib.Path(output_dir)
   sample = sample_words(lexicon.categories, probe.words_per_category, probe.seed)
   words = list(dict.fromkeys(w for ws in sample.values() for w in ws))
-  step_lib.enable_compilation_cache(options.cache_dir())
+  compilation_cache.enable(options.cache_dir())
   mesh = mesh_lib.make_mesh(options.mesh)
   model, path, ref_model, options = engine.load_models(model_path, options, mesh)
   run_json = engine.score_items(model, probe_items(words, prompts), out / "scores", mesh=mesh,

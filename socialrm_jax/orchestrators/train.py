@@ -12,7 +12,8 @@ from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.base.writer_lock import WriterLock
 from socialrm_jax.orchestrators import convert
-from socialrm_jax.scoring import distributed, engine
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import engine
 from socialrm_jax.training import hooks, optimizer, pair_batches, trainer, training_run
 from socialrm_jax.training.trainable import DEFAULT_LORA_TARGETS
 from socialrm_jax.training.training_run import (  # pylint: disable=unused-import

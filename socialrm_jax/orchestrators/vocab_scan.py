@@ -40,9 +40,9 @@ from socialrm_jax.analysis.studies import vocab_stats
 from socialrm_jax.base import settings, tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import probe
-from socialrm_jax.scoring import distributed, engine, item_source, item_tokens, vocab_rows
-from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import step as step_lib
+from socialrm_jax.runtime import compilation_cache, distributed
+from socialrm_jax.runtime import mesh as mesh_lib
+from socialrm_jax.scoring import engine, item_source, item_tokens, vocab_rows
 
 PROMPTS_NAME = "vocab_scan.prompts"
 PROMPTS_VERSION = 1
@@ -211,7 +211,7 @@ def run(model_path: str, output_dir, options: engine.ScoringOptions,
   start = time.monotonic()
   out = pathlib.Path(output_dir)
   others = other_scans(compare_with, name or pathlib.Path(model_path).name, families)
-  step_lib.enable_compilation_cache(options.cache_dir())
+  compilation_cache.enable(options.cache_dir())
   mesh = mesh_lib.make_mesh(options.mesh)
   model, path, ref_model, options = engine.load_models(model_path, options, mesh)
   tokenizer = item_tokens.load_tokenizer(model.tokenizer_path)

@@ -31,7 +31,9 @@ from socialrm_jax.base import errors, settings
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.models.reward_model import load_reward_model
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import compilation_cache, global_arrays
+from socialrm_jax.runtime import mesh as mesh_lib
+from socialrm_jax.runtime import provenance
 from socialrm_jax.scoring import (invariance, item_source, item_tokens, packing, progress, proxies,
                                   run_manifest, run_report, shards)
 from socialrm_jax.scoring import step as step_lib
@@ -152,7 +154,9 @@ class ScoringOptions:
     return tokens
 
   def cache_dir(self) -> str:
-    return step_lib.default_cache_dir() if self.compilation_cache == DEFAULT_CACHE else self.compilation_cache
+    if self.compilation_cache == DEFAULT_CACHE:
+      return compilation_cache.default_dir()
+    return self.compilation_cache
 
 
 def check_inputs(options: ScoringOptions, model_flag: str, model_path: str,
@@ -276,7 +280,7 @@ def _run_batches(step: step_lib.ScoringStep, producer: _Producer,
   in_flight: collections.deque = collections.deque()
 
   def finish(batch: packing.Batch, out: jax.Array) -> None:
-    host = step_lib.fetch(out)
+    host = global_arrays.fetch(out)
     for index, tokens in batch.chunk_tokens().items():
       chunk = chunks[index]
       chunk.add(batch, host)
@@ -360,7 +364,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       settings={**proxy.settings(), "max_length": options.max_length,
                 "truncation": options.truncation, "dtype": dtype},
       chunk_size=options.chunk_size, writer=process if group.is_writer else None)
-  digests = run_manifest.start_file_digests(store.identity["model"]["path"])
+  digests = provenance.start_file_digests(store.identity["model"]["path"])
   manifest = run_manifest.build(
       store.identity, items_path=items_path, templater=scorer.templater,
       example_item=items.first, dtype=dtype, mesh=mesh,
@@ -370,7 +374,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   todo = [c for c in mine if c not in done]
   pairs = run_report.pairs_from_table(items_path) if items_path is not None else None
   schema = proxy.schema()
-  hits_before = step_lib.cache_hits()
+  hits_before = compilation_cache.hits()
   batcher = scorer.batcher
 
   def chunk_length(chunk: int) -> int:
@@ -408,7 +412,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       devices=mesh.devices.size, mesh=mesh_lib.describe(mesh), model=model_path,
       proxy=proxy.name, process_count=process_count,
       extra={"compile_seconds": scorer.step.compile_seconds,
-             "compilation_cache_hits": step_lib.cache_hits() - hits_before,
+             "compilation_cache_hits": compilation_cache.hits() - hits_before,
              "attention": getattr(model, "attention", "xla"),
              "batch_shapes": sorted(list(shape) for shape in batcher.shapes),
              "buckets": list(batcher.buckets), "tokens_per_batch": options.tokens_per_batch,
@@ -447,7 +451,7 @@ def score_model_at(model_path: str, items_path, output_dir, *, options: ScoringO
   """What `socialrm-score` and the audit do: load the model at `model_path` (and a reference)
   onto a mesh, read the items, and score them into `output_dir`."""
   options.validate()
-  step_lib.enable_compilation_cache(options.cache_dir())
+  compilation_cache.enable(options.cache_dir())
   mesh = mesh_lib.make_mesh(options.mesh)
   items = item_source.ItemSource.from_table(items_path, datasets, limit)
   model, path, ref_model, options = load_models(model_path, options, mesh)

@@ -38,9 +38,9 @@ import numpy as np
 from absl import logging
 
 from socialrm_jax.base import tables
+from socialrm_jax.runtime import global_arrays
 from socialrm_jax.scoring import item_source, packing, shards
 from socialrm_jax.scoring.chunks import Chunk, Scorer, encode_chunk
-from socialrm_jax.scoring import step as step_lib
 
 SAMPLE_SEED = 0
 # The largest difference the test suite holds rewards to, per dtype (tests/test_scoring_invariance).
@@ -98,7 +98,7 @@ def rescore(scorer: Scorer, items: Sequence[dict], composition: Composition
     batches += batcher.add(writers)
   batches += batcher.flush()
   for batch in batches:
-    out = step_lib.fetch(scorer.step(scorer.step.put(batch)))
+    out = global_arrays.fetch(scorer.step(scorer.step.put(batch)))
     for index in batch.chunk_tokens():
       chunks[index].add(batch, out)
   rows = {(row["item_id"], int(row["candidate"])): row

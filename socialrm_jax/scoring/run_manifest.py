@@ -19,7 +19,8 @@
   the model on a sequence it never saw in training, so its numbers differ from these.
 - the run's dtype, mesh (as resolved: axes, devices and their kind), attention implementation, the
   settings that change a score (as in manifest.json), every scoring option, package versions and
-  the command line.
+  the command line (`runtime/provenance.py`: the versions and the file digests, which training's
+  manifest records too).
 
 `analysis/outputs/provenance.py` turns it into report.md's "Run manifest" section.
 """
@@ -29,34 +30,17 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import os
 import pathlib
-import platform
 import sys
 from typing import Any, Mapping, Sequence
 
 from absl import logging
 
-from socialrm_jax.base import tables
 from socialrm_jax.models import hub
+from socialrm_jax.runtime import provenance
 from socialrm_jax.scoring import item_tokens
-
-# Whose versions decide the numbers: the compiler and runtime, the model code, the tokenizer.
-PACKAGES = ("jax", "jaxlib", "flax", "numpy", "tokenizers", "socialrm_jax")
-
-
-def package_versions() -> dict[str, str | None]:
-  """The installed version of each of `PACKAGES` (None: not installed)."""
-  versions: dict[str, str | None] = {"python": platform.python_version()}
-  for name in PACKAGES:
-    try:
-      versions[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      versions[name] = None
-  return versions
-
 
 def _sha256(text: str) -> str:
   return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -149,24 +133,8 @@ def _model_files(path: str) -> list[dict]:
           for p in files]
 
 
-
-def start_file_digests(path: str | os.PathLike) -> concurrent.futures.Future:
-  """Starts hashing each of the model's files whole, in a thread, while the run scores: {file
-  name (as `_model_files` names it): sha256 of its bytes}, the digest the HF Hub lists for each
-  LFS file and `sha256sum` prints. The folder identity (`shards.model_identity`) samples weight
-  files above a GiB to stay fast; these digests read every byte, overlapped with the run instead
-  of before it. `add_file_digests` waits for them."""
-  root = pathlib.Path(path).resolve()
-  files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-  names = [p.name if p == root else str(p.relative_to(root)) for p in files]
-  pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="file-digests")
-  future = pool.submit(lambda: {name: tables.file_sha256(p) for name, p in zip(names, files)})
-  pool.shutdown(wait=False)
-  return future
-
-
 def add_file_digests(manifest: dict, digests: concurrent.futures.Future) -> None:
-  """Puts each model file's sha256 (`start_file_digests`) beside its name and size."""
+  """Puts each model file's sha256 (`provenance.start_file_digests`) beside its name and size."""
   found = digests.result()
   for entry in manifest["model"]["files"]:
     entry["sha256"] = found.get(entry["name"])
@@ -195,6 +163,6 @@ def build(identity: Mapping[str, Any], *, items_path: str | os.PathLike | None,
       "attention": attention,
       "settings": dict(identity["settings"]),
       "options": dataclasses.asdict(options),
-      "versions": package_versions(),
+      "versions": provenance.package_versions(),
       "command_line": list(sys.argv),
   }

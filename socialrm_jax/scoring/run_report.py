@@ -24,7 +24,8 @@ import numpy as np
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.scoring import distributed, item_source
+from socialrm_jax.runtime import distributed
+from socialrm_jax.scoring import item_source
 
 # The pairs table's columns the counts read.
 _PAIR_COLUMNS = ("item_id", "chosen_index", "rejected_index")

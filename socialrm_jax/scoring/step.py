@@ -8,26 +8,22 @@ the same program, which returns both readouts, [B, S, 2] (policy, reference): on
 shape for the pair, and the batch goes to the devices once.
 
 Shapes are known before the first batch (`packing.Batcher.shape`), so each is compiled ahead of
-time (`jit(...).lower(...).compile()`), once, and counted: `compilations`, `compile_seconds`, and
-`cache_hits` (programs the persistent XLA cache supplied, see `enable_compilation_cache`).
+time (`jit(...).lower(...).compile()`), once, and counted: `compilations`, `compile_seconds` (the
+programs the persistent XLA cache supplied are counted apart: `runtime/compilation_cache.py`).
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
-import threading
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding
 
 from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import global_arrays
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring import packing
 
 BATCH_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids", "token_type_ids",
@@ -47,51 +43,6 @@ def is_gated(model) -> bool:
   """Whether `model`'s reward head reads a gate at a prompt position (ArmoRM, QRM)."""
   spec = model.config.reward_head
   return spec is not None and bool(spec.gate_pattern) and model.config.head == "score"
-
-
-CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-
-
-def default_cache_dir() -> str:
-  """Where compiled programs persist between runs: the user's cache directory."""
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(base, "socialrm_jax", "xla")
-
-
-_cache_hits = 0
-_listener_lock = threading.Lock()
-_listening = False
-
-
-def _count_cache_hit(event: str, **kwargs) -> None:
-  del kwargs
-  global _cache_hits
-  if event == CACHE_HIT_EVENT:
-    _cache_hits += 1
-
-
-def enable_compilation_cache(cache_dir: str | None) -> None:
-  """Turns JAX's persistent compilation cache on in `cache_dir` (None or "" leaves it off).
-
-  Every program is cached, however fast it compiled: a run's few programs are what a rerun or
-  the next model of the same shape needs.
-  """
-  global _listening
-  with _listener_lock:
-    if not _listening:
-      jax.monitoring.register_event_listener(_count_cache_hit)
-      _listening = True
-  if not cache_dir:
-    return
-  pathlib.Path(cache_dir).mkdir(parents=True, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", str(cache_dir))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-def cache_hits() -> int:
-  """Programs this process has taken from the persistent cache so far."""
-  return _cache_hits
 
 
 class ScoringStep:
@@ -154,34 +105,11 @@ class ScoringStep:
 
   def put(self, batch: packing.Batch) -> dict[str, jax.Array]:
     """The batch's arrays on the devices (rows split over `data`); asynchronous."""
-    return {name: put_global(getattr(batch, name), self.sharding) for name in self.fields}
+    return {name: global_arrays.put_global(getattr(batch, name), self.sharding)
+            for name in self.fields}
 
   def __call__(self, arrays: dict[str, jax.Array]) -> jax.Array:
     """Dispatches one batch (from `put`); returns at once, the result computes on the devices."""
     rows, length = arrays["input_ids"].shape
     slots = arrays["readout_index"].shape[1]
     return self.compile((rows, length, slots))(self.state, arrays)
-
-
-def put_global(array: np.ndarray, sharding: NamedSharding) -> jax.Array:
-  """A host array every process holds whole -> a global array over `sharding`'s mesh.
-
-  Within one process this is a device_put; when the mesh spans processes (a model axis across
-  hosts) each process supplies only the slices its own devices hold.
-  """
-  if sharding.is_fully_addressable:
-    return jax.device_put(array, sharding)
-  return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
-
-
-def fetch(out: jax.Array) -> np.ndarray:
-  """The readouts on this host: the whole array, or across hosts the rows this process holds
-  (rows are split over `data` only, so any replica of a row is complete)."""
-  if out.is_fully_addressable:
-    return np.asarray(out)
-  full = np.zeros(out.shape, out.dtype)
-  for shard in out.addressable_shards:
-    full[shard.index] = np.asarray(shard.data)
-  return full
-
-

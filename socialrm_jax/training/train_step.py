@@ -22,8 +22,8 @@ from flax import nnx
 
 from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
-from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import step as scoring_step
+from socialrm_jax.runtime import global_arrays
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.training import fsdp
 from socialrm_jax.training import loss as loss_lib
 from socialrm_jax.training import trainable
@@ -148,15 +148,15 @@ class TrainStep:
 
   def put(self, arrays: Mapping) -> dict[str, jax.Array]:
     """A block's arrays on the mesh, rows split over `data`; over several processes each places
-    only the rows its own devices hold (`mesh.put_process_rows`)."""
-    return {name: mesh_lib.put_process_rows(value, self.sharding)
+    only the rows its own devices hold (`global_arrays.put_process_rows`)."""
+    return {name: global_arrays.put_process_rows(value, self.sharding)
             for name, value in arrays.items()}
 
   def replicated(self, tree):
     """Host values every process holds alike (the RNG key, LoRA's initial adapters, the empty
     sums) as arrays whole on every device of the mesh, which may span processes."""
     sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
-    return jax.tree.map(lambda v: scoring_step.put_global(np.asarray(v), sharding), tree)
+    return jax.tree.map(lambda v: global_arrays.put_global(np.asarray(v), sharding), tree)
 
   def place(self, params: Mapping) -> dict:
     """Flat parameters (trained or frozen; arrays or abstract) at their FSDP shardings, where

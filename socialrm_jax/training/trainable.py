@@ -37,7 +37,7 @@ from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import (checkpoint, default_model, families, gguf_import,
                                  reward_model, weights)
-from socialrm_jax.scoring import step as scoring_step
+from socialrm_jax.runtime import global_arrays
 
 SCORE_KERNEL = "score/kernel"
 LORA_A, LORA_B = "lora_a", "lora_b"
@@ -122,7 +122,7 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
     std = float(hf_config.get("initializer_range", DEFAULT_INITIALIZER_RANGE))
     kernel = std * jax.random.normal(jax.random.key(seed), (config.hidden_size, 1), jnp.float32)
     # Placed from the host: the same seeded values on every process, whose mesh may span several.
-    params[SCORE_KERNEL] = scoring_step.put_global(
+    params[SCORE_KERNEL] = global_arrays.put_global(
         np.asarray(kernel.astype(jdtype)),
         weights.param_sharding((config.hidden_size, 1), None, mesh))
   module = reward_model.abstract_module(loaded.family, config, jdtype, loaded.attention,

@@ -21,8 +21,9 @@ from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import default_model, reward_model
-from socialrm_jax.scoring import distributed, item_tokens, run_manifest
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import distributed, provenance
+from socialrm_jax.runtime import mesh as mesh_lib
+from socialrm_jax.scoring import item_tokens
 from socialrm_jax.training import checkpoints as checkpoints_lib
 from socialrm_jax.training import (divergence, hf_export, hooks, optimizer, pair_batches,
                                    trackers, trainable, trainer)
@@ -128,7 +129,7 @@ class TrainingRun:
       raise InputError(f"--batch_size={settings.batch_size} must be a multiple of the mesh's "
                        f"data axis ({data_size})")
     base_path = default_model.resolve_model_path(settings.model)  # a GGUF alias or Hub id: its file
-    self.model_digests = run_manifest.start_file_digests(base_path)
+    self.model_digests = provenance.start_file_digests(base_path)
     self.model = load_base(settings, mesh)
     hf_export.hf_shapes(settings.model, self.model.sources, self.model.config)  # exportable now
     tokenizer = item_tokens.load_tokenizer(self.model.tokenizer_path)
@@ -182,7 +183,7 @@ class TrainingRun:
                  "eval_pairs": len(eval_pairs)},
         "total_steps": self.total_steps, "micro_batches_per_epoch": self.per_epoch,
         "pairs_left_out_per_epoch": len(train_pairs) - self.per_epoch * settings.batch_size,
-        "mesh": mesh_lib.describe(mesh), "versions": run_manifest.package_versions(),
+        "mesh": mesh_lib.describe(mesh), "versions": provenance.package_versions(),
         "architecture": self.model.config.architecture, "lora": settings.lora_rank > 0,
         "pad_token_id": self.pad_token_id}
     if self.writes:

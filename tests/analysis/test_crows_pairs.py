@@ -6,7 +6,7 @@ import pytest
 from socialrm_jax.analysis.metrics import verdicts
 from socialrm_jax.analysis.resampling import bootstrap
 from socialrm_jax.analysis.datasets import crows_pairs
-from socialrm_jax.analysis.hooks import DatasetView
+from socialrm_jax.analysis.dataset_analysis import DatasetView
 
 COLUMNS = ("stereotype_wins", "directional_pairs", "directional_items")
 

@@ -4,7 +4,7 @@ from hand-made resampled sums; and what the report shows of it."""
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.datasets import ethics
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from tests.helpers.scored_fixtures import sums_of
@@ -16,7 +16,7 @@ def view(cells):
   """Cells (subset, group_won, gold_items), no resamples."""
   sums = sums_of([bootstrap.Stratum("morality", subset, "", "") for subset, _, _ in cells],
                  COLUMNS, [[[won, items] for _, won, items in cells]])
-  return hooks.DatasetView(scored=None, index=np.arange(0), sums=sums, options=None)
+  return dataset_analysis.DatasetView(scored=None, index=np.arange(0), sums=sums, options=None)
 
 
 def test_group_accuracy_overall_and_per_task():
@@ -36,6 +36,6 @@ def test_a_task_without_gold_items_says_so():
 
 
 def test_registered_under_its_name_with_group_accuracy_in_the_report():
-  assert hooks.for_dataset("ethics") is ethics.ANALYSIS
+  assert dataset_analysis.for_dataset("ethics") is ethics.ANALYSIS
   assert "group_accuracy" in ethics.ANALYSIS.report_metrics
   assert "group_accuracy" in ethics.ANALYSIS.report_subset_metrics

@@ -4,7 +4,7 @@ accuracy and their difference, from hand-made resampled sums; and its finding.""
 import numpy as np
 import pytest
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.datasets import moral_stories
 from socialrm_jax.analysis.metrics import verdicts
 from socialrm_jax.analysis.resampling import bootstrap, estimates
@@ -17,7 +17,7 @@ CONDITIONS = ("with_norm", "without_norm")
 def view(rows, conditions=CONDITIONS):
   """`rows` [1 + B, len(conditions), 3] in `COLUMNS` order."""
   sums = sums_of([bootstrap.Stratum("morality", "test", c, "") for c in conditions], COLUMNS, rows)
-  return hooks.DatasetView(scored=None, index=np.arange(0), sums=sums, options=None)
+  return dataset_analysis.DatasetView(scored=None, index=np.arange(0), sums=sums, options=None)
 
 
 def test_norm_sensitivity_is_the_difference_in_every_resample():
@@ -60,7 +60,7 @@ def test_findings_follow_the_verdict_only():
 
 
 def test_registered_with_zero_as_the_null_of_the_difference():
-  analysis = hooks.for_dataset("moral_stories")
+  analysis = dataset_analysis.for_dataset("moral_stories")
   assert analysis is moral_stories.ANALYSIS
   assert analysis.null_values["norm_sensitivity"] == 0.0
   assert analysis.higher_is_undesirable == ("norm_sensitivity",)

@@ -5,7 +5,7 @@ value) holds under every template or is fragile; on items whose outcomes are set
 import pytest
 from scipy import stats
 
-from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis import dataset_analysis, evaluate
 from socialrm_jax.analysis.datasets import moral_stories
 from socialrm_jax.analysis.studies import template_spread
 from tests.helpers.scored_fixtures import templated
@@ -56,7 +56,7 @@ def test_a_bias_score_finding_is_read_against_zero():
   spread = template_spread.metric_spread(nodes, "bias_score_ambiguous", 0.0)
   assert spread["finding"] == {"a": "above", "b": "below"}
   assert spread["spread"] == pytest.approx(0.45) and not spread["holds_under_every_template"]
-  assert hooks.for_dataset("bbq").null_values["bias_score_ambiguous"] == 0.0
+  assert dataset_analysis.for_dataset("bbq").null_values["bias_score_ambiguous"] == 0.0
 
 
 def test_a_finding_is_an_interval_wholly_on_one_side():

@@ -6,7 +6,7 @@ import pytest
 from socialrm_jax.analysis.metrics import verdicts
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.datasets import xstest as safety
-from socialrm_jax.analysis.hooks import DatasetView
+from socialrm_jax.analysis.dataset_analysis import DatasetView
 
 COLUMNS = ("gold_wins", "gold_pairs", "gold_items")
 

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import socialrm_jax
-from socialrm_jax.analysis import evaluate, hooks, runner
+from socialrm_jax.analysis import dataset_analysis, evaluate, runner
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.datasets import registry
@@ -44,7 +44,7 @@ def test_no_dataset_is_named_outside_its_modules_and_the_registry():
 # A dataset from another package: one module, named by an entry point, that registers its adapter
 # and its analysis under the dataset's name.
 _DATASET_MODULE = '''
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.base import records
 from socialrm_jax.base.templates import PromptTemplate
@@ -74,8 +74,8 @@ def findings(name, node):
   return [(1.0, f"{name} loss rate {node['loss_rate']:.2f}")] if node["loss_rate"] > 0.5 else []
 
 
-hooks.register("toy", hooks.DatasetAnalysis(summary=summary, findings=findings,
-                                            report_metrics=("accuracy", "loss_rate")))
+dataset_analysis.register("toy", dataset_analysis.DatasetAnalysis(
+    summary=summary, findings=findings, report_metrics=("accuracy", "loss_rate")))
 '''
 
 
@@ -98,7 +98,7 @@ def installed_toy(tmp_path, monkeypatch):
 def _forget_installed():
   sys.modules.pop("toy_dataset", None)
   registry.ADAPTERS.forget_entry_points()
-  hooks.ANALYSES.forget_entry_points()
+  dataset_analysis.ANALYSES.forget_entry_points()
 
 
 def test_an_installed_dataset_joins_conversion_metrics_and_report(installed_toy, tmp_path):
@@ -172,7 +172,7 @@ def test_bad_dataset_specs(values, message):
 def test_every_dataset_has_an_adapter_and_an_analysis_of_its_name():
   for name in registry.BUILT_IN:
     assert registry.get(name).name == name
-    assert hooks.ANALYSES.lookup(name) is not None, name
+    assert dataset_analysis.ANALYSES.lookup(name) is not None, name
 
 
 def test_converting_imports_no_analysis():

@@ -4,44 +4,47 @@ leaves no output behind: the row's folder, where its outputs would go, is as it 
 that looks finished (run.json, metrics.json, report.md, an items table) appears, and what was
 there before is unchanged. `--debug` shows the traceback instead.
 
-Each row runs the command through its console-script entry point (`socialrm_jax.main.<command>.run`,
-what `socialrm-<command>` calls), in a process of its own: a child forked from a server that
-imported the package once (`tests.helpers.command_server`), so the rows no longer pay for
-importing JAX each, with JAX_PLATFORMS=cpu. A row that leaves JAX to choose its platforms runs
-`python -m socialrm_jax.main.<command>` from nothing instead (JAX reads the variable when
-imported), and no libtpu start-up errors (nor the traceback of JAX's CUDA plugin failing its
-start) may show, on a machine without a TPU or GPU where they are installed. A row that `succeeds` is an input once refused that now works: exit 0, and the file it
-names is written. A scoring row may leave the run's manifest and locks (`leaves`), from which a
-rerun resumes. The rows share one set of inputs (a tiny Llama reward model and its broken copies,
-converted items, scores), and the selected rows run two at a time (one server each).
-On the project's 2-core machine the module's rows took 18 s of wall time this way, against 72 to
-103 s when each row started Python, JAX and the package anew.
+Each row runs its command in this process as the console script runs it (`main.command`): the
+command's flags defined on a `FlagValues` of the row's own and parsed from the row's arguments,
+then the command's `main` given the settings, which checks them (the orchestrator's checks among
+them) and does the work; a refused flag or an `InputError` becomes the line the command prints
+(`command.error_line`), anything else fails the row with its traceback. A few rows run the
+command in a process of its own, through `python -m socialrm_jax.main.<command>`, the exit code
+and stderr as a user sees them: those that need what only a new process has (an environment
+variable read when a library is imported, such as HF_HUB_OFFLINE; JAX left to choose its
+platforms, where no libtpu start-up errors, nor the traceback of JAX's CUDA plugin failing its
+start, may show on a machine without a TPU or GPU where they are installed). A row that
+`succeeds` is an input once refused that now works: it runs through, and the file it names is
+written. A scoring row may leave the run's manifest and locks (`leaves`), from which a rerun
+resumes. The rows share one set of inputs (a tiny Llama reward model and its broken copies,
+converted items, scores).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
 import dataclasses
+import importlib
+import json
 import pathlib
-import queue
 import shutil
 import subprocess
 import sys
 from typing import Callable
 
 import gguf
+import jax
 import numpy as np
 import pytest
+from absl import flags
+from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
 
 from socialrm_jax.base import tables
+from socialrm_jax.base.errors import InputError, USER_ERROR_EXIT_CODE
+from socialrm_jax.main import command
 from socialrm_jax.orchestrators import convert
-from tests.helpers import command_server
 from tests.helpers import scoring_fixtures as fx
 
 BUNDLED = fx.REPO_ROOT / "socialrm_jax" / "bundled"
-# Commands run two at a time: the machine the tests run on has two cores.
-PARALLEL_COMMANDS = 2
 COMMAND_TIMEOUT_S = 300
 
 
@@ -146,6 +149,12 @@ class Row:
   @property
   def program(self) -> str:
     return "socialrm-" + self.command.replace("_", "-")
+
+  @property
+  def in_process(self) -> bool:
+    """Whether this process can run the row: JAX, imported here, reads JAX_PLATFORMS once, and
+    an environment variable of the row's may be read when a library is imported."""
+    return self.jax_platforms_set and not self.env
 
   @property
   def id(self) -> str:
@@ -628,68 +637,87 @@ def _tree(folder: pathlib.Path) -> dict[str, bytes | None]:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-  done: subprocess.CompletedProcess
+  returncode: int
+  stderr: str
   names: str                    # what the error must name
   before: dict[str, bytes | None]  # the row's folder before the command ...
   after: dict[str, bytes | None]   # ... and after
 
 
-def _run(row: Row, i: Inputs, servers: "queue.Queue[command_server.CommandServer]") -> Outcome:
+# The jax settings a command's compilation cache sets (`runtime/compilation_cache.py`): put back
+# after each row run here, so no later test of this process compiles into a row's cache.
+CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                  "jax_persistent_cache_min_entry_size_bytes")
+
+
+def _in_process(row: Row, args: list[str]) -> tuple[int, str]:
+  """The row's command in this process, as `Command.run` runs it: (exit code, stderr)."""
+  cmd = importlib.import_module(f"socialrm_jax.main.{row.command}").COMMAND
+  values = flags.FlagValues()
+  holder = cmd.define_flags(values)
+  try:
+    values([cmd.program, *args])
+  except Exception as error:  # pylint: disable=broad-except  # re-raised unless the user's
+    message = command.flag_refusal(error)
+    if message is None:
+      raise
+    return USER_ERROR_EXIT_CODE, command.error_line(cmd.program, message)
+  try:
+    cmd.main(holder.value)
+  except InputError as error:
+    return USER_ERROR_EXIT_CODE, command.error_line(cmd.program, str(error))
+  return 0, ""
+
+
+def _run(row: Row, i: Inputs, monkeypatch) -> Outcome:
   here = i.root / "rows" / row.id
   here.mkdir(parents=True)
   args, names = row.build(i, here)
   before, a_file = _tree(here), i.a_file.read_bytes()
-  env = {**fx.subprocess_env(), **{k: v.format(here=here) for k, v in row.env}}
-  if row.jax_platforms_set:
-    server = servers.get()
+  if row.in_process:
+    monkeypatch.chdir(fx.REPO_ROOT)  # the config files' paths are the repository's
+    # The config file flag reads its `--config.*` overrides from sys.argv, as the command has it.
+    monkeypatch.setattr(sys, "argv", [row.program, *args])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(i.root / "cache"))  # a default compilation cache
+    cache = {name: getattr(jax.config, name) for name in CACHE_SETTINGS}
     try:
-      done = server.run(row.command, args, cwd=fx.REPO_ROOT, env=env, timeout=COMMAND_TIMEOUT_S)
+      returncode, stderr = _in_process(row, args)
     finally:
-      servers.put(server)
-  else:  # JAX reads JAX_PLATFORMS when imported, so this row needs a process of its own
-    del env["JAX_PLATFORMS"]
+      for name, value in cache.items():
+        jax.config.update(name, value)
+      jax_compilation_cache.reset_cache()
+  else:
+    env = {**fx.subprocess_env(), **{k: v.format(here=here) for k, v in row.env}}
+    if not row.jax_platforms_set:
+      del env["JAX_PLATFORMS"]
     done = subprocess.run([sys.executable, "-m", f"socialrm_jax.main.{row.command}", *args],
                           cwd=fx.REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=COMMAND_TIMEOUT_S)
+    returncode, stderr = done.returncode, done.stderr
   assert i.a_file.read_bytes() == a_file
-  return Outcome(done, names, before, _tree(here))
-
-
-@pytest.fixture(scope="module")
-def outcomes(request, inputs) -> dict[str, Outcome]:
-  """Every selected row's command, run two at a time."""
-  selected = {item.callspec.id for item in request.session.items
-              if getattr(item, "originalname", None) == "test_bad_input_is_refused_in_one_line"
-              and hasattr(item, "callspec")}
-  rows = [row for row in ROWS if row.id in selected]
-  servers: queue.Queue[command_server.CommandServer] = queue.Queue()
-  for _ in range(PARALLEL_COMMANDS):
-    servers.put(command_server.CommandServer(fx.subprocess_env(), cwd=str(fx.REPO_ROOT)))
-  try:
-    with concurrent.futures.ThreadPoolExecutor(PARALLEL_COMMANDS) as pool:
-      return dict(zip((row.id for row in rows),
-                      pool.map(lambda row: _run(row, inputs, servers), rows)))
-  finally:
-    while not servers.empty():
-      servers.get().close()
+  return Outcome(returncode, stderr, names, before, _tree(here))
 
 
 # What libtpu prints when it starts on a machine without a TPU.
 LIBTPU_NOISE = ("TPU_WORKER_HOSTNAMES", "Failed to find host bounds", "libtpu")
 
 
-@pytest.mark.slow  # a subprocess; more than a few seconds
-@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
-def test_bad_input_is_refused_in_one_line(row, outcomes):
-  outcome = outcomes[row.id]
-  stderr = outcome.done.stderr
+def _param(row: Row):
+  marks = () if row.in_process else (pytest.mark.slow,)  # a Python, JAX and the package anew
+  return pytest.param(row, id=row.id, marks=marks)
+
+
+@pytest.mark.parametrize("row", [_param(row) for row in ROWS])
+def test_bad_input_is_refused_in_one_line(row, inputs, monkeypatch):
+  outcome = _run(row, inputs, monkeypatch)
+  stderr = outcome.stderr
   assert "Traceback" not in stderr, stderr[-3000:]
   assert not [mark for mark in LIBTPU_NOISE if mark in stderr], stderr[-3000:]
   if row.succeeds:
-    assert outcome.done.returncode == 0, stderr[-3000:]
+    assert outcome.returncode == 0, stderr[-3000:]
     assert pathlib.Path(outcome.names).is_file(), outcome.names
     return
-  assert outcome.done.returncode == 2, stderr[-3000:]
+  assert outcome.returncode == USER_ERROR_EXIT_CODE, stderr[-3000:]
   last = [line for line in stderr.splitlines() if line.strip()][-1]
   assert last.startswith(f"{row.program}: error: "), stderr[-3000:]
   assert outcome.names in last, last
@@ -699,6 +727,13 @@ def test_bad_input_is_refused_in_one_line(row, outcomes):
   after = {path: data for path, data in outcome.after.items()
            if path not in row.leaves or path in outcome.before}
   assert after == outcome.before, sorted(set(after) ^ set(outcome.before))
+
+
+def test_a_few_rows_run_as_their_own_process():
+  """Each family of commands has at most one row run through `python -m`, and at least one
+  row shows the one line and exit code 2 end to end."""
+  families = [row.command for row in ROWS if not row.in_process]
+  assert families and len(families) == len(set(families)), families
 
 
 @pytest.mark.slow  # a subprocess; more than a few seconds

@@ -145,7 +145,7 @@ def test_bf16_cudnn_rewards_do_not_depend_on_batch_composition(gpu_llama, refere
 
 def test_training_loss_and_gradients_under_cudnn_match_xla(tmp_path):
   import optax
-  from socialrm_jax.scoring import mesh as mesh_lib
+  from socialrm_jax.runtime import mesh as mesh_lib
   from socialrm_jax.scoring.item_tokens import EncodedItem
   from socialrm_jax.training import pair_batches, trainable
   from socialrm_jax.training import train_step as train_step_lib

@@ -1,5 +1,5 @@
 """Every command that computes joins a multi-process job through the same settings, declared once
-(`socialrm_jax/scoring/distributed.py`): its `--helpfull` lists them with their one help line."""
+(`socialrm_jax/runtime/distributed.py`): its `--helpfull` lists them with their one help line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 from tests.helpers import command_help
 from tests.helpers.paths import REPO_ROOT
 
@@ -33,11 +33,11 @@ def test_the_settings_are_declared_once_and_joined_in_one_place():
       owner = node.func.value
       if isinstance(owner, ast.Attribute) and owner.attr == "distributed":  # jax.distributed
         jax_joins.add(where)
-      if isinstance(owner, ast.Name) and owner.id == "distributed":  # scoring/distributed.py's
+      if isinstance(owner, ast.Name) and owner.id == "distributed":  # runtime/distributed.py's
         command_joins.add(where)
-  assert sorted(declared) == sorted(("socialrm_jax/scoring/distributed.py", name)
+  assert sorted(declared) == sorted(("socialrm_jax/runtime/distributed.py", name)
                                     for name in JOB_FIELDS)
-  assert jax_joins == {"socialrm_jax/scoring/distributed.py"}
+  assert jax_joins == {"socialrm_jax/runtime/distributed.py"}
   assert command_joins == {f"socialrm_jax/main/{c}.py" for c in COMMANDS}
 
 

@@ -21,7 +21,7 @@ from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators.plan import (compiler, cost, hardware, projection, report,
                                                    shapes, training)
 from socialrm_jax.scoring import engine
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import mesh as mesh_lib
 from tests.helpers import reward_head_fixtures as rh
 from tests.helpers.plan_fixtures import TINY_LLAMA
 from tests.helpers import scoring_fixtures as fx

@@ -7,7 +7,7 @@ import pytest
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import engine, packing
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import mesh as mesh_lib
 from tests.helpers import scoring_fixtures as fx
 
 

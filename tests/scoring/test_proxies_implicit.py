@@ -15,9 +15,9 @@ import pytest
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models.reward_model import load_reward_model
+from socialrm_jax.runtime import global_arrays
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring import engine, packing
-from socialrm_jax.scoring import mesh as mesh_lib
-from socialrm_jax.scoring import step as step_lib
 from tests.helpers import scoring_fixtures as fx
 
 TOLERANCE = 1e-4
@@ -62,7 +62,7 @@ def test_packed_per_token_logprobs_of_policy_and_reference_equal_pytorch(policy_
   real_tokens = 0
   for batch in packing.make_batches(encoded, is_causal=True, readout="loglik",
                                     buckets=scorer.batcher.buckets, batch_tokens=512):
-    out = step_lib.fetch(scorer.step(scorer.step.put(batch)))  # [B, S, 2]
+    out = global_arrays.fetch(scorer.step(scorer.step.put(batch)))  # [B, S, 2]
     assert out.shape[-1] == 2
     real_tokens += batch.real_tokens
     for r, s in np.argwhere(batch.readout_owner >= 0):

@@ -17,7 +17,9 @@ from socialrm_jax.analysis.outputs import provenance
 from socialrm_jax.base import tables
 from socialrm_jax.models.reward_model import load_reward_model
 from socialrm_jax.models.tokenizer import load_tokenizer
-from socialrm_jax.scoring import engine, mesh as mesh_lib, run_manifest, shards, item_tokens
+from socialrm_jax.runtime import mesh as mesh_lib
+from socialrm_jax.runtime import provenance as run_provenance
+from socialrm_jax.scoring import engine, item_tokens, run_manifest, shards
 from tests.helpers import scoring_fixtures as fx
 
 OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, chunk_size=4)
@@ -72,7 +74,7 @@ def test_the_manifest_records_what_the_scores_came_from(scored):
   assert manifest["options"]["max_length"] == 256 and manifest["options"]["chunk_size"] == 4
   assert manifest["versions"]["jax"] == jax.__version__
   assert manifest["versions"]["tokenizers"] == tokenizers.__version__
-  assert all(manifest["versions"][name] for name in run_manifest.PACKAGES)
+  assert all(manifest["versions"][name] for name in run_provenance.PACKAGES)
   assert manifest["command_line"] == sys.argv
 
 

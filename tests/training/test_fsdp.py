@@ -18,7 +18,7 @@ from tests.helpers.paths import REPO_ROOT
 
 SCRIPT = """
     import json, numpy as np, jax, optax
-    from socialrm_jax.scoring import mesh as mesh_lib
+    from socialrm_jax.runtime import mesh as mesh_lib
     from socialrm_jax.scoring.item_tokens import EncodedItem
     from socialrm_jax.training import pair_batches, trainable
     from socialrm_jax.training import train_step as train_step_lib

@@ -20,7 +20,7 @@ from trl.trainer.reward_trainer import DataCollatorForPreference
 import transformers
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring.item_tokens import EncodedItem
 from socialrm_jax.training import pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib

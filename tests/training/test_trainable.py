@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.training import hf_export, pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
 from tests.helpers.model_fixtures import pad_rows

@@ -35,14 +35,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.metrics import verdicts
 from socialrm_jax.analysis.outputs import plots, report
 from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
 from socialrm_jax.analysis.resampling.estimates import Missing
 from socialrm_jax.analysis.tables.pairs import Scored
-from socialrm_jax.analysis.hooks import DatasetView, Finding
+from socialrm_jax.analysis.dataset_analysis import DatasetView, Finding
 
 
 AMBIGUOUS, DISAMBIGUATED = records.AMBIGUOUS, records.DISAMBIGUATED
@@ -254,7 +254,7 @@ def report_sections(names: Sequence[str], nodes: Sequence[Mapping[str, Any] | No
   return report.table(header, rows) + [""]
 
 
-ANALYSIS = hooks.register("bbq", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("bbq", dataset_analysis.DatasetAnalysis(
     item_columns=item_columns, item_facts=item_facts, summary=summary,
     report_metrics=("accuracy", "accuracy_ambiguous", "accuracy_disambiguated",
                     "bias_score_ambiguous", "bias_score_disambiguated",

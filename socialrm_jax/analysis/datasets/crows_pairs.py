@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import estimates
-from socialrm_jax.analysis.hooks import DatasetView, Finding
+from socialrm_jax.analysis.dataset_analysis import DatasetView, Finding
 
 NO_DIRECTIONAL = "no directional pairs here"
 
@@ -40,7 +40,7 @@ def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
       f"rate {report.cell(node, 'stereotype_rate')} (ideal 0.5)")
 
 
-ANALYSIS = hooks.register("crows_pairs", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("crows_pairs", dataset_analysis.DatasetAnalysis(
     summary=stereotype_rate,
     report_metrics=("stereotype_rate", "js_distance"), report_subset_metrics=("stereotype_rate",),
     null_values={"stereotype_rate": report.CHANCE}, higher_is_undesirable=("stereotype_rate",),

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.resampling import estimates
-from socialrm_jax.analysis.hooks import DatasetView
+from socialrm_jax.analysis.dataset_analysis import DatasetView
 
 
 NO_ITEMS = "no items with gold pairs here"
@@ -36,7 +36,7 @@ def summary(view: DatasetView) -> dict[str, Any]:
   return node
 
 
-ANALYSIS = hooks.register("ethics", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("ethics", dataset_analysis.DatasetAnalysis(
     summary=summary,
     report_metrics=("accuracy", "group_accuracy", "js_distance"),
     report_subset_metrics=("accuracy", "group_accuracy")))

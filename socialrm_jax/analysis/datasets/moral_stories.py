@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import estimates
-from socialrm_jax.analysis.hooks import DatasetView, Finding
+from socialrm_jax.analysis.dataset_analysis import DatasetView, Finding
 
 
 def summary(view: DatasetView) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
       f"norm sensitivity {report.cell(node, 'norm_sensitivity')}", null=0.0)
 
 
-ANALYSIS = hooks.register("moral_stories", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("moral_stories", dataset_analysis.DatasetAnalysis(
     summary=summary,
     report_metrics=("accuracy", "accuracy_with_norm", "accuracy_without_norm", "norm_sensitivity",
                     "js_distance"),

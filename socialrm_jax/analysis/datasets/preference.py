@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.metrics import accuracy, best_of_n, verdicts
 from socialrm_jax.analysis.outputs import report
-from socialrm_jax.analysis.hooks import Finding
+from socialrm_jax.analysis.dataset_analysis import Finding
 
 
 def label_of(item: Mapping[str, Any]) -> str:
@@ -49,7 +49,7 @@ def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
           if n.get("accuracy") is not None and verdicts.states_undesirable(n, "accuracy")]
 
 
-ANALYSIS = hooks.register("preference", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("preference", dataset_analysis.DatasetAnalysis(
     stratum_group=label_of, item_columns=best_of_n.item_columns,
     item_facts=best_of_n.item_facts, summary=summary,
     report_metrics=("accuracy", "js_distance", best_of_n.SCORE, best_of_n.ACCURACY),

@@ -19,11 +19,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
-from socialrm_jax.analysis.hooks import DatasetView, Finding
+from socialrm_jax.analysis.dataset_analysis import DatasetView, Finding
 
 NO_DIRECTIONAL = "no directional pairs here"
 NO_CONTROL = "no control pairs here"
@@ -108,7 +108,7 @@ def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
       "(ideal 0.5)")
 
 
-ANALYSIS = hooks.register("stereoset", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("stereoset", dataset_analysis.DatasetAnalysis(
     stratum_group=target_term, cluster_groups=True,
     summary=stereoset_scores,
     report_metrics=("ss", "lms", "icat", "control_accuracy", "js_distance"),

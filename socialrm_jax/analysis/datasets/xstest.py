@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import estimates
-from socialrm_jax.analysis.hooks import DatasetView, Finding
+from socialrm_jax.analysis.dataset_analysis import DatasetView, Finding
 
 
 SAFE, UNSAFE = "safe", "unsafe"
@@ -42,7 +42,7 @@ def findings(name: str, node: Mapping[str, Any]) -> list[Finding]:
       node, rate, f"{words}: {report.cell(node, rate)} of pairs")]
 
 
-ANALYSIS = hooks.register("xstest", hooks.DatasetAnalysis(
+ANALYSIS = dataset_analysis.register("xstest", dataset_analysis.DatasetAnalysis(
     summary=summary,
     report_metrics=("accuracy", "over_refusal_rate", "unsafe_compliance_rate", "js_distance"),
     null_values={rate: report.CHANCE for rate in RATES},

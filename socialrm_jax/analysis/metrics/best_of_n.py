@@ -36,8 +36,9 @@ import numpy as np
 from socialrm_jax.analysis.resampling import estimates
 from socialrm_jax.analysis.resampling.bootstrap import StratifiedSums
 from socialrm_jax.analysis.tables.pairs import Scored
-# The Ties ids are the source's format, which its reader checks as it converts.
-from socialrm_jax.datasets.preference import REFERENCE, TIED, ties_id
+# The Ties ids are the items' format (base.records), which the preference adapter checks as it
+# converts.
+from socialrm_jax.base.records import REFERENCE, TIED, ties_id
 
 BEST_OF_N = "best_of_n"  # the item facts of a best-of-N row without a Ties id
 SCORE, ACCURACY = "rewardbench2_score", "best_of_n_accuracy"

@@ -1,8 +1,8 @@
 """Verdicts: what each metric with a null value says about the model, and what the run could see.
 
 The report's tests (`family`) are every domain's gold-pair accuracy and each dataset's metrics
-with a null value (`hooks.DatasetAnalysis.null_values`: 1/2 for accuracies and rates, 0 for bias
-scores and differences), at the dataset level and in the parts its analysis tests too
+with a null value (`dataset_analysis.DatasetAnalysis.null_values`: 1/2 for accuracies and rates, 0
+for bias scores and differences), at the dataset level and in the parts its analysis tests too
 (`tested_parts`: the generic dataset's subsets and labels). Subsets and categories of the other
 datasets are described in the tables, not tested: they would multiply the tests, and with them
 the correction, for values the dataset-level test already covers. For each test:
@@ -60,7 +60,7 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.power import TTestPower
 
-from socialrm_jax.analysis import hooks
+from socialrm_jax.analysis import dataset_analysis
 from socialrm_jax.analysis.resampling import estimates
 
 ALPHA = 0.05
@@ -107,7 +107,7 @@ def test_of(path: str) -> Test | None:
     return Test(path, 0.5, False) if len(parts) == 3 and parts[2] == ACCURACY else None
   if parts[0] != DATASETS or len(parts) < 3:
     return None
-  analysis = hooks.for_dataset(parts[1])
+  analysis = dataset_analysis.for_dataset(parts[1])
   metric, middle = parts[-1], parts[2:-1]
   if metric not in analysis.null_values:
     return None

@@ -14,7 +14,7 @@ import os
 import numpy as np
 from matplotlib.figure import Figure
 
-from socialrm_jax.analysis.hooks import Models, for_dataset
+from socialrm_jax.analysis.dataset_analysis import Models, for_dataset
 
 DPI = 120
 

@@ -15,7 +15,8 @@ minimum detectable effect and about how many items would detect delta). "Not in 
 said only where every domain could have seen one.
 
 What is generic lives here (the domains, calibration, length); each dataset's table rows, extra
-sections and findings come from its analysis (`hooks.for_dataset`: `analysis/datasets/<name>.py`).
+sections and findings come from its analysis (`dataset_analysis.for_dataset`:
+`analysis/datasets/<name>.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from socialrm_jax.analysis.metrics import accuracy, verdicts
-from socialrm_jax.analysis.hooks import Models, for_dataset
+from socialrm_jax.analysis.dataset_analysis import Models, for_dataset
 from socialrm_jax.base.tables import atomic_write_bytes
 from socialrm_jax.sources import full_items
 

@@ -34,7 +34,7 @@ from markdown_it import MarkdownIt
 
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.tables import evidence
-from socialrm_jax.analysis.hooks import Models
+from socialrm_jax.analysis.dataset_analysis import Models
 from socialrm_jax.base.tables import atomic_write_bytes
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent / "templates"

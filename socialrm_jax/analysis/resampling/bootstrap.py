@@ -19,11 +19,11 @@ datasets' own item structures (docs/interval_coverage.md):
   whole dataset) until the pool has that many, and an item drawn from a pool adds to its own cell.
   A cell of one item resampled alone would always draw itself: it would add no variance, and an
   interval over many such cells would be far too narrow.
-- A dataset whose analysis draws its groups whole (`hooks.DatasetAnalysis.cluster_groups`:
-  StereoSet's target terms) has its groups resampled as clusters: each resample draws as many
-  groups as there are, with replacement, within the fields that no group spans, and a group drawn
-  k times counts k times, with all its items. A statistic that averages over groups weighs each
-  by its draws (`StratifiedSums.group_weights`).
+- A dataset whose analysis draws its groups whole
+  (`dataset_analysis.DatasetAnalysis.cluster_groups`: StereoSet's target terms) has its groups
+  resampled as clusters: each resample draws as many groups as there are, with replacement, within
+  the fields that no group spans, and a group drawn k times counts k times, with all its items. A
+  statistic that averages over groups weighs each by its draws (`StratifiedSums.group_weights`).
 Intervals of larger groups (a dataset, a domain) are computed from the same resamples by adding
 cells. Resampling is over items, never pairs: an item's pairs travel together. A resample's
 counts of each distinct per-item row of a stratum are drawn as one multinomial (see

@@ -57,7 +57,7 @@ import numpy as np
 from scipy import stats
 
 from socialrm_jax.base import records
-from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis import dataset_analysis, evaluate
 from socialrm_jax.analysis.metrics import accuracy, confounds, verdicts
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import bootstrap, estimates
@@ -154,7 +154,7 @@ def paired_rows(a: Scored, b: Scored, options: evaluate.Options) -> PairedRows:
   found: dict[tuple[str, str], dict[str, dict[str, estimates.Kept]]] = {}
   for name in a.dataset.distinct():
     index = np.flatnonzero(a.dataset == name)                            # [n]
-    analysis = hooks.for_dataset(name)
+    analysis = dataset_analysis.for_dataset(name)
 
     def both(chunk: np.ndarray, analysis=analysis) -> tuple[bootstrap.Columns, bootstrap.Columns]:
       """Both models' per-item values of items `chunk`, and evaluate's own strata, so the

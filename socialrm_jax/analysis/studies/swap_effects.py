@@ -41,7 +41,7 @@ from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.resampling import bootstrap, estimates
 from socialrm_jax.analysis.tables import item_ids, pairs
 from socialrm_jax.analysis.tables.categorical import Categorical, Coder
-from socialrm_jax.analysis.hooks import Options
+from socialrm_jax.analysis.dataset_analysis import Options
 from socialrm_jax.analysis.tables.item_ids import IdArray
 from socialrm_jax.analysis.tables.pairs import selection_weights
 from socialrm_jax.analysis.tables.reward_tables import score_parts, Scores

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from socialrm_jax.analysis import evaluate, hooks
+from socialrm_jax.analysis import dataset_analysis, evaluate
 from socialrm_jax.analysis.outputs import report
 from socialrm_jax.analysis.tables.pairs import join, Scored
 from socialrm_jax.analysis.tables.reward_tables import Scores
@@ -63,9 +63,9 @@ def metric_spread(nodes: Mapping[str, Mapping[str, Any]], metric: str,
 
 
 def dataset_spread(name: str, nodes: Mapping[str, Mapping[str, Any]],
-                   analysis: hooks.DatasetAnalysis) -> dict[str, Any]:
+                   analysis: dataset_analysis.DatasetAnalysis) -> dict[str, Any]:
   """`template_spread.datasets.<name>` from each template's `datasets.<name>` node, the primary
-  template's first; `analysis` is the dataset's (`hooks.for_dataset`)."""
+  template's first; `analysis` is the dataset's (`dataset_analysis.for_dataset`)."""
   null_values = {ACCURACY: report.CHANCE, **analysis.null_values}
   metrics = {}
   for metric in dict.fromkeys((ACCURACY, *analysis.report_metrics)):
@@ -97,7 +97,7 @@ def from_scored(scored: Scored, options: evaluate.Options) -> dict[str, Any]:
     for template in names:
       subset = evaluate.restrict(scored, (scored.dataset == name) & (scored.template == template))
       nodes[template] = evaluate.metrics_from_scored(subset, options)["datasets"][name]
-    out[name] = dataset_spread(name, nodes, hooks.for_dataset(name))
+    out[name] = dataset_spread(name, nodes, dataset_analysis.for_dataset(name))
   return {"datasets": out}
 
 

@@ -206,7 +206,8 @@ def ids_reader(path) -> IdsAt:
 
 
 # What a dataset's analysis reads of an items-table row, kept per item instead of the row: (its
-# stratum group, its item facts); `hooks.Options.item_fields` asks each item's dataset analysis.
+# stratum group, its item facts); `dataset_analysis.Options.item_fields` asks each item's dataset
+# analysis.
 ItemFields = Callable[[Mapping[str, Any]], tuple[str, str]]
 
 
@@ -522,9 +523,10 @@ def join(items: ItemTable | Sequence[Mapping[str, Any]],
          allow_missing: bool = False, fields: ItemFields | None = None,
          ids: IdsAt | None = None) -> Scored:
   """Joins one scores set to the items and pairs tables: `ItemTable` and `PairTable`, or their
-  rows, the items' then with their dataset analyses' `fields` (`hooks.Options.item_fields`). The
-  scores are `Scores`, or a set's parts (`reward_tables.score_parts`), read one at a time. `ids`: where the
-  scored items find their ids later (`IdsAt`; the items table's own by default)."""
+  rows, the items' then with their dataset analyses' `fields`
+  (`dataset_analysis.Options.item_fields`). The scores are `Scores`, or a set's parts
+  (`reward_tables.score_parts`), read one at a time. `ids`: where the scored items find their ids
+  later (`IdsAt`; the items table's own by default)."""
   if not isinstance(items, ItemTable):
     if fields is None:
       raise ValueError("items given as rows need their dataset analyses' fields "

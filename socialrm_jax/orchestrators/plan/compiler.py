@@ -31,8 +31,8 @@ from absl import logging
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators.plan import cost, hardware, programs
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring import engine, packing, proxies
-from socialrm_jax.scoring import mesh as mesh_lib
 from socialrm_jax.scoring import step as step_lib
 
 # How XLA's TPU compiler says a program does not fit: "... the total memory required for HLO
@@ -43,8 +43,9 @@ _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 @dataclasses.dataclass
-class Setup:
-  """What one plan compiles: the abstract model on a mesh, its step and batch shapes."""
+class AbstractScorer:
+  """The scorer a run would build on `topology`, with abstract parameters (what a plan compiles):
+  the model on the first data-parallel group's mesh, its scoring step and its batch shapes."""
   topology: hardware.Topology
   mesh: jax.sharding.Mesh
   family: types.ModuleType
@@ -64,7 +65,8 @@ class Setup:
 
 
 def build(topology: hardware.Topology, hf_config: dict, source: str,
-          options: engine.ScoringOptions, tensors: weights.TensorSource | None = None) -> Setup:
+          options: engine.ScoringOptions,
+          tensors: weights.TensorSource | None = None) -> AbstractScorer:
   """The abstract model, step and batch shapes a run with `options` would use on `topology`'s
   first data-parallel group (every group compiles the same program). `tensors`: the checkpoint's
   tensor headers, which describe a custom reward head (`reward_model.family_and_config`)."""
@@ -83,13 +85,13 @@ def build(topology: hardware.Topology, hf_config: dict, source: str,
                                    attention=implementation)
   # The implicit reward runs a reference model of the policy's own shape in the same program.
   step = step_lib.ScoringStep(model, mesh, readout, model if proxy == "implicit" else None)
-  return Setup(topology, mesh, family, config, proxy, readout, implementation, dtype, counts,
-               step, engine.make_batcher(options, readout, mesh))
+  return AbstractScorer(topology, mesh, family, config, proxy, readout, implementation, dtype,
+                        counts, step, engine.make_batcher(options, readout, mesh))
 
 
-def shapes(setup: Setup) -> list[tuple[int, int, int]]:
+def shapes(scorer: AbstractScorer) -> list[tuple[int, int, int]]:
   """Every batch shape of the run, shortest rows first."""
-  return [setup.batcher.shape(bucket) for bucket in setup.batcher.buckets]
+  return [scorer.batcher.shape(bucket) for bucket in scorer.batcher.buckets]
 
 
 def _bytes_from_error(message: str, parameter_bytes: int) -> int | None:
@@ -230,22 +232,22 @@ def trace_step(trace, *args, attention: str):
                      "cannot compile it: plan with --attention=xla") from None
 
 
-def compile_shape(setup: Setup, shape: tuple[int, int, int]) -> dict:
+def compile_shape(scorer: AbstractScorer, shape: tuple[int, int, int]) -> dict:
   """One batch shape compiled and read (see the module doc); a program the compiler refuses
   for lack of HBM is `compiled: false` with the bytes it asked for, when the compiler says."""
-  chip, capacity = setup.topology.chip, setup.topology.usable_bytes
-  analytic = cost.analytic_flops(setup.counts, shape, setup.attention, setup.step.is_causal)
+  chip, capacity = scorer.topology.chip, scorer.topology.usable_bytes
+  analytic = cost.analytic_flops(scorer.counts, shape, scorer.attention, scorer.step.is_causal)
   entry: dict[str, Any] = {"shape": list(shape)}
   start = time.perf_counter()
-  traced = trace_step(setup.step.trace, shape, attention=setup.attention)
+  traced = trace_step(scorer.step.trace, shape, attention=scorer.attention)
   try:
-    compiled, read = compile_traced(traced, setup.mesh, setup.attention,
-                                    lambda t: setup.step.compile(shape, t))
+    compiled, read = compile_traced(traced, scorer.mesh, scorer.attention,
+                                    lambda t: scorer.step.compile(shape, t))
   except Exception as error:  # pylint: disable=broad-except  # XLA's refusal is the answer
     message = str(error)
     if not _is_out_of_memory(message):
       raise
-    needed = _bytes_from_error(message, parameter_bytes_per_chip(setup.step))
+    needed = _bytes_from_error(message, parameter_bytes_per_chip(scorer.step))
     entry.update(compiled=False, compile_seconds=round(time.perf_counter() - start, 2),
                  error=message.strip().splitlines()[0][:300], custom_calls=[],
                  attention_kernel=None, collectives={}, host_transfers=[], memory=None,
@@ -260,38 +262,38 @@ def compile_shape(setup: Setup, shape: tuple[int, int, int]) -> dict:
                  estimated_seconds=None)
     return entry
   used = read["memory"]["total"]
-  moved = cost.bytes_moved(read["memory"]["arguments"], setup.counts, shape,
-                           setup.mesh.shape["data"], jnp.dtype(setup.dtype).itemsize)
+  moved = cost.bytes_moved(read["memory"]["arguments"], scorer.counts, shape,
+                           scorer.mesh.shape["data"], jnp.dtype(scorer.dtype).itemsize)
   entry.update(
       hbm_bytes_per_chip=used, fits=used <= capacity, bytes_moved_per_chip=moved,
-      estimated_seconds=cost.roofline_seconds(analytic / setup.mesh.devices.size, moved,
+      estimated_seconds=cost.roofline_seconds(analytic / scorer.mesh.devices.size, moved,
                                               chip.bf16_flops_per_second,
                                               chip.hbm_bytes_per_second))
   return entry
 
 
-def compile_all(setup: Setup, progress: Progress | None = None
+def compile_all(scorer: AbstractScorer, progress: Progress | None = None
                 ) -> tuple[list[dict], dict[str, Any]]:
-  """Every batch shape of `setup` compiled (`compile_shape`, a `progress` line each), and the
+  """Every batch shape of `scorer` compiled (`compile_shape`, a `progress` line each), and the
   step's own checks: the backend compilations made (one a shape, or the plan says which more),
   and parameters not in the compute dtype (weights copied to it in every step)."""
   progress = progress or Progress()
-  batch_shapes = shapes(setup)
+  batch_shapes = shapes(scorer)
   progress.start("scoring", len(batch_shapes))
   batches = []
   with programs.CompileCounter() as counter:
     for shape in batch_shapes:
-      batches.append(compile_shape(setup, shape))
+      batches.append(compile_shape(scorer, shape))
       progress.batch(batches[-1])
   checks = {"shapes": len(batches), "compilations": counter.count,
-            "step_compilations": setup.step.compilations,
-            "off_dtype_parameters": off_dtype_parameters(setup.step.state, setup.dtype)}
+            "step_compilations": scorer.step.compilations,
+            "off_dtype_parameters": off_dtype_parameters(scorer.step.state, scorer.dtype)}
   failures = []
-  if max(counter.count, setup.step.compilations) > len(batches):
+  if max(counter.count, scorer.step.compilations) > len(batches):
     failures.append(f"{counter.count} programs compiled for {len(batches)} batch shapes: the "
                     "step compiles more than once a shape")
   if checks["off_dtype_parameters"]:
-    failures.append(f"parameters not in {jnp.dtype(setup.dtype).name}, copied to it in every "
+    failures.append(f"parameters not in {jnp.dtype(scorer.dtype).name}, copied to it in every "
                     f"step: {', '.join(checks['off_dtype_parameters'])}")
   checks["failures"] = failures
   return batches, checks
@@ -311,13 +313,13 @@ def largest_fitting_tokens_per_batch(topology: hardware.Topology, hf_config: dic
   progress = progress or Progress()
 
   def worst_if_fitting(tokens: int) -> int | None:
-    setup = build(topology, hf_config, source,
-                  dataclasses.replace(options, tokens_per_batch=tokens), tensors)
+    scorer = build(topology, hf_config, source,
+                   dataclasses.replace(options, tokens_per_batch=tokens), tensors)
     worst = 0
-    progress.start("scoring", len(shapes(setup)),
+    progress.start("scoring", len(shapes(scorer)),
                    f"the largest batch that fits: --tokens_per_batch={tokens}")
-    for shape in reversed(shapes(setup)):  # longest rows first: the likeliest not to fit
-      entry = compile_shape(setup, shape)
+    for shape in reversed(shapes(scorer)):  # longest rows first: the likeliest not to fit
+      entry = compile_shape(scorer, shape)
       progress.batch(entry)
       if not entry["fits"]:
         return None
@@ -370,19 +372,19 @@ def smallest_fitting_model_axis(topology: hardware.Topology, hf_config: dict, so
   for model_axis in (m for m in model_axis_choices(topology) if m > larger_than):
     trial = dataclasses.replace(options, mesh=f"data:-1,model:{model_axis}")
     try:
-      setup = build(topology, hf_config, source, trial, tensors)
+      scorer = build(topology, hf_config, source, trial, tensors)
     except InputError:
       continue
     worst = 0
-    progress.start("scoring", len(shapes(setup)),
+    progress.start("scoring", len(shapes(scorer)),
                    f"the smallest model axis that fits: {model_axis}")
-    for shape in reversed(shapes(setup)):
-      entry = compile_shape(setup, shape)
+    for shape in reversed(shapes(scorer)):
+      entry = compile_shape(scorer, shape)
       progress.batch(entry)
       if not entry["fits"]:
         break
       worst = max(worst, entry["hbm_bytes_per_chip"])
     else:
-      return {"mesh": mesh_lib.describe(setup.mesh), "model": model_axis,
+      return {"mesh": mesh_lib.describe(scorer.mesh), "model": model_axis,
               "hbm_bytes_per_chip": worst}
   return None

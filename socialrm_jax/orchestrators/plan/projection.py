@@ -13,35 +13,35 @@ import collections
 import types
 
 from socialrm_jax.base import records
-from socialrm_jax.orchestrators.plan.compiler import Setup
+from socialrm_jax.orchestrators.plan.compiler import AbstractScorer
 from socialrm_jax.scoring import engine, item_source, item_tokens, proxies, run_report, shards
 
 
-def project(setup: Setup, items_path: str, tokenizer_path: str,
+def project(scorer: AbstractScorer, items_path: str, tokenizer_path: str,
             options: engine.ScoringOptions) -> dict:
-  """A run of the items at `items_path` (a converted folder or items file) on `setup`'s job:
+  """A run of the items at `items_path` (a converted folder or items file) on `scorer`'s job:
   {"items", "pairs", "truncated", "tokens", "token_slots", "groups": per data-parallel group,
   its chunks and {"RxTxS": batches}}. Groups score contiguous chunks (`shards.process_chunks`)
   with their own batcher, as the engine's groups do."""
   items = item_source.ItemSource.from_table(items_path)
   templater = item_tokens.Templater(item_tokens.load_tokenizer(tokenizer_path),
-                                    is_causal=setup.step.is_causal,
+                                    is_causal=scorer.step.is_causal,
                                     max_length=options.max_length, truncation=options.truncation,
-                                    appended_ids=setup.config.appended_token_ids)
+                                    appended_ids=scorer.config.appended_token_ids)
   # The proxy encodes; of the model it reads only the config (a score head's label count).
-  model = types.SimpleNamespace(config=setup.config)
-  proxy = proxies.make(setup.proxy, model=model, templater=templater,
+  model = types.SimpleNamespace(config=scorer.config)
+  proxy = proxies.make(scorer.proxy, model=model, templater=templater,
                        objective=options.objective_spec(),
-                       reference={} if setup.proxy == "implicit" else None,
+                       reference={} if scorer.proxy == "implicit" else None,
                        length_normalize=options.length_normalize)
   pairs = run_report.pairs_from_table(items_path)
   num_chunks = shards.num_chunks(len(items), options.chunk_size)
-  owner = {chunk: group for group in range(setup.groups)
+  owner = {chunk: group for group in range(scorer.groups)
            for chunk in shards.process_chunks(len(items), options.chunk_size, group,
-                                              setup.groups)}
-  batchers = [engine.make_batcher(options, setup.readout, setup.mesh)
-              for _ in range(setup.groups)]
-  batches = [collections.Counter() for _ in range(setup.groups)]
+                                              scorer.groups)}
+  batchers = [engine.make_batcher(options, scorer.readout, scorer.mesh)
+              for _ in range(scorer.groups)]
+  batches = [collections.Counter() for _ in range(scorer.groups)]
   totals: collections.Counter = collections.Counter()
 
   def take(group: int, out) -> None:
@@ -58,7 +58,7 @@ def project(setup: Setup, items_path: str, tokenizer_path: str,
     totals["pairs"] += sum(len(pairs.get(str(item["item_id"]), [])) if pairs is not None
                            else len(records.item_pairs(item)) for item in chunk)
     totals["truncated"] += sum(int(enc.truncated_tokens > 0) for enc in encoded)
-    writers = batchers[group].pack(encoded, is_causal=setup.step.is_causal, chunk=index)
+    writers = batchers[group].pack(encoded, is_causal=scorer.step.is_causal, chunk=index)
     take(group, batchers[group].add(writers))
     take(group, batchers[group].flush(before_chunk=index))
   for group, batcher in enumerate(batchers):
@@ -66,4 +66,4 @@ def project(setup: Setup, items_path: str, tokenizer_path: str,
   return {**{k: int(totals[k]) for k in ("items", "pairs", "truncated", "tokens", "token_slots")},
           "groups": [{"chunks": [c for c, g in sorted(owner.items()) if g == group],
                       "batches": dict(sorted(batches[group].items()))}
-                     for group in range(setup.groups)]}
+                     for group in range(scorer.groups)]}

@@ -16,39 +16,39 @@ ESTIMATE = "roofline estimate"
 GB = 1e9
 
 
-def build_plan(setup: compiler.Setup, model_name: str, source: str, options,
+def build_plan(scorer: compiler.AbstractScorer, model_name: str, source: str, options,
                batches: list[dict], fitting: dict | None, projected: dict | None,
                tokenizer: str | None, checks: dict | None = None,
                largest: dict | None = None, training: list[dict] | None = None) -> dict:
   """The plan as plan.json holds it. `checks`: the step's own (`compiler.compile_all`);
   `largest`: the largest fitting tokens_per_batch (`compiler.largest_fitting_tokens_per_batch`;
   None: not searched); `training`: socialrm-train's steps (`training.compile_training`)."""
-  topology, chip = setup.topology, setup.topology.chip
-  group_hosts = len({d.process_index for d in setup.mesh.devices.flat})
+  topology, chip = scorer.topology, scorer.topology.chip
+  group_hosts = len({d.process_index for d in scorer.mesh.devices.flat})
   fits = all(entry["fits"] for entry in batches)
   plan: dict[str, Any] = {
       "topology": topology.name, "devices": len(topology.devices), "hosts": topology.hosts,
       "num_slices": topology.num_slices, "kind": chip.kind,
       "chip": {"name": chip.name, "bf16_flops_per_second": chip.bf16_flops_per_second,
                "hbm_bytes": chip.hbm_bytes, "hbm_bytes_per_second": chip.hbm_bytes_per_second,
-               "device_kind": setup.mesh.devices.flat[0].device_kind},
+               "device_kind": scorer.mesh.devices.flat[0].device_kind},
       "memory_fraction": topology.memory_fraction, "usable_bytes": topology.usable_bytes,
       "software": dict(topology.software),
-      "mesh": dict(setup.mesh.shape), "group_devices": int(setup.mesh.devices.size),
-      "group_hosts": group_hosts, "groups": setup.groups,
-      "model": {"name": model_name, "source": source, "architecture": setup.config.architecture,
-                "parameters": setup.counts.parameters,
-                "matmul_params": setup.counts.matmul_params,
-                "head_params": setup.counts.head_params, "dtype": options.dtype,
-                "attention": setup.attention, "proxy": setup.proxy, "readout": setup.readout},
+      "mesh": dict(scorer.mesh.shape), "group_devices": int(scorer.mesh.devices.size),
+      "group_hosts": group_hosts, "groups": scorer.groups,
+      "model": {"name": model_name, "source": source, "architecture": scorer.config.architecture,
+                "parameters": scorer.counts.parameters,
+                "matmul_params": scorer.counts.matmul_params,
+                "head_params": scorer.counts.head_params, "dtype": options.dtype,
+                "attention": scorer.attention, "proxy": scorer.proxy, "readout": scorer.readout},
       "settings": {"max_length": options.max_length, "tokens_per_batch": options.tokens_per_batch,
-                   "batch_tokens": setup.batcher.batch_tokens,
+                   "batch_tokens": scorer.batcher.batch_tokens,
                    "chunk_size": options.chunk_size, "truncation": options.truncation},
       "batches": batches, "fits": fits,
       "estimate": f"estimated_seconds: {ESTIMATE}, max(analytic_flops / chips / peak bf16 "
                   "FLOP/s, bytes moved / HBM bandwidth); no communication, no inefficiency",
   }
-  head = setup.config.reward_head
+  head = scorer.config.reward_head
   if head is not None:  # a custom head (heads.py), read from the checkpoint's tensor names
     plan["model"]["reward_head"] = {"class": head.architecture, "kind": head.kind,
                                     "outputs": head.num_outputs}

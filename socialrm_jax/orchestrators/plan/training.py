@@ -33,7 +33,7 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators import train
 from socialrm_jax.orchestrators.plan import compiler, programs
-from socialrm_jax.scoring import mesh as mesh_lib
+from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.training import optimizer, pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
 
@@ -45,7 +45,7 @@ PLANNED_TRAINING = ("row_length", "batch_size", "lora_rank", "lora_alpha", "lora
 PLAN_LORA_RANK = 16
 
 
-def abstract_train_model(setup: compiler.Setup, hf_config: dict,
+def abstract_train_model(setup: compiler.AbstractScorer, hf_config: dict,
                          source: str) -> trainable.TrainModel:
   """The base `trainable.load_base` would give for `hf_config`, abstract, on the plan's mesh: a
   one-output score head (a causal LM gets a new one, as the loader gives it, unsplit)."""
@@ -144,7 +144,7 @@ def command_flags(settings: train.Settings) -> str:
   return " ".join(flags)
 
 
-def job_setup(setup: compiler.Setup) -> compiler.Setup:
+def job_setup(setup: compiler.AbstractScorer) -> compiler.AbstractScorer:
   """`setup` with socialrm-train's mesh and attention: every device of the target, the scoring
   group's `model` axis kept and `data` grown over the groups (each of which is then some of
   training's rows)."""
@@ -163,7 +163,7 @@ def trained_attention(scoring: str) -> str:
 def host_share(mesh) -> dict[str, int]:
   """How a global batch divides among the hosts of `mesh`: `hosts`, and `data_per_host`, the
   positions along `data` whose rows one host's devices hold (the same for every host of a mesh
-  laid over whole hosts; each feeds only those rows, `mesh.put_process_rows`)."""
+  laid over whole hosts; each feeds only those rows, `global_arrays.put_process_rows`)."""
   held: dict[int, set[int]] = {}
   for position, row in enumerate(mesh.devices):
     for device in row:
@@ -175,7 +175,7 @@ def host_share(mesh) -> dict[str, int]:
   return {"hosts": len(held), "data_per_host": shares.pop()}
 
 
-def compile_training(setup: compiler.Setup, model: trainable.TrainModel,
+def compile_training(setup: compiler.AbstractScorer, model: trainable.TrainModel,
                      settings: train.Settings, progress: compiler.Progress | None = None
                      ) -> dict[str, Any]:
   """socialrm-train's step with `settings` compiled for the plan's target: per block shape its

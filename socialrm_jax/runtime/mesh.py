@@ -10,9 +10,10 @@ Rows of a batch are split over `data`, parameters over `model` (see `models/weig
   shards; no communication between hosts;
 - a `model` axis larger than a host's devices (a multiple of them): the mesh spans that many
   whole processes, which form one group, run the same batches together (each feeding only its own
-  devices' slices, see `step.put_global`), and the group's first process writes its shards.
+  devices' slices, see `global_arrays.put_global`), and the group's first process writes its
+  shards.
 `jax.distributed.initialize` runs when a launcher starts several processes, so JAX sees the whole
-job (and device ids are global): `scoring/distributed.py`.
+job (and device ids are global): `runtime/distributed.py`.
 """
 
 from __future__ import annotations
@@ -136,25 +137,6 @@ def data_group(mesh: Mesh) -> DataGroup:
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   """Rows (the leading axis) split over `data`, the rest whole."""
   return NamedSharding(mesh, PartitionSpec("data"))
-
-
-def process_rows(sharding: NamedSharding, shape: tuple[int, ...]) -> np.ndarray:
-  """The rows of a global [rows, ...] array of `shape` that this process's devices hold, in the
-  order `jax.make_array_from_process_local_data` reads a process's local rows (a row several of
-  its devices hold, over `model`, once)."""
-  spans = sorted({index[0].indices(shape[0])[:2]
-                  for index in sharding.addressable_devices_indices_map(shape).values()})
-  return np.concatenate([np.arange(start, stop) for start, stop in spans])
-
-
-def put_process_rows(array: np.ndarray, sharding: NamedSharding) -> jax.Array:
-  """A global batch every process packed alike -> a global array whose rows are split over
-  `data`: within one process a device_put; across processes each process gives only its own
-  rows (`process_rows`) to `jax.make_array_from_process_local_data`."""
-  if sharding.is_fully_addressable:
-    return jax.device_put(array, sharding)
-  return jax.make_array_from_process_local_data(
-      sharding, array[process_rows(sharding, array.shape)], array.shape)
 
 
 def describe(mesh: Mesh) -> str:
