@@ -34,7 +34,7 @@ from absl import logging as absl_logging
 from flax import traverse_util
 
 from socialrm_jax.base.errors import InputError, one_line
-from socialrm_jax.scoring import distributed
+from socialrm_jax.runtime import distributed
 
 CHECKPOINTS = "checkpoints"
 ITEMS = ("leaves", "position")
