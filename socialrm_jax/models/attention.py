@@ -33,6 +33,8 @@ import math
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.experimental.pallas.ops.tpu.splash_attention import (
+    splash_attention_kernel as splash_kernel_lib)
 
 # A large negative logit for masked keys: finite, so a query that sees nothing (padding) still
 # yields a finite (uniform) softmax instead of NaN.
@@ -310,39 +312,106 @@ def splash_block(length: int) -> int | None:
   return next((block for block in SPLASH_BLOCKS if length % block == 0), None)
 
 
-def _splash_kernel(length: int, num_heads: int, block: int, is_causal: bool,
-                   logit_cap: float | None, interpret: bool):
-  """A forward-only splash kernel over [N, T, H] queries that also returns the log-sum-exp.
+@dataclasses.dataclass(frozen=True)
+class _SplashSpec:
+  """What a splash kernel is built from (static, hashable: a custom_vjp's nondiff argument)."""
+  length: int
+  num_heads: int
+  block: int
+  is_causal: bool
+  logit_cap: float | None
+  interpret: bool
+
+
+def _splash_kernel(spec: _SplashSpec):
+  """A splash kernel over [N, T, H] queries that returns its log-sum-exp, with backward blocks.
 
   Built anew in every trace: its mask tables become that trace's values, so it cannot be kept
-  across traces; cheap, as jax caches the mask processing itself. Forward block sizes only, as
-  scoring never differentiates.
+  across traces; cheap, as jax caches the mask processing itself. Its forward and backward
+  kernels are called apart (`_splash_layout_attention`): splash's own VJP refuses a kernel that
+  returns its log-sum-exp, which the passes' merge needs. The fused backward kernel computes
+  dq, dk and dv in one pass over the blocks.
   """
-  shape = (length, length)
-  head_mask = splash.CausalMask(shape) if is_causal else splash.FullMask(shape)
+  shape = (spec.length, spec.length)
+  head_mask = splash.CausalMask(shape) if spec.is_causal else splash.FullMask(shape)
+  block = spec.block
   return splash.make_splash_mha(
-      splash.MultiHeadMask(tuple(head_mask for _ in range(num_heads))),
-      block_sizes=splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block),
-      save_residuals=True, attn_logits_soft_cap=logit_cap, head_shards=1, q_seq_shards=1,
-      interpret=interpret)
+      splash.MultiHeadMask(tuple(head_mask for _ in range(spec.num_heads))),
+      block_sizes=splash.BlockSizes(
+          block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+          block_kv_dkv=block, block_kv_dkv_compute=block, use_fused_bwd_kernel=True),
+      save_residuals=True, attn_logits_soft_cap=spec.logit_cap, head_shards=1, q_seq_shards=1,
+      interpret=spec.interpret)
 
 
 def _merge_by_logsumexp(out_a: jax.Array, lse_a: jax.Array, out_b: jax.Array,
-                        lse_b: jax.Array) -> jax.Array:
-  """Two softmax-attention results over disjoint key sets -> the result over their union.
+                        lse_b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Two softmax-attention results over disjoint key sets -> the result over their union, and the
+  union's log-sum-exp.
 
-  out [B, N, T, H] normalised within its own set, lse [B, N, T] that set's log-sum-exp of logits:
+  out [..., T, H] normalised within its own set, lse [..., T] that set's log-sum-exp of logits:
   the union's softmax weighs each by its share exp(lse) of the total (as flash attention merges
   blocks). A set that was empty has a log-sum-exp near splash's mask value (about -2.4e38), so its
   share is exactly 0; its output (an average over masked keys) is then dropped, not multiplied,
   so that it could not turn the result into NaN even if it were one.
   """
   top = jnp.maximum(lse_a, lse_b)
-  share_a = jnp.exp(lse_a - top)[..., None]  # [B, N, T, 1]
+  share_a = jnp.exp(lse_a - top)[..., None]  # [..., T, 1]
   share_b = jnp.exp(lse_b - top)[..., None]
   part_a = jnp.where(share_a > 0, share_a * out_a.astype(jnp.float32), 0.0)
   part_b = jnp.where(share_b > 0, share_b * out_b.astype(jnp.float32), 0.0)
-  return (part_a + part_b) / (share_a + share_b)
+  total = share_a + share_b
+  return (part_a + part_b) / total, top + jnp.log(total[..., 0])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _splash_layout_attention(spec: _SplashSpec, q, k, v, pass_ids):
+  """One example's attention under its layout by splash: q [N, T, H] (scaled), k/v [K, T, H],
+  `pass_ids` the (query, key) segment ids of each pass (`_splash_ids`) -> [N, T, H].
+
+  The passes cover disjoint key sets, so the union's softmax is theirs merged by log-sum-exp.
+  Backward: FlashAttention's, with the probabilities exp(logit - lse) and row sums rowsum(dO * O)
+  of the *merged* result. Each logit lies in exactly one pass, so each pass's backward kernel,
+  given the merged output and log-sum-exp, yields the gradient through that pass's logits, and
+  the gradients are their sums. (Differentiating the merge itself would need each pass's
+  log-sum-exp differentiable; splash's is not.)"""
+  return _splash_layout_forward(spec, q, k, v, pass_ids)[0]
+
+
+def _splash_layout_forward(spec, q, k, v, pass_ids):
+  kernel = _splash_kernel(spec)
+  out, (lse,) = kernel(q, k, v, splash.SegmentIds(*pass_ids[0]))
+  for ids in pass_ids[1:]:
+    out_b, (lse_b,) = kernel(q, k, v, splash.SegmentIds(*ids))
+    out, lse = _merge_by_logsumexp(out, lse, out_b, lse_b)
+  out = jax.ad_checkpoint.checkpoint_name(out.astype(q.dtype), ATTENTION_OUTPUT)
+  lse = jax.ad_checkpoint.checkpoint_name(lse.astype(jnp.float32), ATTENTION_ROW_STATISTICS)
+  return out, (q, k, v, pass_ids, out, lse)
+
+
+def _splash_layout_backward(spec, residuals, d_out):
+  q, k, v, pass_ids, out, lse = residuals
+  kernel = _splash_kernel(spec)
+  grads = None
+  for ids in pass_ids:
+    splash_residuals = (q, k, v, splash.SegmentIds(*ids), None, out, lse, kernel.dq_mask_info,
+                        kernel.dkv_mask_info)
+    # splash's own backward (its VJP rule) with the kernel's settings: dq, dk, dv after the
+    # cotangents of its three mask tables.
+    d_q, d_k, d_v = splash_kernel_lib._splash_attention_bwd(
+        *(kernel.kwargs[name] for name in _SPLASH_BACKWARD_SETTINGS), splash_residuals,
+        d_out)[3:6]
+    pass_grads = [g.astype(jnp.float32) for g in (d_q, d_k, d_v)]
+    grads = pass_grads if grads is None else [a + b for a, b in zip(grads, pass_grads)]
+  d_q, d_k, d_v = (g.astype(x.dtype) for g, x in zip(grads, (q, k, v)))
+  return d_q, d_k, d_v, None  # segment ids get none
+
+
+_splash_layout_attention.defvjp(_splash_layout_forward, _splash_layout_backward)
+# `splash_attention_kernel._splash_attention_bwd`'s leading (static) arguments, in order.
+_SPLASH_BACKWARD_SETTINGS = ("save_residuals", "mask_value", "is_mqa", "block_sizes",
+                             "residual_checkpoint_name", "mask_function", "attn_logits_soft_cap",
+                             "interpret")
 
 
 def _splash_ids(layout: Layout) -> list[tuple[jax.Array, jax.Array]]:
@@ -399,17 +468,11 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, *
   def per_device(q, k, v, segment_ids, branch_ids):
     # The kernel is per example with heads leading, [N, T, H] and [K, S, H]: vmapped over rows,
     # over this device's query heads (all, or its share under a mesh).
-    kernel = _splash_kernel(length, q.shape[2], block, layout.is_causal, logit_cap, interpret)
-    run = jax.vmap(lambda q, k, v, q_ids, kv_ids: kernel(q, k, v, splash.SegmentIds(q_ids, kv_ids)))
+    spec = _SplashSpec(length, q.shape[2], block, layout.is_causal, logit_cap, interpret)
+    pass_ids = _splash_ids(Layout(segment_ids, branch_ids, layout.is_causal))
     heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]  # [B, N, T, H], [B, K, S, H] x2
-    passes = [run(*heads_first, q_ids, kv_ids)
-              for q_ids, kv_ids in _splash_ids(Layout(segment_ids, branch_ids, layout.is_causal))]
-    if len(passes) == 1:
-      out = passes[0][0]
-    else:
-      (out_a, (lse_a,)), (out_b, (lse_b,)) = passes
-      out = _merge_by_logsumexp(out_a, lse_a, out_b, lse_b)
-    return jnp.swapaxes(out, 1, 2).astype(q.dtype)  # [B, T, N, H]
+    out = jax.vmap(functools.partial(_splash_layout_attention, spec))(*heads_first, pass_ids)
+    return jnp.swapaxes(out, 1, 2)  # [B, T, N, H]
 
   return _over_context_mesh(per_device, q, k, v, layout.segment_ids, layout.branch_ids)
 

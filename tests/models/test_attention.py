@@ -175,8 +175,10 @@ def test_splash_merge_gives_an_empty_pass_no_weight():
   lse_b = jnp.full((1, 1, 1), 3.0)
   for junk in (1e3, jnp.nan):
     out_a = jnp.full((1, 1, 1, 4), junk)
-    merged = attention._merge_by_logsumexp(out_a, jnp.full((1, 1, 1), -2.38e38), out_b, lse_b)
+    merged, lse = attention._merge_by_logsumexp(out_a, jnp.full((1, 1, 1), -2.38e38), out_b,
+                                                lse_b)
     np.testing.assert_array_equal(np.asarray(merged), np.asarray(out_b))
+    np.testing.assert_array_equal(np.asarray(lse), np.asarray(lse_b))
 
 
 def test_splash_falls_back_to_xla_when_rows_are_not_block_multiples():
