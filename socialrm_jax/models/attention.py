@@ -14,8 +14,9 @@ Implementations (`attend(..., implementation=)`), chosen once per model by `reso
   `CAUSAL_QUERY_BLOCK`, by blocks of queries that skip the keys after them;
 - "cudnn": `jax.nn.dot_product_attention(implementation="cudnn")` with the dense mask (GPU,
   bfloat16/float16 only, no soft-capping);
-- "splash": the Pallas TPU splash-attention kernel with segment ids (models without sliding
-  windows; rows a multiple of 128 long, else xla). It is compiled as a Mosaic kernel for the TPU
+- "splash": the Pallas TPU splash-attention kernel with segment ids, forward and backward (rows a
+  multiple of 128 long, else xla; a sliding-window layer whose window is shorter than the row
+  runs xla, see `_splash_by_window`). It is compiled as a Mosaic kernel for the TPU
   devices the program is traced for (the mesh set with `jax.set_mesh`, so also a TPU topology
   compiled from a CPU host, `socialrm_jax.main.plan`); off TPU it runs in Pallas interpret mode, which
   is only good for tests. A Mosaic kernel cannot be partitioned by XLA: on several devices the
@@ -32,6 +33,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import (
     splash_attention_kernel as splash_kernel_lib)
@@ -506,11 +508,16 @@ def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: jax.Array, *,
            scale: float | jax.Array, logit_cap: float | None = None,
-           window: jax.Array | int | None = None, implementation: str = "xla",
-           bias: jax.Array | None = None, query_index: jax.Array | None = None) -> jax.Array:
+           window: jax.Array | int | None = None, windows: tuple[int, ...] | None = None,
+           implementation: str = "xla", bias: jax.Array | None = None,
+           query_index: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H] under `layout` -> [B, T, N, H].
 
   `scale` multiplies the logits: a constant, or a layer's own traced scalar under a scan.
+
+  `window`: a sliding window (keys fewer than `window` positions back), a constant or a scanned
+  layer's own traced scalar; `windows`: the values a traced one may take (the model's, static),
+  which splash needs (`_splash_by_window`).
 
   `query_index` [B, P]: q holds only the queries of those tokens ([B, P, N, H], e.g. the
   positions a reward is read at, in a model's last layer) -> [B, P, N, H]; "xla" only.
@@ -543,10 +550,39 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
                                  implementation="cudnn")
   if implementation == "splash":
     if window is not None:
-      raise ValueError("splash attention has no sliding window here; use xla")
+      return _splash_by_window(q, k, v, layout, positions, scale=scale, logit_cap=logit_cap,
+                               window=window, windows=windows)
     return splash_attention(q, k, v, layout, scale=scale, logit_cap=logit_cap)
   raise ValueError(f"unknown attention implementation {implementation!r}; "
                    f"one of {', '.join(IMPLEMENTATIONS[1:])}")
+
+
+def _splash_by_window(q, k, v, layout, positions, *, scale, logit_cap, window, windows):
+  """A sliding-window layer with "splash": splash where the window covers the row, xla where it
+  is shorter.
+
+  Within a row a key a token sees is fewer positions back than tokens back (a packed branch's
+  positions skip its siblings), so fewer than T: a window of at least T tokens cuts nothing, and
+  splash computes the layer as it computes a full one. A shorter window follows positions, which
+  splash's local mask (`splash.LocalMask`, by token index) cannot: a later branch's tokens see
+  the prefix as if their siblings were not there, farther back in tokens than in positions. Those
+  layers run xla, as rows that are not block multiples do. A traced (scanned) window picks
+  between the two by `jax.lax.cond`, when the model's `windows` hold both kinds; one kind is
+  decided at trace time."""
+  length = q.shape[1]
+  if isinstance(window, (int, np.integer)):
+    windows = (int(window),)
+  elif windows is None:
+    raise ValueError("splash attention under a traced sliding window needs `windows`, the values "
+                     "it may take")
+  run_splash = lambda: splash_attention(q, k, v, layout, scale=scale, logit_cap=logit_cap)
+  run_xla = lambda: attend(q, k, v, layout, positions, scale=scale, logit_cap=logit_cap,
+                           window=window, implementation="xla")
+  if min(windows) >= length:
+    return run_splash()
+  if max(windows) < length:
+    return run_xla()
+  return jax.lax.cond(window < length, run_xla, run_splash)
 
 
 def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None,
@@ -554,17 +590,20 @@ def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None
   """The concrete implementation for a model: `implementation`, or for "auto" the fastest that
   supports it on `backend` ("cpu", "gpu", "tpu").
 
-  "auto": cuDNN on GPU in bfloat16/float16 without soft-capping; splash on TPU without sliding
-  windows (causal models and encoders alike); else xla. A model with an additive position bias
-  (`has_position_bias`: DeBERTa) runs xla only. An explicit choice that cannot run the model is a
-  ValueError saying why.
+  "auto": cuDNN on GPU in bfloat16/float16 without soft-capping; splash on TPU (causal models and
+  encoders alike, soft-capped or with sliding windows; `_splash_by_window`); else xla. The same
+  for scoring and training: both kernels have their backward pass. A model with an additive
+  position bias (`has_position_bias`: DeBERTa) runs xla only. An explicit choice that cannot run
+  the model is a ValueError saying why.
   """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"unknown attention implementation {implementation!r}; "
                      f"one of {', '.join(IMPLEMENTATIONS)}")
-  del is_causal  # both kernels handle causal models and encoders
+  # Both kernels handle causal models and encoders, and sliding windows (cuDNN in its dense
+  # mask; splash where the window covers the row, xla in the layers where it does not).
+  del is_causal, has_windows
   cudnn_refusal = _cudnn_refusal(backend, dtype, logit_cap)
-  splash_refusal = _splash_refusal(backend, has_windows)
+  splash_refusal = _splash_refusal(backend)
   if has_position_bias:
     cudnn_refusal = splash_refusal = (
         "this model adds a relative-position bias to its attention logits (DeBERTa), which only "
@@ -581,21 +620,6 @@ def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None
   return implementation
 
 
-# Splash here runs forward only: its kernel returns the log-sum-exp by which a causal row's two
-# passes are merged (`splash_attention`), and splash's backward takes no such residual.
-SPLASH_FORWARD_ONLY = ("splash attention runs forward only here (scoring and the probes); a "
-                       "training step needs xla, or cudnn on GPU")
-
-
-def for_training(implementation: str, backend: str) -> str:
-  """What a training step runs for `implementation` on `backend`: "auto" trains with xla on a
-  TPU (where it would score with splash), anything else as asked; splash is refused
-  (`SPLASH_FORWARD_ONLY`)."""
-  if implementation == "splash":
-    raise ValueError(SPLASH_FORWARD_ONLY)
-  return "xla" if implementation == "auto" and backend == "tpu" else implementation
-
-
 def _cudnn_refusal(backend: str, dtype, logit_cap: float | None) -> str | None:
   """Why cuDNN cannot run this model, or None."""
   if backend != "gpu":
@@ -607,11 +631,9 @@ def _cudnn_refusal(backend: str, dtype, logit_cap: float | None) -> str | None:
   return None
 
 
-def _splash_refusal(backend: str, has_windows: bool) -> str | None:
+def _splash_refusal(backend: str) -> str | None:
   """Why splash cannot run this model, or None. Off TPU it runs interpreted: allowed on cpu,
   where tests run it, refused on gpu, where it would be a slow surprise."""
   if backend == "gpu":
     return "splash attention is a TPU kernel; on gpu use cudnn or xla"
-  if has_windows:
-    return "splash attention has no sliding windows; use xla"
   return None
