@@ -171,7 +171,9 @@ def test_queries_at_picked_tokens_give_those_rows_of_the_whole_attention(is_caus
 # Gradients against xla's: both sum the same float32 products in other orders (splash by blocks
 # of keys, its passes merged), so they differ by rounding that grows with the terms a gradient
 # entry sums (G x T products of unit-scale operands, here at most 2 x 128) times float32's
-# epsilon (1.2e-7), about 3e-5 in the worst case; 1e-4 leaves room for that and no more.
+# epsilon (1.2e-7), about 3e-5 in the worst case; a parameter's gradient sums B x T tokens'
+# worth of such terms, whose rounding errors mostly cancel (random signs). 1e-4 leaves room for
+# that and no more: a wrong term in the backward pass is of the gradient's own size (~1).
 GRADIENT_TOLERANCE = 1e-4
 
 
@@ -368,3 +370,40 @@ def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it
   program = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, weights).compile().as_text()
   assert "rematted_computation" in program  # the policy recomputes what it does not keep
   assert "rematted_computation/transpose" not in program
+
+
+def test_a_windowed_decoder_trains_with_splash_as_with_xla():
+  """Gemma 2's alternating layers (a window of 4 positions, then full attention) scanned, on
+  packed rows of 128: with splash, the local layers run xla and the global ones splash (chosen per
+  layer by the scanned window), and the rewards and the parameters' gradients equal the xla
+  model's."""
+  from flax import nnx
+  from socialrm_jax.models import decoder
+  config = decoder.Config(
+      architecture="Gemma2ForSequenceClassification", head="score", num_labels=1,
+      pad_token_id=0, variant="gemma2", vocab_size=64, hidden_size=32, intermediate_size=64,
+      num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, rms_norm_eps=1e-6,
+      activation="gelu_pytorch_tanh", unit_offset_norm=True, sandwich_norms=True,
+      attn_logit_softcap=50.0, layer_windows=(4, None))
+  _, _, _, layout, positions = random_case(7, rows=2, length=128, heads=2, kv_heads=1,
+                                           is_causal=True)
+  ids = jnp.asarray(np.random.default_rng(9).integers(1, 64, size=(2, 128)), jnp.int32)
+
+  def rewards_and_gradients(implementation):
+    graphdef, state = nnx.split(decoder.Model(config, attention=implementation))
+
+    def loss(state):
+      model = nnx.merge(graphdef, state)
+      rewards = model.head(model(ids, positions, layout))  # [B, T, 1]
+      return jnp.sum(jnp.sin(rewards)), rewards
+
+    step = jax.value_and_grad(loss, has_aux=True)
+    program = str(jax.make_jaxpr(step)(state))
+    assert ("pallas_call" in program and "cond" in program) == (implementation == "splash")
+    (_, rewards), grads = jax.jit(step)(state)
+    return rewards, jax.tree.leaves(grads)
+
+  (got, got_grads), (want, want_grads) = (rewards_and_gradients(name) for name in ("splash", "xla"))
+  diffs = [max_diff(got, want)] + [max_diff(a, b) for a, b in zip(got_grads, want_grads)]
+  print(f"windowed decoder, splash against xla: rewards and gradients max abs diff {max(diffs):.2e}")
+  assert diffs[0] <= TOLERANCE and max(diffs[1:]) <= GRADIENT_TOLERANCE, diffs
