@@ -14,8 +14,9 @@ Implementations (`attend(..., implementation=)`), chosen once per model by `reso
   `CAUSAL_QUERY_BLOCK`, by blocks of queries that skip the keys after them;
 - "cudnn": `jax.nn.dot_product_attention(implementation="cudnn")` with the dense mask (GPU,
   bfloat16/float16 only, no soft-capping);
-- "splash": the Pallas TPU splash-attention kernel with segment ids (models without sliding
-  windows; rows a multiple of 128 long, else xla). It is compiled as a Mosaic kernel for the TPU
+- "splash": the Pallas TPU splash-attention kernel with segment ids, forward and backward (rows a
+  multiple of 128 long, else xla; a sliding-window layer whose window is shorter than the row
+  runs xla, see `_splash_by_window`). It is compiled as a Mosaic kernel for the TPU
   devices the program is traced for (the mesh set with `jax.set_mesh`, so also a TPU topology
   compiled from a CPU host, `socialrm_jax.main.plan`); off TPU it runs in Pallas interpret mode, which
   is only good for tests. A Mosaic kernel cannot be partitioned by XLA: on several devices the
@@ -32,7 +33,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.experimental.pallas.ops.tpu.splash_attention import (
+    splash_attention_kernel as splash_kernel_lib)
 
 # A large negative logit for masked keys: finite, so a query that sees nothing (padding) still
 # yields a finite (uniform) softmax instead of NaN.
@@ -310,39 +314,106 @@ def splash_block(length: int) -> int | None:
   return next((block for block in SPLASH_BLOCKS if length % block == 0), None)
 
 
-def _splash_kernel(length: int, num_heads: int, block: int, is_causal: bool,
-                   logit_cap: float | None, interpret: bool):
-  """A forward-only splash kernel over [N, T, H] queries that also returns the log-sum-exp.
+@dataclasses.dataclass(frozen=True)
+class _SplashSpec:
+  """What a splash kernel is built from (static, hashable: a custom_vjp's nondiff argument)."""
+  length: int
+  num_heads: int
+  block: int
+  is_causal: bool
+  logit_cap: float | None
+  interpret: bool
+
+
+def _splash_kernel(spec: _SplashSpec):
+  """A splash kernel over [N, T, H] queries that returns its log-sum-exp, with backward blocks.
 
   Built anew in every trace: its mask tables become that trace's values, so it cannot be kept
-  across traces; cheap, as jax caches the mask processing itself. Forward block sizes only, as
-  scoring never differentiates.
+  across traces; cheap, as jax caches the mask processing itself. Its forward and backward
+  kernels are called apart (`_splash_layout_attention`): splash's own VJP refuses a kernel that
+  returns its log-sum-exp, which the passes' merge needs. The fused backward kernel computes
+  dq, dk and dv in one pass over the blocks.
   """
-  shape = (length, length)
-  head_mask = splash.CausalMask(shape) if is_causal else splash.FullMask(shape)
+  shape = (spec.length, spec.length)
+  head_mask = splash.CausalMask(shape) if spec.is_causal else splash.FullMask(shape)
+  block = spec.block
   return splash.make_splash_mha(
-      splash.MultiHeadMask(tuple(head_mask for _ in range(num_heads))),
-      block_sizes=splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block),
-      save_residuals=True, attn_logits_soft_cap=logit_cap, head_shards=1, q_seq_shards=1,
-      interpret=interpret)
+      splash.MultiHeadMask(tuple(head_mask for _ in range(spec.num_heads))),
+      block_sizes=splash.BlockSizes(
+          block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+          block_kv_dkv=block, block_kv_dkv_compute=block, use_fused_bwd_kernel=True),
+      save_residuals=True, attn_logits_soft_cap=spec.logit_cap, head_shards=1, q_seq_shards=1,
+      interpret=spec.interpret)
 
 
 def _merge_by_logsumexp(out_a: jax.Array, lse_a: jax.Array, out_b: jax.Array,
-                        lse_b: jax.Array) -> jax.Array:
-  """Two softmax-attention results over disjoint key sets -> the result over their union.
+                        lse_b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Two softmax-attention results over disjoint key sets -> the result over their union, and the
+  union's log-sum-exp.
 
-  out [B, N, T, H] normalised within its own set, lse [B, N, T] that set's log-sum-exp of logits:
+  out [..., T, H] normalised within its own set, lse [..., T] that set's log-sum-exp of logits:
   the union's softmax weighs each by its share exp(lse) of the total (as flash attention merges
   blocks). A set that was empty has a log-sum-exp near splash's mask value (about -2.4e38), so its
   share is exactly 0; its output (an average over masked keys) is then dropped, not multiplied,
   so that it could not turn the result into NaN even if it were one.
   """
   top = jnp.maximum(lse_a, lse_b)
-  share_a = jnp.exp(lse_a - top)[..., None]  # [B, N, T, 1]
+  share_a = jnp.exp(lse_a - top)[..., None]  # [..., T, 1]
   share_b = jnp.exp(lse_b - top)[..., None]
   part_a = jnp.where(share_a > 0, share_a * out_a.astype(jnp.float32), 0.0)
   part_b = jnp.where(share_b > 0, share_b * out_b.astype(jnp.float32), 0.0)
-  return (part_a + part_b) / (share_a + share_b)
+  total = share_a + share_b
+  return (part_a + part_b) / total, top + jnp.log(total[..., 0])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _splash_layout_attention(spec: _SplashSpec, q, k, v, pass_ids):
+  """One example's attention under its layout by splash: q [N, T, H] (scaled), k/v [K, T, H],
+  `pass_ids` the (query, key) segment ids of each pass (`_splash_ids`) -> [N, T, H].
+
+  The passes cover disjoint key sets, so the union's softmax is theirs merged by log-sum-exp.
+  Backward: FlashAttention's, with the probabilities exp(logit - lse) and row sums rowsum(dO * O)
+  of the *merged* result. Each logit lies in exactly one pass, so each pass's backward kernel,
+  given the merged output and log-sum-exp, yields the gradient through that pass's logits, and
+  the gradients are their sums. (Differentiating the merge itself would need each pass's
+  log-sum-exp differentiable; splash's is not.)"""
+  return _splash_layout_forward(spec, q, k, v, pass_ids)[0]
+
+
+def _splash_layout_forward(spec, q, k, v, pass_ids):
+  kernel = _splash_kernel(spec)
+  out, (lse,) = kernel(q, k, v, splash.SegmentIds(*pass_ids[0]))
+  for ids in pass_ids[1:]:
+    out_b, (lse_b,) = kernel(q, k, v, splash.SegmentIds(*ids))
+    out, lse = _merge_by_logsumexp(out, lse, out_b, lse_b)
+  out = jax.ad_checkpoint.checkpoint_name(out.astype(q.dtype), ATTENTION_OUTPUT)
+  lse = jax.ad_checkpoint.checkpoint_name(lse.astype(jnp.float32), ATTENTION_ROW_STATISTICS)
+  return out, (q, k, v, pass_ids, out, lse)
+
+
+def _splash_layout_backward(spec, residuals, d_out):
+  q, k, v, pass_ids, out, lse = residuals
+  kernel = _splash_kernel(spec)
+  grads = None
+  for ids in pass_ids:
+    splash_residuals = (q, k, v, splash.SegmentIds(*ids), None, out, lse, kernel.dq_mask_info,
+                        kernel.dkv_mask_info)
+    # splash's own backward (its VJP rule) with the kernel's settings: dq, dk, dv after the
+    # cotangents of its three mask tables.
+    d_q, d_k, d_v = splash_kernel_lib._splash_attention_bwd(
+        *(kernel.kwargs[name] for name in _SPLASH_BACKWARD_SETTINGS), splash_residuals,
+        d_out)[3:6]
+    pass_grads = [g.astype(jnp.float32) for g in (d_q, d_k, d_v)]
+    grads = pass_grads if grads is None else [a + b for a, b in zip(grads, pass_grads)]
+  d_q, d_k, d_v = (g.astype(x.dtype) for g, x in zip(grads, (q, k, v)))
+  return d_q, d_k, d_v, None  # segment ids get none
+
+
+_splash_layout_attention.defvjp(_splash_layout_forward, _splash_layout_backward)
+# `splash_attention_kernel._splash_attention_bwd`'s leading (static) arguments, in order.
+_SPLASH_BACKWARD_SETTINGS = ("save_residuals", "mask_value", "is_mqa", "block_sizes",
+                             "residual_checkpoint_name", "mask_function", "attn_logits_soft_cap",
+                             "interpret")
 
 
 def _splash_ids(layout: Layout) -> list[tuple[jax.Array, jax.Array]]:
@@ -399,17 +470,11 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, *
   def per_device(q, k, v, segment_ids, branch_ids):
     # The kernel is per example with heads leading, [N, T, H] and [K, S, H]: vmapped over rows,
     # over this device's query heads (all, or its share under a mesh).
-    kernel = _splash_kernel(length, q.shape[2], block, layout.is_causal, logit_cap, interpret)
-    run = jax.vmap(lambda q, k, v, q_ids, kv_ids: kernel(q, k, v, splash.SegmentIds(q_ids, kv_ids)))
+    spec = _SplashSpec(length, q.shape[2], block, layout.is_causal, logit_cap, interpret)
+    pass_ids = _splash_ids(Layout(segment_ids, branch_ids, layout.is_causal))
     heads_first = [jnp.swapaxes(x, 1, 2) for x in (q, k, v)]  # [B, N, T, H], [B, K, S, H] x2
-    passes = [run(*heads_first, q_ids, kv_ids)
-              for q_ids, kv_ids in _splash_ids(Layout(segment_ids, branch_ids, layout.is_causal))]
-    if len(passes) == 1:
-      out = passes[0][0]
-    else:
-      (out_a, (lse_a,)), (out_b, (lse_b,)) = passes
-      out = _merge_by_logsumexp(out_a, lse_a, out_b, lse_b)
-    return jnp.swapaxes(out, 1, 2).astype(q.dtype)  # [B, T, N, H]
+    out = jax.vmap(functools.partial(_splash_layout_attention, spec))(*heads_first, pass_ids)
+    return jnp.swapaxes(out, 1, 2)  # [B, T, N, H]
 
   return _over_context_mesh(per_device, q, k, v, layout.segment_ids, layout.branch_ids)
 
@@ -443,11 +508,16 @@ def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: jax.Array, *,
            scale: float | jax.Array, logit_cap: float | None = None,
-           window: jax.Array | int | None = None, implementation: str = "xla",
-           bias: jax.Array | None = None, query_index: jax.Array | None = None) -> jax.Array:
+           window: jax.Array | int | None = None, windows: tuple[int, ...] | None = None,
+           implementation: str = "xla", bias: jax.Array | None = None,
+           query_index: jax.Array | None = None) -> jax.Array:
   """q [B, T, N, H], k/v [B, S, K, H] under `layout` -> [B, T, N, H].
 
   `scale` multiplies the logits: a constant, or a layer's own traced scalar under a scan.
+
+  `window`: a sliding window (keys fewer than `window` positions back), a constant or a scanned
+  layer's own traced scalar; `windows`: the values a traced one may take (the model's, static),
+  which splash needs (`_splash_by_window`).
 
   `query_index` [B, P]: q holds only the queries of those tokens ([B, P, N, H], e.g. the
   positions a reward is read at, in a model's last layer) -> [B, P, N, H]; "xla" only.
@@ -480,10 +550,39 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layout, positions: 
                                  implementation="cudnn")
   if implementation == "splash":
     if window is not None:
-      raise ValueError("splash attention has no sliding window here; use xla")
+      return _splash_by_window(q, k, v, layout, positions, scale=scale, logit_cap=logit_cap,
+                               window=window, windows=windows)
     return splash_attention(q, k, v, layout, scale=scale, logit_cap=logit_cap)
   raise ValueError(f"unknown attention implementation {implementation!r}; "
                    f"one of {', '.join(IMPLEMENTATIONS[1:])}")
+
+
+def _splash_by_window(q, k, v, layout, positions, *, scale, logit_cap, window, windows):
+  """A sliding-window layer with "splash": splash where the window covers the row, xla where it
+  is shorter.
+
+  Within a row a key a token sees is fewer positions back than tokens back (a packed branch's
+  positions skip its siblings), so fewer than T: a window of at least T tokens cuts nothing, and
+  splash computes the layer as it computes a full one. A shorter window follows positions, which
+  splash's local mask (`splash.LocalMask`, by token index) cannot: a later branch's tokens see
+  the prefix as if their siblings were not there, farther back in tokens than in positions. Those
+  layers run xla, as rows that are not block multiples do. A traced (scanned) window picks
+  between the two by `jax.lax.cond`, when the model's `windows` hold both kinds; one kind is
+  decided at trace time."""
+  length = q.shape[1]
+  if isinstance(window, (int, np.integer)):
+    windows = (int(window),)
+  elif windows is None:
+    raise ValueError("splash attention under a traced sliding window needs `windows`, the values "
+                     "it may take")
+  run_splash = lambda: splash_attention(q, k, v, layout, scale=scale, logit_cap=logit_cap)
+  run_xla = lambda: attend(q, k, v, layout, positions, scale=scale, logit_cap=logit_cap,
+                           window=window, implementation="xla")
+  if min(windows) >= length:
+    return run_splash()
+  if max(windows) < length:
+    return run_xla()
+  return jax.lax.cond(window < length, run_xla, run_splash)
 
 
 def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None,
@@ -491,17 +590,20 @@ def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None
   """The concrete implementation for a model: `implementation`, or for "auto" the fastest that
   supports it on `backend` ("cpu", "gpu", "tpu").
 
-  "auto": cuDNN on GPU in bfloat16/float16 without soft-capping; splash on TPU without sliding
-  windows (causal models and encoders alike); else xla. A model with an additive position bias
-  (`has_position_bias`: DeBERTa) runs xla only. An explicit choice that cannot run the model is a
-  ValueError saying why.
+  "auto": cuDNN on GPU in bfloat16/float16 without soft-capping; splash on TPU (causal models and
+  encoders alike, soft-capped or with sliding windows; `_splash_by_window`); else xla. The same
+  for scoring and training: both kernels have their backward pass. A model with an additive
+  position bias (`has_position_bias`: DeBERTa) runs xla only. An explicit choice that cannot run
+  the model is a ValueError saying why.
   """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f"unknown attention implementation {implementation!r}; "
                      f"one of {', '.join(IMPLEMENTATIONS)}")
-  del is_causal  # both kernels handle causal models and encoders
+  # Both kernels handle causal models and encoders, and sliding windows (cuDNN in its dense
+  # mask; splash where the window covers the row, xla in the layers where it does not).
+  del is_causal, has_windows
   cudnn_refusal = _cudnn_refusal(backend, dtype, logit_cap)
-  splash_refusal = _splash_refusal(backend, has_windows)
+  splash_refusal = _splash_refusal(backend)
   if has_position_bias:
     cudnn_refusal = splash_refusal = (
         "this model adds a relative-position bias to its attention logits (DeBERTa), which only "
@@ -518,21 +620,6 @@ def resolve(implementation: str, *, backend: str, dtype, logit_cap: float | None
   return implementation
 
 
-# Splash here runs forward only: its kernel returns the log-sum-exp by which a causal row's two
-# passes are merged (`splash_attention`), and splash's backward takes no such residual.
-SPLASH_FORWARD_ONLY = ("splash attention runs forward only here (scoring and the probes); a "
-                       "training step needs xla, or cudnn on GPU")
-
-
-def for_training(implementation: str, backend: str) -> str:
-  """What a training step runs for `implementation` on `backend`: "auto" trains with xla on a
-  TPU (where it would score with splash), anything else as asked; splash is refused
-  (`SPLASH_FORWARD_ONLY`)."""
-  if implementation == "splash":
-    raise ValueError(SPLASH_FORWARD_ONLY)
-  return "xla" if implementation == "auto" and backend == "tpu" else implementation
-
-
 def _cudnn_refusal(backend: str, dtype, logit_cap: float | None) -> str | None:
   """Why cuDNN cannot run this model, or None."""
   if backend != "gpu":
@@ -544,11 +631,9 @@ def _cudnn_refusal(backend: str, dtype, logit_cap: float | None) -> str | None:
   return None
 
 
-def _splash_refusal(backend: str, has_windows: bool) -> str | None:
+def _splash_refusal(backend: str) -> str | None:
   """Why splash cannot run this model, or None. Off TPU it runs interpreted: allowed on cpu,
   where tests run it, refused on gpu, where it would be a slow surprise."""
   if backend == "gpu":
     return "splash attention is a TPU kernel; on gpu use cudnn or xla"
-  if has_windows:
-    return "splash attention has no sliding windows; use xla"
   return None

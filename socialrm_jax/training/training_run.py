@@ -19,7 +19,6 @@ from absl import logging
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import default_model, reward_model
 from socialrm_jax.runtime import distributed, provenance
 from socialrm_jax.runtime import mesh as mesh_lib
@@ -59,8 +58,6 @@ def check(settings: Any) -> None:
       raise InputError(f"--{name} must be 0 or more, got {getattr(settings, name)}")
   if settings.max_steps == 0 and settings.epochs < 1:
     raise InputError("--epochs must be at least 1 when --max_steps is 0")
-  if settings.attention == "splash":
-    raise InputError(f"--attention=splash: {attention_lib.SPLASH_FORWARD_ONLY}")
   if not 0 <= settings.eval_fraction < 1:
     raise InputError(f"--eval_fraction must be in [0, 1), got {settings.eval_fraction}")
   optimizer.OptimizerConfig.of(settings).check()
@@ -69,10 +66,9 @@ def check(settings: Any) -> None:
 
 
 def load_base(settings: Any, mesh) -> trainable.TrainModel:
-  """The base `settings.model` to train, on `mesh`, with the attention training runs."""
+  """The base `settings.model` to train, on `mesh`, with `--attention` (resolved at load)."""
   return trainable.load_base(settings.model, dtype=settings.dtype, mesh=mesh, seed=settings.seed,
-                             attention=attention_lib.for_training(
-                                 settings.attention, mesh.devices.flat[0].platform))
+                             attention=settings.attention)
 
 
 def export_pad_token_id(settings: Any, model: trainable.TrainModel, tokenizer) -> int:

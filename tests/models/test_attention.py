@@ -168,6 +168,71 @@ def test_queries_at_picked_tokens_give_those_rows_of_the_whole_attention(is_caus
   assert diff <= TOLERANCE
 
 
+# Gradients against xla's: both sum the same float32 products in other orders (splash by blocks
+# of keys, its passes merged), so they differ by rounding that grows with the terms a gradient
+# entry sums (G x T products of unit-scale operands, here at most 2 x 128) times float32's
+# epsilon (1.2e-7), about 3e-5 in the worst case; a parameter's gradient sums B x T tokens'
+# worth of such terms, whose rounding errors mostly cancel (random signs). 1e-4 leaves room for
+# that and no more: a wrong term in the backward pass is of the gradient's own size (~1).
+GRADIENT_TOLERANCE = 1e-4
+
+
+def values_and_gradients(attend, q, k, v):
+  """attend(q, k, v) [B, T, N, H] and the gradients of a fixed random projection of it."""
+  weights = jnp.asarray(np.random.default_rng(8).normal(size=q.shape), jnp.float32)
+  out, pullback = jax.vjp(attend, q, k, v)
+  return out, pullback(weights)
+
+
+def assert_close(got, expected, label):
+  (out, grads), (want, want_grads) = got, expected
+  diffs = [max_diff(out, want)] + [max_diff(a, b) for a, b in zip(grads, want_grads)]
+  print(f"{label}: out, d q, d k, d v max abs diff {diffs}")
+  assert diffs[0] <= TOLERANCE and max(diffs[1:]) <= GRADIENT_TOLERANCE, diffs
+
+
+@pytest.mark.parametrize("is_causal, kv_heads, logit_cap", [
+    (True, 1, 30.0),   # packed prefix + branches: two passes merged; GQA (2 heads a group)
+    (False, 2, None),  # an encoder: one pass
+])
+def test_splash_gradients_interpreted_match_xla(is_causal, kv_heads, logit_cap):
+  """Splash's backward kernels from the merged passes' output and log-sum-exp: values and
+  gradients of q, k and v equal xla's, on packed rows with a padding tail and an all-padding
+  row."""
+  q, k, v, layout, positions = random_case(7, rows=3, length=128, heads=2, kv_heads=kv_heads,
+                                           is_causal=is_causal)
+  splash = lambda q, k, v: attention.splash_attention(q, k, v, layout, scale=SCALE,
+                                                      logit_cap=logit_cap, interpret=True)
+  xla = lambda q, k, v: reference(q, k, v, layout, positions, logit_cap=logit_cap)
+  assert_close(jax.jit(functools.partial(values_and_gradients, splash))(q, k, v),
+               values_and_gradients(xla, q, k, v),
+               f"splash gradients, causal={is_causal} kv_heads={kv_heads} cap={logit_cap}")
+
+
+def test_splash_under_a_scanned_window_matches_xla():
+  """A traced window (a scanned layer's own) among the model's windows: one that covers the row
+  (Gemma 2's 4096 against rows of 128) runs splash, a shorter one (6 positions, in segments of
+  about 18 tokens) xla, in one program; both equal xla's windowed attention, values and gradients,
+  soft-capped and GQA."""
+  q, k, v, layout, positions = random_case(7, rows=3, length=128, heads=2, kv_heads=1,
+                                           is_causal=True)
+  windows = (6, 4096)
+
+  @jax.jit
+  def windowed(q, k, v, window):
+    return values_and_gradients(lambda q, k, v: attention.attend(
+        q, k, v, layout, positions, scale=SCALE, logit_cap=30.0, window=window, windows=windows,
+        implementation="splash"), q, k, v)
+
+  program = str(jax.make_jaxpr(windowed)(q, k, v, jnp.int32(6)))
+  assert "cond" in program and "pallas_call" in program
+  for window in windows:
+    xla = lambda q, k, v, window=window: reference(q, k, v, layout, positions, logit_cap=30.0,
+                                                   window=window)
+    assert_close(windowed(q, k, v, jnp.int32(window)), values_and_gradients(xla, q, k, v),
+                 f"splash under window {window}")
+
+
 def test_splash_merge_gives_an_empty_pass_no_weight():
   """A query whose prefix pass saw nothing (splash's lse is then about its mask value, and its
   output an average of masked values) takes the other pass's output exactly, NaN or not."""
@@ -175,8 +240,10 @@ def test_splash_merge_gives_an_empty_pass_no_weight():
   lse_b = jnp.full((1, 1, 1), 3.0)
   for junk in (1e3, jnp.nan):
     out_a = jnp.full((1, 1, 1, 4), junk)
-    merged = attention._merge_by_logsumexp(out_a, jnp.full((1, 1, 1), -2.38e38), out_b, lse_b)
+    merged, lse = attention._merge_by_logsumexp(out_a, jnp.full((1, 1, 1), -2.38e38), out_b,
+                                                lse_b)
     np.testing.assert_array_equal(np.asarray(merged), np.asarray(out_b))
+    np.testing.assert_array_equal(np.asarray(lse), np.asarray(lse_b))
 
 
 def test_splash_falls_back_to_xla_when_rows_are_not_block_multiples():
@@ -193,8 +260,9 @@ def test_attend_refuses_what_a_kernel_cannot_compute():
   with pytest.raises(ValueError, match="soft-capping"):
     attention.attend(q, k, v, layout, positions, scale=SCALE, logit_cap=50.0,
                      implementation="cudnn")
-  with pytest.raises(ValueError, match="sliding window"):
-    attention.attend(q, k, v, layout, positions, scale=SCALE, window=4, implementation="splash")
+  with pytest.raises(ValueError, match="traced sliding window needs `windows`"):
+    jax.jit(lambda window: attention.attend(q, k, v, layout, positions, scale=SCALE,
+                                            window=window, implementation="splash"))(4)
   with pytest.raises(ValueError, match="unknown attention implementation"):
     attention.attend(q, k, v, layout, positions, scale=SCALE, implementation="auto")
 
@@ -211,7 +279,7 @@ _MODEL = dict(logit_cap=None, has_windows=False, is_causal=True)
     ("tpu", jnp.bfloat16, {}, "splash"),
     ("tpu", jnp.float32, dict(is_causal=False), "splash"),
     ("tpu", jnp.bfloat16, dict(logit_cap=50.0), "splash"),
-    ("tpu", jnp.bfloat16, dict(has_windows=True), "xla"),
+    ("tpu", jnp.bfloat16, dict(has_windows=True), "splash"),  # xla where a window is shorter
     ("cpu", jnp.bfloat16, {}, "xla"),
     ("cpu", jnp.float32, {}, "xla"),
 ])
@@ -223,7 +291,6 @@ def test_resolve_auto(backend, dtype, model, expected):
     ("cudnn", "gpu", jnp.float32, {}, "needs bfloat16 or float16, not float32"),
     ("cudnn", "gpu", jnp.bfloat16, dict(logit_cap=50.0), "no logit soft-capping"),
     ("cudnn", "tpu", jnp.bfloat16, {}, "runs on gpu, not tpu"),
-    ("splash", "tpu", jnp.bfloat16, dict(has_windows=True), "no sliding windows"),
     ("splash", "gpu", jnp.bfloat16, {}, "TPU kernel"),
     ("flash", "gpu", jnp.bfloat16, {}, "unknown attention implementation 'flash'"),
 ])
@@ -278,14 +345,6 @@ def test_splash_under_a_mesh_runs_per_device():
   assert len(diffs) == 2 and max(diffs) <= TOLERANCE, diffs
 
 
-def test_training_never_runs_the_forward_only_splash_kernel():
-  assert attention.for_training("auto", "tpu") == "xla"
-  assert attention.for_training("auto", "gpu") == "auto"  # resolved at load: cudnn or xla
-  assert attention.for_training("cudnn", "gpu") == "cudnn"
-  with pytest.raises(ValueError, match="forward only"):
-    attention.for_training("splash", "tpu")
-
-
 def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it():
   """Under the default remat policy the backward pass transposes nothing it recomputes:
   attention's output is kept token-major, as the output projection reads it, so that projection's
@@ -311,3 +370,40 @@ def test_scanned_layers_keep_attentions_output_as_the_output_projection_reads_it
   program = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, weights).compile().as_text()
   assert "rematted_computation" in program  # the policy recomputes what it does not keep
   assert "rematted_computation/transpose" not in program
+
+
+def test_a_windowed_decoder_trains_with_splash_as_with_xla():
+  """Gemma 2's alternating layers (a window of 4 positions, then full attention) scanned, on
+  packed rows of 128: with splash, the local layers run xla and the global ones splash (chosen per
+  layer by the scanned window), and the rewards and the parameters' gradients equal the xla
+  model's."""
+  from flax import nnx
+  from socialrm_jax.models import decoder
+  config = decoder.Config(
+      architecture="Gemma2ForSequenceClassification", head="score", num_labels=1,
+      pad_token_id=0, variant="gemma2", vocab_size=64, hidden_size=32, intermediate_size=64,
+      num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16, rms_norm_eps=1e-6,
+      activation="gelu_pytorch_tanh", unit_offset_norm=True, sandwich_norms=True,
+      attn_logit_softcap=50.0, layer_windows=(4, None))
+  _, _, _, layout, positions = random_case(7, rows=2, length=128, heads=2, kv_heads=1,
+                                           is_causal=True)
+  ids = jnp.asarray(np.random.default_rng(9).integers(1, 64, size=(2, 128)), jnp.int32)
+
+  def rewards_and_gradients(implementation):
+    graphdef, state = nnx.split(decoder.Model(config, attention=implementation))
+
+    def loss(state):
+      model = nnx.merge(graphdef, state)
+      rewards = model.head(model(ids, positions, layout))  # [B, T, 1]
+      return jnp.sum(jnp.sin(rewards)), rewards
+
+    step = jax.value_and_grad(loss, has_aux=True)
+    program = str(jax.make_jaxpr(step)(state))
+    assert ("pallas_call" in program and "cond" in program) == (implementation == "splash")
+    (_, rewards), grads = jax.jit(step)(state)
+    return rewards, jax.tree.leaves(grads)
+
+  (got, got_grads), (want, want_grads) = (rewards_and_gradients(name) for name in ("splash", "xla"))
+  diffs = [max_diff(got, want)] + [max_diff(a, b) for a, b in zip(got_grads, want_grads)]
+  print(f"windowed decoder, splash against xla: rewards and gradients max abs diff {max(diffs):.2e}")
+  assert diffs[0] <= TOLERANCE and max(diffs[1:]) <= GRADIENT_TOLERANCE, diffs

@@ -340,10 +340,3 @@ def test_an_update_that_overflows_the_weights_is_caught_before_its_checkpoint(ba
   assert not (out / "checkpoints" / "1").exists() and not (out / train.MODEL_DIR).exists()
   rows = _strict_json_rows(out / train.METRICS_FILE)
   assert [r["step"] for r in rows] == [1] and math.isfinite(rows[0]["loss"])
-
-
-def test_splash_attention_is_refused_for_training_naming_the_flag(tmp_path):
-  # Splash runs forward only here: the check says so before anything loads.
-  run = settings(tmp_path / "base", "pairs.jsonl", tmp_path / "out", attention="splash")
-  with pytest.raises(InputError, match="--attention=splash: splash attention runs forward only"):
-    train.check(run)

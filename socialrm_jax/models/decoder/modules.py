@@ -60,6 +60,7 @@ class Attention(nnx.Module):
     k = layers.apply_rope(k, positions, inv_freq)
     out = attention_lib.attend(q, k, v, layout, positions, scale=self.config.attention_scale,
                                logit_cap=self.config.attn_logit_softcap, window=window,
+                               windows=layer_window_values(self.config),
                                implementation=self.implementation,
                                query_index=output_index)  # [B, T or P, N, H]
     return self.o_proj(out)  # [B, T or P, D]
@@ -197,6 +198,13 @@ class Model(trunk.FamilyModel):
         logits = self.lm_head(hidden)
       return attention_lib.soft_cap(logits, self.config.final_logit_softcap)
     return hidden
+
+
+def layer_window_values(config: Config) -> tuple[int, ...] | None:
+  """The distinct values of `layer_window_array` (static: a kernel that needs its window when it
+  is traced chooses among them), or None."""
+  windows = layer_window_array(config)
+  return None if windows is None else tuple(sorted(set(windows.tolist())))
 
 
 def layer_window_array(config: Config) -> np.ndarray | None:
