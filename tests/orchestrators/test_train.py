@@ -22,7 +22,6 @@ command for the resume after kill -9).
   train_metrics.jsonl, under transformers' names, at its step.
 """
 
-import dataclasses
 import json
 import math
 import pathlib
@@ -39,6 +38,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
+from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import train
@@ -62,7 +62,7 @@ def settings(base_folder, data, out, **overrides):
                 max_steps=24, batch_size=8, learning_rate=1e-3, seed=0, checkpoint_every=8,
                 eval_fraction=0.2, log_every=4, max_length=128)
   values.update(overrides)
-  return train.Settings(**values)
+  return settings_lib.from_config(train.TrainConfig, values)
 
 
 @pytest.fixture(scope="module")
@@ -298,14 +298,14 @@ def test_a_larger_max_steps_extends_a_finished_run_and_other_changes_are_refused
   shutil.copytree(trained, run_dir)
   longer = settings(folder, data, run_dir, eval_every=8, checkpoint_steps=(0, 2), max_steps=32)
   with pytest.raises(InputError, match=r"other settings \(--learning_rate\); use a new"):
-    train.run(dataclasses.replace(longer, learning_rate=2e-3))
+    train.run(settings_lib.replace(longer, learning_rate=2e-3))
   with pytest.raises(InputError, match=r"give 16 steps, but .* holds a run of 24 steps "
                      r"\(checkpoint at step 24\): a run is extended, never shortened"):
-    train.run(dataclasses.replace(longer, max_steps=16))
+    train.run(settings_lib.replace(longer, max_steps=16))
   capsys.readouterr()
   train.run(longer)
   said = capsys.readouterr().out
-  peak = longer.learning_rate
+  peak = longer.optimizer.learning_rate
   assert ("extending the run from 24 to 32 steps: resuming from step 24; the learning rate follows "
           "the linear schedule recomputed for 32 steps, from step 24 on (learning rate "
           f"{peak * (1 - 24 / 32):.4g} there)") in said

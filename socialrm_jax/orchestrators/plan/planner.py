@@ -58,8 +58,8 @@ class PlanSettings:
       "--dtype, --mesh, --attention and the training flags below.")
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
                                                   flags_of=PLANNED_SCORING, compilation_cache="")
-  training: train_command.Settings = settings.group(
-      train_command.Settings, flags_of=plan_training.PLANNED_TRAINING,
+  training: train_command.TrainConfig = settings.group(
+      train_command.TrainConfig, flags_of=plan_training.PLANNED_TRAINING,
       lora_rank=plan_training.PLAN_LORA_RANK)
 
 
