@@ -111,6 +111,8 @@ def test_a_tiny_grid_end_to_end_and_a_rerun_skips_it(tmp_path):
   assert sorted((r["base"], r["step"]) for r in grid["rows"]) == [
       ("gemma2", 0), ("gemma2", 2), ("llama", 0), ("llama", 2)]
   assert grid["tests"]["final"]["n"] == [1, 1]
+  # The tiny preset's --max_length holds every pair: each run's record says none was dropped or cut.
+  assert {(r["pairs_dropped"], r["prompts_cut"]) for r in grid["rows"]} == {(0, 0)}
   for row in grid["rows"]:
     probe = json.loads((tmp_path / "grid" / "runs" / row["run"] / "probe" / str(row["step"]) /
                         "probe.json").read_text())

@@ -105,7 +105,8 @@ def test_error_refuses_the_run_naming_the_first_long_pair(base, tmp_path):
     train.run(config(folder, data, tmp_path / "run", truncation="error"))
   line = str(refused.value)
   assert "\n" not in line
-  assert line.startswith(f"--data: pair {LONG_IDS[0]!r}: its chosen conversation is ")
+  # Its rejected transcript is the longer: the pizza reply has more tokens than the other.
+  assert line.startswith(f"--data: pair {LONG_IDS[0]!r}: its rejected conversation is ")
   assert line.endswith(f"tokens, over --max_length={MAX_LENGTH} (--truncation=error); "
                        "--truncation=drop leaves such pairs out, --truncation=left cuts their "
                        "prompts from the left")
