@@ -294,9 +294,10 @@ def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: i
       shutil.rmtree(model, ignore_errors=True)  # probed: a study base's export is its size
     rows.append({"run": run.name, "source": run.source, "base": run.base, "family": run.family,
                  "quantity": quantity, "seed": run.seed, "step": step, "total_steps": total,
-                 # The run's training pairs over --max_length (train.py --truncation).
-                 "pairs_dropped": long_pairs.get("dropped", 0),
-                 "prompts_cut": long_pairs.get("prompt_cut", 0),
+                 # The run's training pairs over --max_length (socialrm-train's --truncation);
+                 # None: trained before its manifest counted them.
+                 "pairs_dropped": long_pairs.get("dropped"),
+                 "prompts_cut": long_pairs.get("prompt_cut"),
                  "eval_accuracy": manifest.get("final_eval", {}).get("eval_accuracy")
                  if step == total else None,
                  **ablation.agency_minus_communion(result)})

@@ -114,9 +114,8 @@ def fit_pairs(tokenizer: Tokenizer, pairs: Sequence[Pair], *, max_length: int, t
   its prompt cut from the left ("left": the scorer's truncation, both responses whole; a pair
   whose responses alone are over is dropped), or refuses the run naming it and `--flag`'s data
   ("error")."""
-  if truncation not in TRUNCATION_MODES:
-    raise InputError(f"--truncation must be one of {', '.join(TRUNCATION_MODES)}, got "
-                     f"{truncation!r}")
+  if truncation not in TRUNCATION_MODES:  # the flag's choices; `training_run.check` names it
+    raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
   whole = encode_pairs(Templater(tokenizer, is_causal=True, max_length=sys.maxsize), pairs)
   cutter = Templater(tokenizer, is_causal=True, max_length=max_length, truncation="left")
   kept, items, dropped, cut = [], [], [], []
