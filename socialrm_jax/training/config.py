@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from socialrm_jax.base import settings
+from socialrm_jax.models import trunk
 from socialrm_jax.scoring import engine
 from socialrm_jax.training import pair_batches
 from socialrm_jax.training.optimizer import OptimizerConfig
@@ -119,6 +120,10 @@ class TrainConfig:
   # Default xla: the kernel whose gradients under the packed masks the tests check (auto picks
   # cuDNN on GPU in bfloat16, splash on TPU; their gradients are not checked here).
   attention: str = settings.field_of(engine.ScoringOptions, "attention", default="xla")
+  remat_policy: str = settings.field(
+      "auto", "What the layers' backward pass keeps, the rest recomputed (MaxText's remat_policy; "
+      "models/trunk.py): auto, save_projections_and_attention, save_dots, full (nothing: least "
+      "memory) or none (everything).", choices=trunk.REMAT_POLICY_NAMES)
 
   def to_json(self) -> dict[str, Any]:
     """The settings by flag name (the manifest's `settings`, which a resume compares)."""

@@ -77,7 +77,8 @@ def load_base(config: TrainConfig, mesh) -> trainable.TrainModel:
   """The base `config.model` to train, on `mesh`, with the attention training runs."""
   return trainable.load_base(config.model, dtype=config.dtype, mesh=mesh, seed=config.seed,
                              attention=attention_lib.for_training(
-                                 config.attention, mesh.devices.flat[0].platform))
+                                 config.attention, mesh.devices.flat[0].platform),
+                             remat_policy=config.remat_policy)
 
 
 def export_pad_token_id(config: TrainConfig, model: trainable.TrainModel, tokenizer) -> int:

@@ -43,7 +43,7 @@ from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
-from socialrm_jax.training import divergence
+from socialrm_jax.training import divergence, training_run
 from tests.helpers.model_fixtures import pad_rows
 from tests.helpers.preference_fixtures import write_learnable_pairs
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
@@ -347,3 +347,11 @@ def test_splash_attention_is_refused_for_training_naming_the_flag(tmp_path):
   run = settings(tmp_path / "base", "pairs.jsonl", tmp_path / "out", attention="splash")
   with pytest.raises(InputError, match="--attention=splash: splash attention runs forward only"):
     train.check(run)
+
+
+def test_the_remat_policy_setting_reaches_the_loaded_model_and_a_bad_name_is_refused(base, tmp_path):
+  folder, data = base
+  config = settings(folder, data, tmp_path / "out", remat_policy="full")
+  assert training_run.load_base(config, train.training_mesh(config)).module.remat_policy == "full"
+  with pytest.raises(InputError, match="remat_policy='keep_all': use one of auto, "):
+    settings(folder, data, tmp_path / "out", remat_policy="keep_all")

@@ -146,7 +146,8 @@ def run(config: PlanSettings) -> dict[str, Any]:
   steps = []
   if trainings:
     train_setup = plan_training.job_setup(setup)  # socialrm-train's mesh spans the job
-    model = plan_training.abstract_train_model(train_setup, hf_config, source)
+    model = plan_training.abstract_train_model(train_setup, hf_config, source,
+                                               config.training.remat_policy)
     steps = [plan_training.compile_training(train_setup, model, settings)
              for settings in trainings]
   projected = None

@@ -42,15 +42,17 @@ from socialrm_jax.training import train_step as train_step_lib
 MODES = ("full", "lora")
 # The settings of socialrm-train a plan takes as its own flags; the rest (max_length, dtype, mesh,
 # attention) are the plan's scoring flags of the same names.
-PLANNED_TRAINING = ("row_length", "batch_size", "lora_rank", "lora_alpha", "lora_targets")
+PLANNED_TRAINING = ("row_length", "batch_size", "lora_rank", "lora_alpha", "lora_targets",
+                    "remat_policy")
 # A plan's LoRA rank unless --lora_rank says (socialrm-train's own default, 0, trains in full).
 PLAN_LORA_RANK = 16
 
 
-def abstract_train_model(setup: compiler.Setup, hf_config: dict,
-                         source: str) -> trainable.TrainModel:
+def abstract_train_model(setup: compiler.Setup, hf_config: dict, source: str,
+                         remat_policy: str = "auto") -> trainable.TrainModel:
   """The base `trainable.load_base` would give for `hf_config`, abstract, on the plan's mesh: a
-  one-output score head (a causal LM gets a new one, as the loader gives it, unsplit)."""
+  one-output score head (a causal LM gets a new one, as the loader gives it, unsplit), its layers
+  keeping `remat_policy`'s residuals for the backward pass."""
   config, family = setup.config, setup.family
   if config.reward_head is not None or (
       config.head == "score" and config.num_labels != 1) or config.head not in ("score", "lm"):
@@ -63,7 +65,8 @@ def abstract_train_model(setup: compiler.Setup, hf_config: dict,
     config = dataclasses.replace(
         config, head="score", num_labels=1,
         architecture=trainable.sequence_classifier(config.architecture, family))
-  module = reward_model.abstract_module(family, config, setup.dtype, setup.attention)
+  module = reward_model.abstract_module(family, config, setup.dtype, setup.attention,
+                                        remat_policy)
   weights.abstract_params(module, family.weight_sources(config), setup.mesh)
   params = {p: v.get_value() for p, v in weights.param_paths(module).items()}
   if new_head:  # placed as load_base places the head it draws
@@ -139,7 +142,8 @@ def command_flags(config: train.TrainConfig) -> str:
   """The socialrm-train flags that make the planned step."""
   pairs, lora = config.pairs, config.lora
   flags = [f"--dtype={config.dtype}", f"--max_length={pairs.max_length}",
-           f"--row_length={pairs.row_length}", f"--attention={config.attention}"]
+           f"--row_length={pairs.row_length}", f"--attention={config.attention}",
+           f"--remat_policy={config.remat_policy}"]
   if config.mesh:
     flags.append(f"--mesh={config.mesh}")
   if lora.enabled:
