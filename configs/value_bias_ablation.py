@@ -37,7 +37,7 @@ from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators.ablation import ablation_config
 
-# `config.train` is `socialrm-train`'s settings (orchestrators/train.py `Settings`), by its flags'
+# `config.train` is `socialrm-train`'s settings (training/config.py `TrainConfig`), by its flags'
 # names; a name of no setting is refused.
 STUDY_TRAIN = dict(lora_rank=32, lora_alpha=64.0, learning_rate=1e-5, epochs=2, batch_size=16,
                    max_length=1024, dtype="bfloat16", eval_fraction=0.05, warmup_steps=0,

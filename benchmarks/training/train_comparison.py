@@ -49,7 +49,7 @@ def computed_slots(model: pathlib.Path, rows: list[dict], preset: Preset, seed: 
   encoded = pair_batches.encode_pairs(templater, [
       pair_batches.Pair(str(i), row["prompt"], row["chosen"], row["rejected"])
       for i, row in enumerate(rows)])
-  layout = pair_batches.pair_packing(train.Settings().row_length, preset.max_length,
+  layout = pair_batches.pair_packing(train.TrainConfig().pairs.row_length, preset.max_length,
                                      "gpu" if on_gpu() else "cpu", 1)
   order = training_order(len(rows), preset, seed)
   ours = trl = 0

@@ -14,7 +14,7 @@ The names a keyword takes are the command's: `audit`'s are the audit config's fi
 `metrics={"n_resamples": 200}` for `--config.metrics.n_resamples`) and the model's scoring
 settings (`engine.ScoringOptions`: `max_length=512` for `--config.models.<name>.max_length`);
 `score`'s are `ScoringOptions`, as `socialrm-score`'s flags; `train`'s are
-`orchestrators.train.Settings`, as `socialrm-train`'s flags. A name of none of them (or a value
+`training.config.TrainConfig`, as `socialrm-train`'s flags. A name of none of them (or a value
 of another type) is refused, naming it, by the mechanism that reads the commands' config files
 (`base.settings.from_config`).
 
@@ -164,9 +164,9 @@ def train(model: str, data: str | Iterable[str], output_dir: str, **overrides: A
           ) -> TrainResult:
   """Trains a reward model from `model` on `data` (the converter's dataset specs) into
   `output_dir`, as `socialrm-train` does (and resumes or extends a run there, as it does).
-  `overrides`: `orchestrators.train.Settings`' fields, by the flags' names."""
+  `overrides`: `training.config.TrainConfig`'s settings, by the flags' names."""
   data = (data,) if isinstance(data, str) else tuple(data)
-  config = settings.from_config(train_lib.Settings, {
+  config = settings.from_config(train_lib.TrainConfig, {
       **overrides, "model": model, "data": data, "output_dir": str(output_dir)}, source="train()")
   train_lib.check(config)
   errors.check_output_folder(config.output_dir, "output_dir")

@@ -9,7 +9,9 @@ and a help line, and where they apply the choices or `required`). Everything els
   A field holding another settings dataclass made with `group` contributes its fields unprefixed,
   as flags and as the file's keys, so `socialrm-score`'s `--max_length` (and a config file's
   `config.max_length`) is `ScoreSettings.scoring.max_length`; `group` may set that command's own
-  defaults and pick which of the group's fields become flags (the others keep their defaults).
+  defaults and pick which of the group's fields become flags (the others keep their defaults),
+  both by flag name (a group within a group is flattened too: socialrm-train's `--lora_rank` is
+  `TrainConfig.lora.lora_rank`).
   A field made with `nested` (settings of one part: the audit's `metrics`) or `named` (a dict of
   them by name: the audit's `models`) is a group of the config file only, set as
   `--config.<name>.<field>=...` (`--config.models.<key>.max_length=512`); it has no flags.
@@ -20,6 +22,8 @@ and a help line, and where they apply the choices or `required`). Everything els
 - `config_dict(Settings)` / `from_config(Settings, config)`: the same tree of settings as an
   ml_collections `ConfigDict` (every field with its default; a None default becomes a typed
   placeholder, so `--config.models.x.proxy=loglik` still parses) and back, refusing unknown keys.
+- `flat(settings)` / `replace(settings, name=value, ...)`: a command's settings by their flag
+  names, groups flattened (a manifest's record of a run, a caller's change of a few).
 - `parse_arg(arg, key=default, ...)`: a config file's argument string (`--config=FILE:key=v,...`)
   parsed as big_vision's `parse_arg` does: each value typed as its default, defaults for what is
   absent, and an unknown key refused with one line naming it and the known ones.
@@ -97,8 +101,8 @@ def field_of(cls: type, name: str, **default: Any) -> Any:
 def group(cls: type, *, flags_of: Sequence[str] | None = None, **defaults) -> Any:
   """A field holding settings of their own (`cls`), with this command's `defaults`, whose fields
   are the command's flags and config keys unprefixed; `flags_of` names those that are (default:
-  all)."""
-  return dataclasses.field(default_factory=lambda: cls(**defaults),
+  all). Both name settings by their flag names, so a group's own groups' too."""
+  return dataclasses.field(default_factory=lambda: replace(cls(), **defaults),
                            metadata={_FLAGS: None if flags_of is None else tuple(flags_of)})
 
 
@@ -142,19 +146,22 @@ class _Key:
 
 
 def _keys(cls: type, only: Sequence[str] | None = None) -> Iterator[_Key]:
-  """Every key of `cls`'s settings, `group`s flattened, in declaration order."""
+  """Every key of `cls`'s settings, `group`s flattened, in declaration order; `only`: those of
+  these names (a group's name: all of its keys)."""
   hints = typing.get_type_hints(cls)
   for f in dataclasses.fields(cls):
+    kind = _unwrap(hints[f.name])
+    if dataclasses.is_dataclass(kind) and not f.metadata.get(_NESTED):
+      for key in _keys(kind, f.metadata.get(_FLAGS)):
+        if only is None or f.name in only or key.path[-1] in only:
+          yield dataclasses.replace(key, path=(f.name, *key.path))
+      continue
     if only is not None and f.name not in only:
       continue
-    kind = _unwrap(hints[f.name])
     if f.metadata.get(_NESTED):
       by_name = typing.get_origin(kind) is dict
       part = typing.get_args(kind)[1] if by_name else kind
       yield _Key((f.name,), f, kind, part=part, by_name=by_name)
-    elif dataclasses.is_dataclass(kind):
-      for key in _keys(kind, f.metadata.get(_FLAGS)):
-        yield dataclasses.replace(key, path=(f.name, *key.path))
     else:
       yield _Key((f.name,), f, kind, _optional(hints[f.name]))
 
@@ -208,6 +215,23 @@ def _typed_list(name: str, kind: Any, values: list[str] | None) -> Any:
     raise InputError(f"--{name}: each item must be a {element.__name__}, got "
                      f"{','.join(values)}") from None
   return tuple(converted) if typing.get_origin(kind) is tuple else converted
+
+
+def flat(settings: Any) -> dict[str, Any]:
+  """A command's settings by their flag names (`group`s flattened, as its flags and config keys
+  are), in declaration order; `nested` and `named` parts as they are."""
+  return {key.path[-1]: _get_at(settings, key.path) for key in _keys(type(settings))}
+
+
+def replace(settings: S, **values: Any) -> S:
+  """`settings` with the settings named by their flag names (a `group`'s unprefixed, as on the
+  command line) set to `values`; a name of no setting is a TypeError."""
+  keys = {key.path[-1]: key for key in _keys(type(settings))}
+  for name, value in values.items():
+    if name not in keys:
+      raise TypeError(f"{type(settings).__name__} has no setting {name!r}")
+    settings = _replace_at(settings, keys[name].path, value)
+  return settings
 
 
 def _get_at(settings: Any, path: tuple[str, ...]) -> Any:

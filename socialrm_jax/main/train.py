@@ -4,7 +4,7 @@
       --max_steps=200 --batch_size=8 --learning_rate=1e-4 --seed=0 --checkpoint_every=50 \
       [--lora_rank=32 --lora_alpha=64] [--config=configs/FILE.py]
 
-Every flag is a field of `orchestrators.train.Settings` (declared once, with its help; the flags
+Every flag is a field of `training.config.TrainConfig` (declared once, with its help; the flags
 derive from it through `base/settings.py`); a `--config` file (ml_collections, `get_config()`)
 sets any of them by the flag's name, a key of no setting is refused, and a flag given on the
 command line wins over the file. The same command again
@@ -29,9 +29,9 @@ DIVERGED_EXIT_CODE = 3  # as socialrm-score's for a reward that is not finite
 
 @dataclasses.dataclass(frozen=True)
 class TrainCommandSettings:
-  """socialrm-train's settings: the run's (`train.Settings`) and the job's, each a flag and a key
+  """socialrm-train's settings: the run's (`train.TrainConfig`) and the job's, each a flag and a key
   of the --config file by its name."""
-  run: train.Settings = settings.group(train.Settings)
+  run: train.TrainConfig = settings.group(train.TrainConfig)
   job: distributed.DistributedSettings = settings.group(distributed.DistributedSettings)
 
 

@@ -102,7 +102,7 @@ class CheckpointAudit:
 @dataclasses.dataclass(frozen=True)
 class AblationSettings:
   """The grid: socialrm-ablation's flags and its config file's keys (the groups `bases`,
-  `sources`, `train` (`train.Settings`) and `audit` in the file only:
+  `sources`, `train` (`train.TrainConfig`, by its flag names) and `audit` in the file only:
   `--config.train.learning_rate=2e-5`)."""
   output_dir: str = settings.field(None, "Where the grid's runs, table and plot go.",
                                    required=True)
@@ -111,7 +111,7 @@ class AblationSettings:
   seeds: tuple[int, ...] = settings.field((0,), "Training seeds of every (base, source, quantity).")
   bases: dict[str, Base] = settings.named(Base)
   sources: dict[str, Source] = settings.named(Source)
-  train: train.Settings = settings.nested(train.Settings)
+  train: train.TrainConfig = settings.nested(train.TrainConfig)
   audit: CheckpointAudit = settings.nested(CheckpointAudit)
 
 
@@ -176,11 +176,11 @@ def check_config(config: ml_collections.ConfigDict | AblationSettings) -> Ablati
   if config.audit.checkpoints < 1:
     raise InputError(f"config.audit.checkpoints must be at least 1, got "
                      f"{config.audit.checkpoints}")
-  default = train.Settings()
+  default, given = settings.flat(train.TrainConfig()), settings.flat(config.train)
   for name in SET_BY_THE_GRID:
-    if getattr(config.train, name) != getattr(default, name):
+    if given[name] != default[name]:
       raise InputError(f"config.train.{name} is set by the grid itself")
-  train.check(dataclasses.replace(config.train, model="base", data=("data",), output_dir="out"))
+  train.check(settings.replace(config.train, model="base", data=("data",), output_dir="out"))
   return config
 
 
@@ -217,26 +217,30 @@ def write_subsamples(name: str, data: Source | ml_collections.ConfigDict, data_d
 
 
 def total_steps(config: AblationSettings, pairs: int) -> int:
-  """The optimizer steps a run on `pairs` pairs takes, as the trainer counts them (checked against
-  its manifest once trained)."""
-  settings_ = config.train
-  train_index, _ = pair_batches.split_indices(pairs, settings_.eval_fraction, 0)
-  per_epoch = len(train_index) // settings_.batch_size
-  return settings_.max_steps or max(
-      1, settings_.epochs * per_epoch // settings_.gradient_accumulation_steps)
+  """The optimizer steps a run on `pairs` training pairs takes, as the trainer counts them
+  (checked against its manifest once trained)."""
+  return train.total_steps(config.train.loop, pairs,
+                           config.train.optimizer.gradient_accumulation_steps)
+
+
+def training_pairs(config: AblationSettings, pairs: int) -> int:
+  """The training pairs of a run on `pairs` pairs before any is dropped over --max_length: what
+  the held-out split leaves."""
+  train_index, _ = pair_batches.split_indices(pairs, config.train.pairs.eval_fraction, 0)
+  return len(train_index)
 
 
 def train_settings(config: AblationSettings, run: Run, pairs: pathlib.Path,
-                   out: pathlib.Path, checkpoint_steps: tuple[int, ...]) -> train.Settings:
-  return dataclasses.replace(config.train, model=config.bases[run.base].path,
-                             data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
-                             seed=run.seed, checkpoint_steps=checkpoint_steps,
-                             # W&B names the run by its grid key; TensorBoard finds it under
-                             # OUTPUT/runs/<key>/train/logs.
-                             run_name=run.name)
+                   out: pathlib.Path, checkpoint_steps: tuple[int, ...]) -> train.TrainConfig:
+  return settings.replace(config.train, model=config.bases[run.base].path,
+                          data=(f"preference:{pairs}:name={pairs.stem}",), output_dir=str(out),
+                          seed=run.seed, checkpoint_steps=checkpoint_steps,
+                          # W&B names the run by its grid key; TensorBoard finds it under
+                          # OUTPUT/runs/<key>/train/logs.
+                          run_name=run.name)
 
 
-def _is_trained(folder: pathlib.Path, settings: train.Settings) -> bool:
+def _is_trained(folder: pathlib.Path, settings: train.TrainConfig) -> bool:
   """Whether `folder` holds this run finished; a finished run of other settings is refused."""
   path = folder / train.MANIFEST_FILE
   manifest = tables.read_json_object(path) if path.exists() else {}
@@ -257,15 +261,21 @@ def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: i
   """Trains (unless done) and probes one run's checkpoints; returns its rows."""
   folder = out / "runs" / run.name
   train_dir = folder / "train"
-  total = total_steps(config, quantity)
-  steps = ablation.log_spaced_steps(total, config.audit.checkpoints)
-  settings = train_settings(config, run, pairs, train_dir, tuple(steps[:-1]))
-  if not _is_trained(train_dir, settings):
-    train.run(settings)
+  planned = total_steps(config, training_pairs(config, quantity))
+  steps = ablation.log_spaced_steps(planned, config.audit.checkpoints)
+  run_config = train_settings(config, run, pairs, train_dir, tuple(steps[:-1]))
+  if not _is_trained(train_dir, run_config):
+    train.run(run_config)
   manifest = tables.read_json_object(train_dir / train.MANIFEST_FILE)
+  long_pairs = manifest["data"].get("long_pairs", {}).get("train", {})
+  total = total_steps(config, manifest["data"]["train_pairs"])
   if manifest["total_steps"] != total:
     raise RuntimeError(f"{run.name}: the trainer took {manifest['total_steps']} steps, the grid "
                        f"counted {total}")
+  if total != planned:
+    # Pairs over --max_length were dropped, so the run is shorter than its subsample gave: its
+    # checkpoints before its end are audited, and its final model.
+    steps = [step for step in steps[:-1] if step < total] + [total]
   options = config.audit.scoring
   probing = config.audit.probe
   rows = []
@@ -276,7 +286,7 @@ def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: i
       result = tables.read_json_object(probe_dir / "probe.json")
     else:
       if step != total:
-        train.export_checkpoint(settings, step, model)
+        train.export_checkpoint(run_config, step, model)
       result = probe.run(str(model), probe_dir, options, probing, name=f"{run.name}@{step}")
     if not distributed.is_coordinator():  # the rest is process 0's, once all have scored
       continue
@@ -284,6 +294,10 @@ def run_one(config: AblationSettings, run: Run, pairs: pathlib.Path, quantity: i
       shutil.rmtree(model, ignore_errors=True)  # probed: a study base's export is its size
     rows.append({"run": run.name, "source": run.source, "base": run.base, "family": run.family,
                  "quantity": quantity, "seed": run.seed, "step": step, "total_steps": total,
+                 # The run's training pairs over --max_length (socialrm-train's --truncation);
+                 # None: trained before its manifest counted them.
+                 "pairs_dropped": long_pairs.get("dropped"),
+                 "prompts_cut": long_pairs.get("prompt_cut"),
                  "eval_accuracy": manifest.get("final_eval", {}).get("eval_accuracy")
                  if step == total else None,
                  **ablation.agency_minus_communion(result)})

@@ -6,10 +6,10 @@ gradient clipped to a global norm, and accumulated over micro-batches (`optax.Mu
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import optax
 
+from socialrm_jax.base import settings
 from socialrm_jax.base.errors import InputError
 
 SCHEDULES = ("linear", "cosine", "constant")
@@ -41,22 +41,28 @@ def decays(path: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  """The optimizer's settings, by socialrm-train's flag names (transformers' TrainingArguments'):
-  `orchestrators/train.py`'s `Settings` declares them, with their defaults and help."""
-  learning_rate: float
-  lr_schedule: str
-  warmup_steps: int
-  weight_decay: float
-  max_grad_norm: float
-  adam_beta1: float
-  adam_beta2: float
-  adam_epsilon: float
-  gradient_accumulation_steps: int
-
-  @classmethod
-  def of(cls, settings: Any) -> OptimizerConfig:
-    """The optimizer's fields of `settings` (any object with these attributes, by these names)."""
-    return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
+  """The optimizer's settings (transformers' TrainingArguments' names and defaults, TRL's
+  RewardConfig's learning rate), each a flag of socialrm-train by its name (a `settings.group` of
+  `training.config.TrainConfig`)."""
+  learning_rate: float = settings.field(
+      1e-4, "Peak learning rate (TRL's RewardConfig default).")
+  lr_schedule: str = settings.field(
+      "linear", "Decay after warmup: linear (to 0 at the last step), cosine, or constant.",
+      choices=SCHEDULES)
+  warmup_steps: int = settings.field(
+      0, "Optimizer steps of linear warmup from 0.")
+  weight_decay: float = settings.field(
+      0.0, "AdamW's decoupled weight decay (not on biases and norm scales).")
+  max_grad_norm: float = settings.field(
+      1.0, "Global gradient norm clipped to (0: no clipping).")
+  adam_beta1: float = settings.field(
+      0.9, "AdamW's first-moment decay.")
+  adam_beta2: float = settings.field(
+      0.999, "AdamW's second-moment decay.")
+  adam_epsilon: float = settings.field(
+      1e-8, "AdamW's epsilon.")
+  gradient_accumulation_steps: int = settings.field(
+      1, "Micro-batches whose gradients one optimizer step sums (optax.MultiSteps).")
 
   def check(self) -> None:
     """Refuses settings no optimizer can take, one line naming the flag."""

@@ -12,6 +12,11 @@ each in its own segment, rows of one length (`row_length`; a longer pair gets a 
 compiled once each, and computes few padding tokens. The loss and gradients of a step are sums
 over its blocks, divided by its pair count (`training.loss`): the same as one batch's mean.
 
+A pair whose chosen or rejected conversation is over `--max_length` is dropped (TRL's
+RewardTrainer filters such pairs out), or has its prompt cut from the left with both responses
+whole (the scorer's truncation; OpenRLHF's), or refuses the run, by `--truncation`
+(`fit_pairs`); either way what was dropped or cut is counted (`LongPairs`), never silent.
+
 `check_reading_token` refuses, with one line, data whose reward would be read inside the prompt:
 a template that drops the response (the read token lies before the response), or a pad token that
 is also the last token of a conversation (transformers' sequence classifiers read the last token
@@ -24,12 +29,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.scoring import engine, packing
+from socialrm_jax.models.tokenizer import Tokenizer
 from socialrm_jax.scoring.item_tokens import EncodedItem, Templater
 
 # Token fields of a block, each [R, T] int32.
@@ -37,6 +44,9 @@ TOKEN_FIELDS = ("input_ids", "positions", "segment_ids", "branch_ids")
 # A row of T tokens has T / TOKENS_PER_PAIR_SLOT pair slots (a fixed count per row length, so per
 # compiled shape); a row whose slots are full takes no more pairs, however short.
 TOKENS_PER_PAIR_SLOT = 16
+# What becomes of a pair with a conversation over --max_length (socialrm-train's --truncation;
+# "left" and "error" as the scorer's truncation names them).
+TRUNCATION_MODES = ("drop", "left", "error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +92,56 @@ def encode_pairs(templater: Templater, pairs: Sequence[Pair],
              for p in pairs[start:start + chunk]]
     encoded.extend(templater.encode_many(start, items))
   return encoded
+
+
+@dataclasses.dataclass(frozen=True)
+class LongPairs:
+  """The pairs of one set over --max_length: those left out, those whose prompt was cut."""
+  dropped: tuple[str, ...] = ()
+  prompt_cut: tuple[str, ...] = ()
+
+  def record(self) -> dict[str, Any]:
+    """As the manifest and the grid record it: the counts, and the first pair of each."""
+    return {"dropped": len(self.dropped), "prompt_cut": len(self.prompt_cut),
+            "first_dropped": self.dropped[0] if self.dropped else None,
+            "first_prompt_cut": self.prompt_cut[0] if self.prompt_cut else None}
+
+
+def fit_pairs(tokenizer: Tokenizer, pairs: Sequence[Pair], *, max_length: int, truncation: str,
+              flag: str = "data") -> tuple[list[Pair], EncodedPairs, LongPairs]:
+  """(the pairs kept, them encoded, what became of the long ones) under `truncation`: a pair whose
+  chosen or rejected templated conversation is over `max_length` tokens is dropped ("drop"), has
+  its prompt cut from the left ("left": the scorer's truncation, both responses whole; a pair
+  whose responses alone are over is dropped), or refuses the run naming it and `--flag`'s data
+  ("error")."""
+  if truncation not in TRUNCATION_MODES:  # the flag's choices; `training_run.check` names it
+    raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
+  whole = encode_pairs(Templater(tokenizer, is_causal=True, max_length=sys.maxsize), pairs)
+  cutter = Templater(tokenizer, is_causal=True, max_length=max_length, truncation="left")
+  kept, items, dropped, cut = [], [], [], []
+  for pair, item in zip(pairs, whole):
+    lengths = [len(s) for s in item.sequences]
+    if max(lengths) > max_length:
+      role = ("chosen", "rejected")[int(np.argmax(lengths))]
+      if truncation == "error":
+        raise InputError(
+            f"--{flag}: pair {pair.pair_id!r}: its {role} conversation is {max(lengths)} tokens, "
+            f"over --max_length={max_length} (--truncation=error); --truncation=drop leaves such "
+            "pairs out, --truncation=left cuts their prompts from the left")
+      if truncation == "drop":
+        dropped.append(pair.pair_id)
+        continue
+      try:
+        item = encode_pairs(cutter, [pair])[0]
+      except InputError:
+        # The one refusal the cutter adds to the whole encoding's: the responses alone are over
+        # max_length, and a response is never cut.
+        dropped.append(pair.pair_id)
+        continue
+      cut.append(pair.pair_id)
+    kept.append(pair)
+    items.append(item)
+  return kept, EncodedPairs(items, [p.margin for p in kept]), LongPairs(tuple(dropped), tuple(cut))
 
 
 def check_reading_token(encoded: Sequence[EncodedItem], pad_token_id: int | None,

@@ -6,7 +6,7 @@ examples' `train_and_evaluate`).
 position) through the jitted step (`train_step.TrainStep`), and after each step calls the hooks
 due there. Everything else a run does is a hook its caller registers (`add_hook`: every N steps,
 at given steps, at the last step or never there): the metrics rows, evaluation and checkpoints
-(`training/hooks.py`; `orchestrators/train.py` wires them).
+(`training/loop_hooks.py`; `orchestrators/train.py` wires them).
 
 A micro-batch whose loss or gradient norm is NaN or infinite ends the loop at once
 (`divergence.py`): every hook's `diverged` sees the step (the metrics row is written, the
@@ -22,8 +22,9 @@ from typing import Any, Callable, Sequence
 import jax
 
 from socialrm_jax.models import reward_model
-from socialrm_jax.training import divergence, optimizer, pair_batches, trainable
+from socialrm_jax.training import divergence, pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
+from socialrm_jax.training.config import TrainConfig
 
 
 @dataclasses.dataclass
@@ -136,33 +137,39 @@ class Trainer:
 
 
 @dataclasses.dataclass
-class Setup:
-  """What a run trains and with what: the jitted step, the optimizer's schedule, the frozen
-  parameters, LoRA's scale, and the fresh state (what a checkpoint's restore replaces)."""
+class RunSetup:
+  """What a run trains with: the jitted step, the optimizer's learning-rate schedule, the frozen
+  parameters, and the fresh state (what a checkpoint's restore replaces)."""
   step_fn: train_step_lib.TrainStep
   schedule: Any
   frozen: dict
-  lora_scale: float
   state: TrainState
 
 
-def setup(settings: Any, model: trainable.TrainModel, mesh, total_steps: int) -> Setup:
-  """The fresh state of a run of `total_steps` steps. `settings`: socialrm-train's
-  (`orchestrators/train.py`), read by field name: the `optimizer.OptimizerConfig` fields,
-  `lora_rank`, `lora_alpha`, `lora_targets`, `seed`, `dtype`, `center_rewards_coefficient`."""
-  tx, schedule = optimizer.OptimizerConfig.of(settings).build(total_steps)
-  lora = settings.lora_rank > 0
-  trained, frozen = trainable.split_trainable(model.params, lora)
-  adapters = {}
-  if lora:
-    targets = trainable.lora_targets(model, settings.lora_targets)
-    adapters = trainable.init_lora(model, targets, settings.lora_rank, settings.seed)
-  lora_scale = settings.lora_alpha / settings.lora_rank if lora else 1.0
+def build_step(config: TrainConfig, model: trainable.TrainModel, mesh,
+               total_steps: int) -> tuple[train_step_lib.TrainStep, Any]:
+  """(the jitted step, its learning-rate schedule) of a run of `total_steps` optimizer steps: the
+  optimizer `config.optimizer` builds, LoRA's scale, the compute dtype. The one derivation of the
+  step, for the run (`run_setup`) and for `socialrm-plan --train`, which compiles it."""
+  tx, schedule = config.optimizer.build(total_steps)
   step_fn = train_step_lib.TrainStep(
-      model, tx, mesh, dtype=reward_model.model_dtype(settings.dtype), lora_scale=lora_scale,
-      center_rewards_coefficient=settings.center_rewards_coefficient)
+      model, tx, mesh, dtype=reward_model.model_dtype(config.dtype), lora_scale=config.lora.scale,
+      center_rewards_coefficient=config.center_rewards_coefficient)
+  return step_fn, schedule
+
+
+def run_setup(config: TrainConfig, model: trainable.TrainModel, mesh,
+              total_steps: int) -> RunSetup:
+  """The step and fresh state of a run of `total_steps` steps: the trained parameters in float32,
+  LoRA's adapters (A drawn from `config.seed`, B zero) where it trains, the frozen rest."""
+  lora = config.lora
+  trained, frozen = trainable.split_trainable(model.params, lora.enabled)
+  adapters = {}
+  if lora.enabled:
+    targets = trainable.lora_targets(model, lora.lora_targets)
+    adapters = trainable.init_lora(model, targets, lora.lora_rank, config.seed)
+  step_fn, schedule = build_step(config, model, mesh, total_steps)
   trained.update(step_fn.replicated(adapters))
   trained, frozen = step_fn.place(trained), step_fn.place(frozen)  # FSDP: split over the mesh
-  rng = step_fn.replicated(jax.random.key_data(jax.random.key(settings.seed)))
-  return Setup(step_fn, schedule, frozen, lora_scale,
-               TrainState(trained, step_fn.init(trained), rng))
+  rng = step_fn.replicated(jax.random.key_data(jax.random.key(config.seed)))
+  return RunSetup(step_fn, schedule, frozen, TrainState(trained, step_fn.init(trained), rng))

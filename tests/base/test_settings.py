@@ -22,9 +22,9 @@ from tests.helpers.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "socialrm_jax"
 # Settings that share a scoring setting's name but not its meaning: the dtype a checkpoint is
-# stored in (`socialrm-convert-checkpoint --dtype`), and training's compute dtype (its weights and
-# optimizer state stay float32).
-OTHER_MEANINGS = {("main/convert_checkpoint.py", "dtype"), ("orchestrators/train.py", "dtype")}
+# stored in (`socialrm-convert-checkpoint --dtype`), and training's --truncation (the scorer's
+# "left" and "error" for a pair, and TRL's "drop", its default, which a scored item cannot take).
+OTHER_MEANINGS = {("main/convert_checkpoint.py", "dtype"), ("training/config.py", "truncation")}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,9 +107,14 @@ def test_a_tiny_grid_end_to_end_and_a_rerun_skips_it(tmp_path):
   first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
   assert first.returncode == 0, first.stderr[-3000:]
   grid = json.loads((tmp_path / "grid" / "grid.json").read_text())
-  # 2 bases x 8 pairs x 1 seed; 8 pairs in batches of 4 is 2 steps: probed at steps 0 and 2.
+  # 2 bases x 8 pairs x 1 seed. Some of the 8 HH-RLHF transcripts are over the tiny preset's
+  # --max_length=512: dropped by default (TRL's rule), counted in each row, and the run is one
+  # step of 4 pairs, not two; it is probed at step 0 and at its last.
+  for row in grid["rows"]:
+    assert row["pairs_dropped"] > 0 and row["prompts_cut"] == 0
+    assert row["total_steps"] == (8 - row["pairs_dropped"]) // 4 == 1
   assert sorted((r["base"], r["step"]) for r in grid["rows"]) == [
-      ("gemma2", 0), ("gemma2", 2), ("llama", 0), ("llama", 2)]
+      ("gemma2", 0), ("gemma2", 1), ("llama", 0), ("llama", 1)]
   assert grid["tests"]["final"]["n"] == [1, 1]
   for row in grid["rows"]:
     probe = json.loads((tmp_path / "grid" / "runs" / row["run"] / "probe" / str(row["step"]) /

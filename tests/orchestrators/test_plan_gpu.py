@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.orchestrators import train
 from socialrm_jax.orchestrators.plan import compiler, hardware, programs, report, training
@@ -30,7 +31,7 @@ OPTIONS = engine.ScoringOptions(max_length=256, tokens_per_batch=1024, dtype="bf
 # Rows of 128 tokens only (one bucket), for the checks' tests.
 ONE_BUCKET = dataclasses.replace(OPTIONS, max_length=128, chunk_size=64)
 # One block shape of socialrm-train: pairs of at most 64 tokens, rows of 128.
-TRAINING = dataclasses.replace(train.Settings(), row_length=128, lora_rank=8)
+TRAINING = settings_lib.replace(train.TrainConfig(), row_length=128, lora_rank=8)
 BF16_BYTES = 2
 
 
@@ -84,7 +85,7 @@ def test_train_step_on_eight_h100s_holds_the_gradient_all_reduce_over_data():
   model = training.abstract_train_model(setup, TINY_LLAMA, "tiny-llama")
   settings = training.settings_for(setup_options := dataclasses.replace(OPTIONS, max_length=64),
                                    TRAINING, "full")
-  assert settings.lora_rank == 0 and settings.max_length == setup_options.max_length
+  assert settings.lora.lora_rank == 0 and settings.pairs.max_length == setup_options.max_length
   step = training.compile_training(setup, model, settings)
   (block,) = step["blocks"]
   # 16384 token slots of rows of 128 (pair_batches.rows_per_block), over 8 devices.
@@ -115,7 +116,7 @@ def test_lora_trains_the_adapters_and_the_head_in_float32(h100_plan):
   assert compiler.bytes_per_device(frozen) == (setup.counts.parameters - 256) * BF16_BYTES
   assert "--lora_rank=8" in training.command_flags(settings)
   with pytest.raises(InputError, match="--lora_rank"):
-    training.settings_for(OPTIONS, dataclasses.replace(TRAINING, lora_rank=0), "lora")
+    training.settings_for(OPTIONS, settings_lib.replace(TRAINING, lora_rank=0), "lora")
 
 
 def test_asked_for_cudnn_compiled_without_it_is_a_failure():

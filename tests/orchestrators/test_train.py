@@ -22,7 +22,6 @@ command for the resume after kill -9).
   train_metrics.jsonl, under transformers' names, at its step.
 """
 
-import dataclasses
 import json
 import math
 import pathlib
@@ -39,11 +38,12 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
+from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model
 from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
-from socialrm_jax.training import divergence
+from socialrm_jax.training import divergence, training_run
 from tests.helpers.model_fixtures import pad_rows
 from tests.helpers.preference_fixtures import write_learnable_pairs
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
@@ -62,7 +62,7 @@ def settings(base_folder, data, out, **overrides):
                 max_steps=24, batch_size=8, learning_rate=1e-3, seed=0, checkpoint_every=8,
                 eval_fraction=0.2, log_every=4, max_length=128)
   values.update(overrides)
-  return train.Settings(**values)
+  return settings_lib.from_config(train.TrainConfig, values)
 
 
 @pytest.fixture(scope="module")
@@ -298,14 +298,14 @@ def test_a_larger_max_steps_extends_a_finished_run_and_other_changes_are_refused
   shutil.copytree(trained, run_dir)
   longer = settings(folder, data, run_dir, eval_every=8, checkpoint_steps=(0, 2), max_steps=32)
   with pytest.raises(InputError, match=r"other settings \(--learning_rate\); use a new"):
-    train.run(dataclasses.replace(longer, learning_rate=2e-3))
+    train.run(settings_lib.replace(longer, learning_rate=2e-3))
   with pytest.raises(InputError, match=r"give 16 steps, but .* holds a run of 24 steps "
                      r"\(checkpoint at step 24\): a run is extended, never shortened"):
-    train.run(dataclasses.replace(longer, max_steps=16))
+    train.run(settings_lib.replace(longer, max_steps=16))
   capsys.readouterr()
   train.run(longer)
   said = capsys.readouterr().out
-  peak = longer.learning_rate
+  peak = longer.optimizer.learning_rate
   assert ("extending the run from 24 to 32 steps: resuming from step 24; the learning rate follows "
           "the linear schedule recomputed for 32 steps, from step 24 on (learning rate "
           f"{peak * (1 - 24 / 32):.4g} there)") in said
@@ -340,3 +340,11 @@ def test_an_update_that_overflows_the_weights_is_caught_before_its_checkpoint(ba
   assert not (out / "checkpoints" / "1").exists() and not (out / train.MODEL_DIR).exists()
   rows = _strict_json_rows(out / train.METRICS_FILE)
   assert [r["step"] for r in rows] == [1] and math.isfinite(rows[0]["loss"])
+
+
+def test_the_remat_policy_setting_reaches_the_loaded_model_and_a_bad_name_is_refused(base, tmp_path):
+  folder, data = base
+  config = settings(folder, data, tmp_path / "out", remat_policy="full")
+  assert training_run.load_base(config, train.training_mesh(config)).module.remat_policy == "full"
+  with pytest.raises(InputError, match="remat_policy='keep_all': use one of auto, "):
+    settings(folder, data, tmp_path / "out", remat_policy="keep_all")

@@ -17,6 +17,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
+from socialrm_jax.base import settings
 from socialrm_jax.models import gguf_import, reward_model
 from socialrm_jax.models import tokenizer as tokenizer_lib
 from socialrm_jax.orchestrators import train
@@ -35,10 +36,10 @@ def run(tmp_path_factory):
   base = gguf_from_hf_llama(root / "hf", root / "base.gguf")
   data = write_learnable_pairs(root / "pairs.jsonl", 40)
   out = root / "run"
-  train.run(train.Settings(model=str(base), data=(f"preference:{data}",), output_dir=str(out),
-                           max_steps=4, batch_size=8, learning_rate=1e-3, seed=0,
-                           eval_fraction=0.2, log_every=1, max_length=128, lora_rank=4,
-                           lora_alpha=8.0, lora_targets=("q_proj", "v_proj")))
+  train.run(settings.from_config(train.TrainConfig, dict(
+      model=str(base), data=(f"preference:{data}",), output_dir=str(out), max_steps=4,
+      batch_size=8, learning_rate=1e-3, seed=0, eval_fraction=0.2, log_every=1, max_length=128,
+      lora_rank=4, lora_alpha=8.0, lora_targets=("q_proj", "v_proj"))))
   return base, data, out
 
 

@@ -15,7 +15,6 @@ import transformers
 from safetensors.numpy import load_file
 
 from socialrm_jax.models import reward_model
-from socialrm_jax.orchestrators import train
 from socialrm_jax.scoring import item_tokens
 from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.training import hf_export, pair_batches, trainable
@@ -36,7 +35,7 @@ def test_lora_trains_adapters_and_head_only_and_the_merged_export_scores_as_unme
   mesh = mesh_lib.make_mesh(None)
   model = trainable.load_base(folder, dtype="float32", mesh=mesh, seed=0)
   trained, frozen = trainable.split_trainable(model.params, lora=True)
-  targets = trainable.lora_targets(model, train.DEFAULT_LORA_TARGETS)
+  targets = trainable.lora_targets(model, trainable.DEFAULT_LORA_TARGETS)
   assert len(targets) == 7
   trained.update(trainable.init_lora(model, targets, RANK, seed=0))
   frozen_before = trainable.host_params(frozen)
@@ -111,7 +110,7 @@ def test_the_steps_adapters_beside_the_kernels_give_the_merged_models_loss_and_g
   model = trainable.load_base(folder, dtype="float32", mesh=mesh, seed=0)
   reference = trainable.load_base(folder, dtype="float32", mesh=mesh, seed=0)  # no adapters
   trained, frozen = trainable.split_trainable(model.params, lora=True)
-  targets = trainable.lora_targets(model, train.DEFAULT_LORA_TARGETS)
+  targets = trainable.lora_targets(model, trainable.DEFAULT_LORA_TARGETS)
   trained.update(trainable.init_lora(model, targets, RANK, seed=0))
   rng = np.random.default_rng(0)
   trained = {p: (jnp.asarray(rng.normal(0, 0.05, v.shape), jnp.float32)

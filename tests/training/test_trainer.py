@@ -102,9 +102,10 @@ def test_a_non_finite_micro_batch_stops_the_loop_naming_the_step_and_last_checkp
 
 
 def test_the_optimizer_config_takes_socialrm_trains_fields_and_refuses_a_bad_one():
-  config = optimizer.OptimizerConfig.of(train.Settings(learning_rate=3e-4, warmup_steps=2))
+  config = train.TrainConfig(optimizer=optimizer.OptimizerConfig(learning_rate=3e-4,
+                                                                  warmup_steps=2)).optimizer
   assert config.learning_rate == 3e-4 and config.gradient_accumulation_steps == 1
   _, schedule = config.build(total_steps=10)
   assert float(schedule(0)) == 0.0 and float(schedule(2)) == pytest.approx(3e-4)
   with pytest.raises(InputError, match="^--learning_rate must be positive, got 0.0$"):
-    optimizer.OptimizerConfig.of(train.Settings(learning_rate=0.0)).check()
+    optimizer.OptimizerConfig(learning_rate=0.0).check()

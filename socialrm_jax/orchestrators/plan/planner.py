@@ -58,8 +58,8 @@ class PlanSettings:
       "--dtype, --mesh, --attention and the training flags below.")
   scoring: engine.ScoringOptions = settings.group(engine.ScoringOptions,
                                                   flags_of=PLANNED_SCORING, compilation_cache="")
-  training: train_command.Settings = settings.group(
-      train_command.Settings, flags_of=plan_training.PLANNED_TRAINING,
+  training: train_command.TrainConfig = settings.group(
+      train_command.TrainConfig, flags_of=plan_training.PLANNED_TRAINING,
       lora_rank=plan_training.PLAN_LORA_RANK)
 
 
@@ -147,7 +147,8 @@ def run(config: PlanSettings) -> dict[str, Any]:
   steps = []
   if trainings:
     train_setup = plan_training.job_setup(setup)  # socialrm-train's mesh spans the job
-    model = plan_training.abstract_train_model(train_setup, hf_config, source)
+    model = plan_training.abstract_train_model(train_setup, hf_config, source,
+                                               config.training.remat_policy)
     steps = [plan_training.compile_training(train_setup, model, settings, progress)
              for settings in trainings]
   projected = None

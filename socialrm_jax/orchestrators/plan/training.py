@@ -1,6 +1,7 @@
 """`socialrm-train`'s step compiled for a target with abstract parameters, as `compiler` does the
-scorer's: the same `training.train_step.TrainStep` (its "accumulate" program once for each block
-shape a run packs, its "update" program once), the same optimizer (`training.optimizer`), the
+scorer's: the same `training.train_step.TrainStep`, built by the run's own `trainer.build_step`
+(its "accumulate" program once for each block shape a run packs, its "update" program once; the
+optimizer and LoRA's scale as a run of `training.config.TrainConfig` has them), the
 trained and frozen parameters as `trainable.split_trainable` and `init_lora` make them (float32
 trained copies, LoRA's A and B), every one a `jax.ShapeDtypeStruct` with the sharding the loader
 gives it, and the block shapes of `training.pair_batches.pair_packing` on the target's platform.
@@ -29,26 +30,29 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import reward_model, weights
 from socialrm_jax.orchestrators import train
 from socialrm_jax.orchestrators.plan import compiler, programs
 from socialrm_jax.runtime import mesh as mesh_lib
-from socialrm_jax.training import optimizer, pair_batches, trainable
+from socialrm_jax.training import pair_batches, trainable, trainer
 from socialrm_jax.training import train_step as train_step_lib
 
 MODES = ("full", "lora")
 # The settings of socialrm-train a plan takes as its own flags; the rest (max_length, dtype, mesh,
 # attention) are the plan's scoring flags of the same names.
-PLANNED_TRAINING = ("row_length", "batch_size", "lora_rank", "lora_alpha", "lora_targets")
+PLANNED_TRAINING = ("row_length", "batch_size", "lora_rank", "lora_alpha", "lora_targets",
+                    "remat_policy")
 # A plan's LoRA rank unless --lora_rank says (socialrm-train's own default, 0, trains in full).
 PLAN_LORA_RANK = 16
 
 
-def abstract_train_model(setup: compiler.AbstractScorer, hf_config: dict,
-                         source: str) -> trainable.TrainModel:
+def abstract_train_model(setup: compiler.AbstractScorer, hf_config: dict, source: str,
+                         remat_policy: str = "auto") -> trainable.TrainModel:
   """The base `trainable.load_base` would give for `hf_config`, abstract, on the plan's mesh: a
-  one-output score head (a causal LM gets a new one, as the loader gives it, unsplit)."""
+  one-output score head (a causal LM gets a new one, as the loader gives it, unsplit), its layers
+  keeping `remat_policy`'s residuals for the backward pass."""
   config, family = setup.config, setup.family
   if config.reward_head is not None or (
       config.head == "score" and config.num_labels != 1) or config.head not in ("score", "lm"):
@@ -61,7 +65,8 @@ def abstract_train_model(setup: compiler.AbstractScorer, hf_config: dict,
     config = dataclasses.replace(
         config, head="score", num_labels=1,
         architecture=trainable.sequence_classifier(config.architecture, family))
-  module = reward_model.abstract_module(family, config, setup.dtype, setup.attention)
+  module = reward_model.abstract_module(family, config, setup.dtype, setup.attention,
+                                        remat_policy)
   weights.abstract_params(module, family.weight_sources(config), setup.mesh)
   params = {p: v.get_value() for p, v in weights.param_paths(module).items()}
   if new_head:  # placed as load_base places the head it draws
@@ -84,29 +89,30 @@ def _with_paths(a, b):
                                               jax.tree.leaves(b))]
 
 
-def trained_and_frozen(model: trainable.TrainModel, settings: train.Settings, mesh):
-  """(trained, frozen) as `orchestrators.train` makes them, abstract: the trained parameters in
+def trained_and_frozen(model: trainable.TrainModel, config: train.TrainConfig, mesh):
+  """(trained, frozen) as `trainer.run_setup` makes them, abstract: the trained parameters in
   float32 (`trainable.split_trainable`), LoRA's A and B where it trains (`init_lora`'s shapes,
   on every device as the run's host-made arrays are)."""
-  lora = settings.lora_rank > 0
+  lora = config.lora
   trained = {p: _as(v, jnp.float32) for p, v in model.params.items()
-             if trainable.is_trained(p, lora)}
-  frozen = {p: v for p, v in model.params.items() if not trainable.is_trained(p, lora)}
-  if lora:
-    targets = trainable.lora_targets(model, settings.lora_targets)
+             if trainable.is_trained(p, lora.enabled)}
+  frozen = {p: v for p, v in model.params.items() if not trainable.is_trained(p, lora.enabled)}
+  if lora.enabled:
+    targets = trainable.lora_targets(model, lora.lora_targets)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     # Not under eval_shape: init_lora also attaches the adapters to the model's projections (a
     # module mutated inside a trace is refused); the adapters are small and made once.
-    adapters = trainable.init_lora(model, targets, settings.lora_rank, 0)
+    adapters = trainable.init_lora(model, targets, lora.lora_rank, 0)
     trained.update({p: _as(v, v.dtype, replicated) for p, v in adapters.items()})
   return trained, frozen
 
 
-def block_shapes(settings: train.Settings, platform: str, data_size: int) -> list[tuple[int, int]]:
+def block_shapes(config: train.TrainConfig, platform: str,
+                 data_size: int) -> list[tuple[int, int]]:
   """(rows, row length) of the largest block of each row length a run packs
   (`pair_batches.pair_packing`): pairs go to rows of `row_length`, or of a longer bucket."""
-  packing_args = pair_batches.pair_packing(settings.row_length, settings.max_length, platform,
-                                           data_size)
+  packing_args = pair_batches.pair_packing(config.pairs.row_length, config.pairs.max_length,
+                                           platform, data_size)
   rows = packing_args["rows_per_block"]
   return [(rows, length) for length in packing_args["buckets"]
           if length >= packing_args["row_length"]]
@@ -119,45 +125,39 @@ def abstract_block(rows: int, length: int, mesh) -> dict[str, jax.ShapeDtypeStru
           for name, array in pair_batches.empty_block(rows, length).arrays().items()}
 
 
-def settings_for(options, training: train.Settings, mode: str) -> train.Settings:
+def settings_for(options, training: train.TrainConfig, mode: str) -> train.TrainConfig:
   """socialrm-train's settings of a plan: its max_length, dtype, mesh and attention, and the
   training flags (`mode` "full" trains every parameter, "lora" adapters of --lora_rank)."""
-  if mode == "lora" and training.lora_rank < 1:
-    raise InputError(f"--train=lora needs --lora_rank of 1 or more, got {training.lora_rank}")
-  settings = dataclasses.replace(training, max_length=options.max_length, dtype=options.dtype,
-                                 mesh=options.mesh,
-                                 attention=trained_attention(options.attention),
-                                 lora_rank=training.lora_rank if mode == "lora" else 0)
-  train.check(dataclasses.replace(settings, model="plan", data=("plan",), output_dir="plan"))
-  return settings
+  rank = training.lora.lora_rank
+  if mode == "lora" and rank < 1:
+    raise InputError(f"--train=lora needs --lora_rank of 1 or more, got {rank}")
+  config = settings_lib.replace(training, max_length=options.max_length, dtype=options.dtype,
+                                mesh=options.mesh, attention=options.attention,
+                                lora_rank=rank if mode == "lora" else 0)
+  train.check(settings_lib.replace(config, model="plan", data=("plan",), output_dir="plan"))
+  return config
 
 
-def command_flags(settings: train.Settings) -> str:
+def command_flags(config: train.TrainConfig) -> str:
   """The socialrm-train flags that make the planned step."""
-  flags = [f"--dtype={settings.dtype}", f"--max_length={settings.max_length}",
-           f"--row_length={settings.row_length}", f"--attention={settings.attention}"]
-  if settings.mesh:
-    flags.append(f"--mesh={settings.mesh}")
-  if settings.lora_rank:
-    flags += [f"--lora_rank={settings.lora_rank}", f"--lora_alpha={settings.lora_alpha:g}",
-              f"--lora_targets={','.join(settings.lora_targets)}"]
+  pairs, lora = config.pairs, config.lora
+  flags = [f"--dtype={config.dtype}", f"--max_length={pairs.max_length}",
+           f"--row_length={pairs.row_length}", f"--attention={config.attention}",
+           f"--remat_policy={config.remat_policy}"]
+  if config.mesh:
+    flags.append(f"--mesh={config.mesh}")
+  if lora.enabled:
+    flags += [f"--lora_rank={lora.lora_rank}", f"--lora_alpha={lora.lora_alpha:g}",
+              f"--lora_targets={','.join(lora.lora_targets)}"]
   return " ".join(flags)
 
 
 def job_setup(setup: compiler.AbstractScorer) -> compiler.AbstractScorer:
-  """`setup` with socialrm-train's mesh and attention: every device of the target, the scoring
-  group's `model` axis kept and `data` grown over the groups (each of which is then some of
-  training's rows)."""
+  """`setup` with socialrm-train's mesh: every device of the target, the scoring group's `model`
+  axis kept and `data` grown over the groups (each of which is then some of training's rows)."""
   sizes = setup.mesh.shape
   spec = f"data:{sizes['data'] * setup.groups},model:{sizes['model']}"
-  return dataclasses.replace(setup, mesh=mesh_lib.make_mesh(spec, devices=setup.topology.devices),
-                             attention=trained_attention(setup.attention))
-
-
-def trained_attention(scoring: str) -> str:
-  """The attention a plan trains with where it scores with `scoring`: splash runs forward only
-  (`attention.for_training`), so its step trains with xla; anything else as it is."""
-  return "xla" if scoring == "splash" else scoring
+  return dataclasses.replace(setup, mesh=mesh_lib.make_mesh(spec, devices=setup.topology.devices))
 
 
 def host_share(mesh) -> dict[str, int]:
@@ -176,30 +176,26 @@ def host_share(mesh) -> dict[str, int]:
 
 
 def compile_training(setup: compiler.AbstractScorer, model: trainable.TrainModel,
-                     settings: train.Settings, progress: compiler.Progress | None = None
+                     config: train.TrainConfig, progress: compiler.Progress | None = None
                      ) -> dict[str, Any]:
-  """socialrm-train's step with `settings` compiled for the plan's target: per block shape its
+  """socialrm-train's step with `config` compiled for the plan's target: per block shape its
   memory, kernel, collectives and failures (see the module doc), and the update program's; a
   `progress` line a program."""
   mesh, capacity = setup.mesh, setup.topology.usable_bytes
-  lora = settings.lora_rank > 0
-  settings = dataclasses.replace(settings, mesh=mesh_lib.describe(mesh))
+  config = settings_lib.replace(config, mesh=mesh_lib.describe(mesh))
   share = host_share(mesh)
   data_size = mesh.shape["data"]
-  tx, _ = optimizer.OptimizerConfig.of(settings).build(total_steps=1000)
-  step = train_step_lib.TrainStep(
-      model, tx, mesh, dtype=setup.dtype,
-      lora_scale=settings.lora_alpha / settings.lora_rank if lora else 1.0,
-      center_rewards_coefficient=settings.center_rewards_coefficient)
-  trained, frozen = (step.place(params) for params in trained_and_frozen(model, settings, mesh))
+  # The schedule's length shapes no program.
+  step, _ = trainer.build_step(config, model, mesh, total_steps=1000)
+  trained, frozen = (step.place(params) for params in trained_and_frozen(model, config, mesh))
   opt_state, zeros = step.abstract_opt_state(trained), step.abstract_grads(trained)
   resident = {"trained": compiler.bytes_per_device(trained),
               "frozen": compiler.bytes_per_device(frozen),
               "optimizer_state": compiler.bytes_per_device(opt_state)}
   blocks, update, summed = [], None, None
-  shapes = block_shapes(settings, mesh.devices.flat[0].platform, mesh.shape["data"])
+  shapes = block_shapes(config, mesh.devices.flat[0].platform, mesh.shape["data"])
   progress = progress or compiler.Progress()
-  progress.start(f"training ({'lora' if lora else 'full'})", len(shapes) + 1)  # and the update
+  progress.start(f"training ({'lora' if config.lora.enabled else 'full'})", len(shapes) + 1)  # and the update
   with programs.CompileCounter() as counter:
     for rows, length in shapes:
       start = time.perf_counter()
@@ -243,9 +239,9 @@ def compile_training(setup: compiler.AbstractScorer, model: trainable.TrainModel
                     f"every step: {', '.join(off_dtype)}")
   peak = max([b["device_bytes"] or 0 for b in blocks]
              + [(update or {}).get("device_bytes") or 0])
-  per_host = settings.batch_size * share["data_per_host"] / data_size
-  return {"mode": "lora" if lora else "full", "flags": command_flags(settings),
-          **share, "batch_size": settings.batch_size,
+  per_host = config.loop.batch_size * share["data_per_host"] / data_size
+  return {"mode": "lora" if config.lora.enabled else "full", "flags": command_flags(config),
+          **share, "batch_size": config.loop.batch_size,
           "pairs_per_host": int(per_host) if per_host == int(per_host) else None,
           "resident_bytes": resident, "blocks": blocks, "update": update,
           "fits": all(b["fits"] for b in blocks) and peak <= capacity,
