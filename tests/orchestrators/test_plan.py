@@ -249,5 +249,5 @@ def test_training_mesh_spans_a_four_host_slice_and_says_each_hosts_share():
   assert setup.groups == 4  # scoring: each host is a data-parallel group
   job = training.job_setup(setup)
   assert dict(job.mesh.shape) == {"data": 16, "model": 1} and job.mesh.devices.size == 16
-  # Scoring's splash runs forward only: the training step is planned with xla.
-  assert setup.attention == "splash" and job.attention == "xla"
+  # Splash trains as it scores (its backward kernels): the training step is planned with it too.
+  assert setup.attention == "splash" and job.attention == "splash"
