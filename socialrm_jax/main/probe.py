@@ -40,10 +40,7 @@ class ProbeSettings:
   compare_with: list[str] = settings.field(
       default_factory=list, help="Folders of finished probes of other models on the same "
       "prompts and words: one report over all.")
-  families: list[str] | None = settings.field(
-      None, "A family label per model (this one first, then each --compare_with probe; with "
-      "--table each study-layout file in order): the family comparison, the study's and over "
-      "models (study.json).")
+  families: list[str] | None = settings.field_of(probe_lib.ProbeStage, "families")
   probe: probe_lib.ProbeOptions = settings.group(probe_lib.ProbeOptions)
   scoring: engine.ScoringOptions = settings.group(
       engine.ScoringOptions, tokens_per_batch=probe_lib.TOKENS_PER_BATCH)

@@ -2,7 +2,8 @@
 
 Driven by an ml_collections config (see `configs/`). Layout under `config.output_dir`:
 `converted/` (items, pairs, conversion report), `scores/<model name>/` (shards, manifest,
-run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off),
+run.json), `probe/<model name>/` (the value probe, on unless `config.probe.enabled` is off; with
+`config.probe.families`, the family comparison `probe/study.json` and `value_families.png`),
 `vocab_scan/<model name>/` (the vocabulary scan, off unless `config.vocab_scan.enabled`),
 `<model name>/metrics.json`, `report.md`, `report.html` and the plots, `rewardbench2/` (RewardBench
 2's result files, where the items had its rows). Rerunning resumes scoring where it stopped
@@ -149,6 +150,7 @@ def check_config(config: ml_collections.ConfigDict | AuditSettings) -> AuditSett
     results_dataset.check_repo_id(config.upload.push_to_hub, "config.push_to_hub")
   if config.probe.enabled:
     errors.check_positive(config.probe.options.n_resamples, "config.probe.n_resamples")
+    probe.check_audit_families(config.probe, [spec.name for spec in model_specs(config)])
   scan = config.vocab_scan
   if scan.enabled:
     errors.check_positive(scan.options.n_resamples, "config.vocab_scan.n_resamples")

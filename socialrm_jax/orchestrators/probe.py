@@ -460,30 +460,67 @@ def run_import(paths: list[str], output_dir, probe: ProbeOptions = ProbeOptions(
 
 @dataclasses.dataclass(frozen=True)
 class ProbeStage:
-  """The audit's `config.probe`: the value probe of every model, unless `enabled` is off."""
+  """The audit's `config.probe`: the value probe of every model, unless `enabled` is off, and
+  with `families` the family comparison. socialrm-probe's `--families` is this field too."""
   enabled: bool = settings.field(True, "Probe every model (but one scored by the judge proxy).")
+  families: list[str] | None = settings.field(
+      None, "A family label per model, in the command's order of its models (socialrm-probe: "
+      "this one first, then each --compare_with probe, or with --table each study-layout file "
+      "in order; the audit: config.models' order): the family comparison, the study's and over "
+      "models (study.json).")
   options: ProbeOptions = settings.group(ProbeOptions)
+
+
+def check_audit_families(stage: ProbeStage, names: list[str]) -> None:
+  """Refuses `config.probe.families` unless it names one family per model (of `names`, the
+  audit's models in order) and two families in all."""
+  if not stage.enabled or stage.families is None:
+    return
+  if len(stage.families) != len(names):
+    raise InputError(f"config.probe.families names {len(stage.families)} families for "
+                     f"{len(names)} models (one per config.models model, in order: "
+                     f"{', '.join(names)})")
+  found = list(dict.fromkeys(stage.families))
+  if len(found) != 2:
+    raise InputError(f"config.probe.families: the family comparison needs two families, got "
+                     f"{len(found)} ({', '.join(found)})")
 
 
 def run_for_audit(stage: ProbeStage, models: list[tuple[str, str, engine.ScoringOptions]],
                   output_dir) -> list[list[str]]:
   """The audit's probe stage: probes each (name, path, scoring options) into
   `output_dir/probe/<name>/`, draws `value_probe.png` beside the report, and returns the report's
-  section ([] when `stage.enabled` is off). A model scored by the judge proxy is not probed."""
+  section ([] when `stage.enabled` is off). A model scored by the judge proxy is not probed.
+  With `stage.families` (one per model, `check_audit_families`), the family comparison of the
+  probed models as socialrm-probe's: `output_dir/probe/study.json`, `value_families.png` beside
+  the report and its part of the section."""
   if not stage.enabled:
     return []
+  check_audit_families(stage, [name for name, _, _ in models])
+  labels = dict(zip((name for name, _, _ in models), stage.families or ()))
   out = pathlib.Path(output_dir)
   results, skipped = {}, []
   for name, path, options in models:
     if options.proxy == "judge":
       skipped.append(name)
       continue
-    results[name] = run(path, out / "probe" / name, options, stage.options, name=name)
+    results[name] = run(path, out / "probe" / name, options, stage.options, name=name,
+                        family=labels.get(name, ""))
   if not distributed.is_coordinator():  # process 0 writes the probe's files and section
     return []
   figure = probe_stats.plot(results, out / "value_probe.png")
   section = (probe_stats.report_section(results, figure and pathlib.Path(figure).name)
              or ["## Value probes", ""])
+  if stage.families is not None and results:
+    prompts, lexicon = check_options(stage.options)
+    first = next(iter(results.values()))
+    words = list(dict.fromkeys(w for ws in first["words"].values() for w in ws))
+    runs = {name: (labels[name], reward_matrix(out / "probe" / name / "scores", len(words),
+                                               prompts)) for name in results}
+    study = compare(runs, first, prompts, lexicon, stage.options)
+    tables.atomic_write_json(out / "probe" / STUDY_FILE, study)
+    families_figure = probe_families.plot(study, out / "value_families.png")
+    section += probe_families.report_section(study, pathlib.Path(families_figure).name)
   if skipped:
     section += [f"Not probed (the judge proxy has no reward for one answer alone): "
                 f"{', '.join(skipped)}.", ""]

@@ -11,7 +11,7 @@ import pytest
 
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import default_model
-from socialrm_jax.orchestrators import probe
+from socialrm_jax.orchestrators import audit, probe
 from socialrm_jax.scoring import engine
 from tests.helpers import scoring_fixtures as fx
 
@@ -195,3 +195,47 @@ def test_an_imported_table_is_refused_where_it_lacks_a_cell_or_names_a_stray_pro
   assert not (tmp_path / "out" / probe.STUDY_FILE).exists()
   with pytest.raises(InputError, match=r"--families names 1 families for 0 study-layout"):
     probe.run_import([str(table)], tmp_path / "out", options, families=["g"])
+
+
+@pytest.mark.slow  # four tiny models probed
+def test_an_audit_with_families_writes_the_probes_family_comparison(tmp_path):
+  """An audit config of four models and `config.probe.families`: the probe stage writes the
+  study's family comparison (probe/study.json, value_families.png, its part of the section),
+  the same as socialrm-probe's on those rewards (the probes' rewards.csv, imported)."""
+  lexicon, prompts = tmp_path / "bigtwo.csv", tmp_path / "prompts.csv"
+  lexicon.write_text(LEXICON)
+  prompts.write_text("id,text,framing\nbest,What is best?,positive\n"
+                     "good,What is good?,positive\nworst,What is worst?,negative\n"
+                     "bad,What is bad?,negative\n")
+  for seed, name in enumerate(FAMILIES):
+    fx.make_llama(tmp_path / "models" / name, head="score", seed=seed)
+  config = audit.audit_config(str(tmp_path / "audit"))
+  config.models = audit.models(*(audit.model_config(n, str(tmp_path / "models" / n),
+                                                    tokens_per_batch=2048) for n in FAMILIES))
+  config.probe.prompts, config.probe.lexicon = str(prompts), str(lexicon)
+  config.probe.words_per_category, config.probe.n_resamples = 0, 20
+  config.probe.n_permutations = 20
+  config.probe.families = list(FAMILIES.values())[:3]
+  with pytest.raises(InputError, match=r"config\.probe\.families names 3 families for 4 models "
+                     r"\(one per config\.models model, in order: g1, g2, l1, l2\)"):
+    audit.check_config(config)
+  config.probe.families = ["gemma"] * 4
+  with pytest.raises(InputError, match=r"needs two families, got 1 \(gemma\)"):
+    audit.check_config(config)
+  config.probe.families = list(FAMILIES.values())
+  settings = audit.check_config(config)
+  out = tmp_path / "audit"
+  sections = probe.run_for_audit(
+      settings.probe, [(s.name, s.path, s.scoring) for s in settings.models.values()], out)
+  text = "\n".join(sections[0])
+  assert "## Value probes: gemma against llama" in text and "### bigtwo" in text
+  assert "![family comparison](value_families.png)" in text
+  assert (out / "value_families.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  study = json.loads((out / "probe" / probe.STUDY_FILE).read_text())
+  assert study["families"] == {"gemma": ["g1", "g2"], "llama": ["l1", "l2"]}
+  assert len(study["lexicons"]["bigtwo"]["panels"]) == 4  # 2 categories x 2 framings
+  # socialrm-probe's comparison of the same rewards: each probe's rewards.csv names its family.
+  imported = tmp_path / "imported"
+  probe.run_import([str(out / "probe" / n / probe.REWARDS_FILE) for n in FAMILIES], imported,
+                   settings.probe.options)
+  assert json.loads((imported / probe.STUDY_FILE).read_text()) == study

@@ -5,7 +5,7 @@ command for the resume after kill -9).
   transformers' AutoModelForSequenceClassification loads the export with no missing or
   unexpected keys and gives the project's rewards (its own loader and scorer) within 1e-4.
 - kill -9 after a checkpoint, the same command again: it says it resumed, and ends on the
-  uninterrupted run's weights within 1e-6.
+  uninterrupted run's weights bit for bit (the same computation).
 - LoRA: only the adapters and the head train; the merged export scores as the unmerged model (the
   base in transformers with each adapter's W x + (alpha / r) x A B added by a forward hook)
   within 1e-5.
@@ -47,6 +47,7 @@ from socialrm_jax.training import divergence, training_run
 from tests.helpers.model_fixtures import pad_rows
 from tests.helpers.preference_fixtures import write_learnable_pairs
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
+from tests.helpers.tolerances import float32_tolerance
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -135,7 +136,8 @@ def test_tensorboard_reads_back_every_value_of_train_metrics(trained):
     found = {e.step: e.value for e in events.Scalars(name)}
     assert found.keys() == by_step.keys(), name
     for step, value in by_step.items():
-      assert found[step] == pytest.approx(value, rel=1e-6, abs=1e-30), (name, step)
+      # TensorBoard's scalar (`simple_value`) is a float32 field: the row's value rounded once.
+      assert found[step] == float(np.float32(value)), (name, step)
 
 
 def test_pad_token_ending_the_conversation_is_refused(tmp_path):
@@ -179,7 +181,11 @@ def test_resume_after_kill_ends_on_the_uninterrupted_weights(base, tmp_path):
   a = load_file(str(tmp_path / "whole" / train.MODEL_DIR / "model.safetensors"))
   b = load_file(str(killed / train.MODEL_DIR / "model.safetensors"))
   assert set(a) == set(b)
-  assert max(np.abs(a[k] - b[k]).max() for k in a) <= 1e-6
+  # The same computation: the resumed run restores the checkpoint's bits (weights, Adam's moments,
+  # step) and runs the same programs on the same micro-batches (each a function of its index
+  # alone, `pair_batches`), so it ends on the same bits.
+  for k in a:
+    np.testing.assert_array_equal(b[k], a[k], err_msg=k)
   rows = [json.loads(line) for line in (killed / train.METRICS_FILE).read_text().splitlines()]
   steps = [r["step"] for r in rows if "loss" in r]
   assert steps == sorted(set(steps)) and steps[-1] == 40  # no step logged twice
@@ -312,9 +318,12 @@ def test_a_larger_max_steps_extends_a_finished_run_and_other_changes_are_refused
   rows = [json.loads(line) for line in (run_dir / train.METRICS_FILE).read_text().splitlines()]
   logged = {r["step"]: r for r in rows if "loss" in r}
   assert sorted(logged) == [4, 8, 12, 16, 20, 24, 28, 32]
-  assert logged[24]["learning_rate"] == pytest.approx(peak * (1 - 23 / 24), rel=1e-6)
-  assert logged[28]["learning_rate"] == pytest.approx(peak * (1 - 27 / 32), rel=1e-6)
-  assert logged[32]["learning_rate"] == pytest.approx(peak * (1 - 31 / 32), rel=1e-6)
+  # optax's float32 schedule against Python's float64: a few roundings of the peak times a fraction
+  # (tests/training/test_optimizer.py), so a few eps of the peak.
+  close = float32_tolerance(4, peak)
+  assert logged[24]["learning_rate"] == pytest.approx(peak * (1 - 23 / 24), abs=close)
+  assert logged[28]["learning_rate"] == pytest.approx(peak * (1 - 27 / 32), abs=close)
+  assert logged[32]["learning_rate"] == pytest.approx(peak * (1 - 31 / 32), abs=close)
   manifest = json.loads((run_dir / train.MANIFEST_FILE).read_text())
   assert manifest["total_steps"] == 32 and manifest["settings"]["max_steps"] == 32
   assert 32 in [int(p.name) for p in (run_dir / "checkpoints").iterdir()]

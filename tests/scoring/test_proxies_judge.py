@@ -118,9 +118,10 @@ def test_swapping_two_responses_flips_the_margin(judges, tmp_path):
   _, got = _score(folder, original + swapped, tmp_path)
   for item in original:
     key, swapped_key = item["item_id"], item["item_id"] + "-swapped"
-    # Within an item: the two-candidate margins are antisymmetric.
+    # Within an item: the two-candidate margins are antisymmetric, exactly: (m - m.T) / 2 holds
+    # a - b and b - a, which float subtraction gives as each other's negation.
     if len(item["candidates"]) == 2:
-      assert got[(key, 0)]["reward"] == pytest.approx(-got[(key, 1)]["reward"], abs=1e-12)
+      assert got[(key, 0)]["reward"] == -got[(key, 1)]["reward"]
       assert got[(swapped_key, 0)]["reward"] == pytest.approx(-got[(key, 0)]["reward"], abs=1e-5)
     # Across the swap: candidate 0 is now candidate 1, the same mean margin.
     for a, b in ((0, 1), (1, 0)):

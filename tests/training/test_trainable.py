@@ -21,12 +21,27 @@ from socialrm_jax.training import hf_export, pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
 from tests.helpers.model_fixtures import pad_rows
 from tests.helpers.scoring_fixtures import make_llama
+from tests.helpers.tolerances import float32_tolerance
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 RANK, ALPHA = 4, 8.0
 PAIRS = [pair_batches.Pair(f"p{i}", [{"role": "user", "content": f"Tell me about the party {i}."}],
                            "Of course! It sounds great.", "Just order a pizza.") for i in range(4)]
+
+
+def merged_lora_tolerance(model, params) -> float:
+  """How far a reward may come out between LoRA beside the kernels and merged into them, in
+  float32 (`tests/helpers/tolerances.py`): each layer's chain of projections (q/k/v and gate/up
+  over the hidden size, o over the heads' width, down over the MLP's units, each r terms more
+  through the adapter) adds its sums in another order, then the head's dot over the hidden size.
+  The head reads the final RMSNorm's output x^ (|x^|_2 = sqrt(D)), so its terms sum to at most
+  sqrt(D) |w * g|_2 (Cauchy-Schwarz, g the norm's scale): the magnitude."""
+  c = model.config
+  chain = c.num_layers * (2 * c.hidden_size + c.num_heads * c.head_dim + c.intermediate_size
+                          + 4 * RANK) + c.hidden_size
+  head = np.asarray(params["score/kernel"])[:, 0] * np.asarray(params["final_norm/scale"])
+  return float32_tolerance(chain, float(np.sqrt(c.hidden_size) * np.linalg.norm(head)))
 
 
 def test_lora_trains_adapters_and_head_only_and_the_merged_export_scores_as_unmerged(tmp_path):
@@ -140,7 +155,11 @@ def test_the_steps_adapters_beside_the_kernels_give_the_merged_models_loss_and_g
 
   with jax.set_mesh(mesh):
     expected_loss, expected = jax.jit(jax.value_and_grad(merged_loss))(trained)
-  assert abs(float(loss) - float(expected_loss)) <= 1e-6
+  # Two computations: each target's x W + (x A) (s B) against x (W + s A B), so every layer's
+  # projections add their terms in another order; the pair losses' slope in each reward is at
+  # most 1, so the mean loss moves by at most the two rewards' bound.
+  bound = 2 * merged_lora_tolerance(model, {**frozen, **trained})
+  assert abs(float(loss) - float(expected_loss)) <= bound
   for path, value in expected.items():
     value, got = np.asarray(value), np.asarray(grads[path])
     assert np.abs(value).max() > 0, path
