@@ -95,8 +95,8 @@ class Embedder(nnx.Module):
 
 
 class Projection(nnx.Module):
-  """A linear map written as an einsum over named axes (`equation`, e.g. "BTD,DNH->BTNH"), with an
-  optional bias; JAX differentiates it.
+  """A linear map named by an einsum over its axes (`equation`, e.g. "BTD,DNH->BTNH"), with an
+  optional bias, computed as one matrix product that JAX differentiates.
 
   `kernel_shape` follows the einsum's second operand, its input axes first (the input's trailing
   axes, in order), then its output axes; `bias_shape` the output's trailing axes.
@@ -115,19 +115,23 @@ class Projection(nnx.Module):
     self.lora_b: nnx.Param | None = nnx.data(None)
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    x = x.astype(self.dtype)
-    y = attention.einsum(self.equation, x, self.kernel[...].astype(self.dtype))
+    # One matrix product, [rows, in] x [in, out]: the leading axes and the kernel's input and
+    # output axes each flattened (free reshapes of row-major arrays), so that every product of
+    # the backward pass, too, contracts a single axis.
+    kernel = self.kernel[...].astype(self.dtype)
+    inputs, outputs = kernel.shape[:self.input_axes], kernel.shape[self.input_axes:]
+    leading = x.shape[:x.ndim - self.input_axes]
+    rows = x.astype(self.dtype).reshape(-1, math.prod(inputs))  # [rows, in]
+    y = attention.einsum("RI,IO->RO", rows, kernel.reshape(math.prod(inputs), math.prod(outputs)))
     if self.lora_a is not None:
       # x W + (x A) B, as PEFT's LoraLayer computes it: the backward pass forms the gradients of
       # the small A and B and of x, never the frozen kernel's (a product as large as W's).
-      leading = x.shape[:x.ndim - self.input_axes]
-      rows = x.reshape(*leading, -1)  # [..., in]
-      low_rank = _named(attention.einsum("...I,IR->...R", rows, self.lora_a[...].astype(self.dtype)))
-      update = attention.einsum("...R,RO->...O", low_rank, self.lora_b[...].astype(self.dtype))
-      y = y + update.reshape(y.shape)
+      low_rank = _named(attention.einsum("RI,IK->RK", rows,
+                                         self.lora_a[...].astype(self.dtype)))
+      y = y + attention.einsum("RK,KO->RO", low_rank, self.lora_b[...].astype(self.dtype))
     # Named once, the sum, so that a remat policy that keeps projections keeps one buffer: named
     # apart, x W and (x A) B would each be kept where the backward pass reads only their sum.
-    y = _named(y)
+    y = _named(y).reshape(*leading, *outputs)
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     return y

@@ -117,15 +117,15 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   # The gate and up projections' outputs, which the MLP's backward reads: kept, not recomputed;
   # with LoRA, each as one sum x W + (x A) B (`layers.Projection` names it), not its two terms
   # apart, and each projection's x A kept.
-  intermediate = [shape for shape in scanned if shape[1:] == (1, length, config.intermediate_size)]
+  intermediate = [shape for shape in scanned if shape[1:] == (length, config.intermediate_size)]
   assert len(intermediate) == 2, scanned
-  low_rank = [shape for shape in scanned if shape[1:] == (1, length, lora_rank)]
+  low_rank = [shape for shape in scanned if shape[1:] == (length, lora_rank)]
   assert len(low_rank) == (7 if lora_rank else 0), scanned
   assert any("attention_output" in why for why in named), saved
   assert any("attention_row_statistics" in why for why in named), saved
   assert any("attention_inputs" in why for why in named), saved
-  kv_projection = (1, length, config.num_kv_heads, config.head_dim)  # k_proj's, v_proj's output
-  assert not [shape for shape in scanned if shape[1:] == kv_projection], scanned
+  kv_width = config.num_kv_heads * config.head_dim  # k_proj's and v_proj's output, [rows, K H]
+  assert not [shape for shape in scanned if shape[1:] == (length, kv_width)], scanned
   assert not [shape for shape in scanned if shape[1:] in stacked_kernels], scanned
   assert not [shape for shape in scanned if shape[-2:] == (length, length)], scanned
 
