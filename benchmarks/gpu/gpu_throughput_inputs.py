@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import time
 import zlib
+from typing import Any, Callable
 
 import numpy as np
 from absl import app
@@ -177,11 +178,16 @@ def write_weights(size: Size, folder: pathlib.Path) -> None:
         {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
 
 
-def build_model(size_name: str, texts: list[str], models_dir: pathlib.Path) -> pathlib.Path:
-  """The model folder for this size and corpus, built once (a finished one holds build.json)."""
-  size = SIZES[size_name]
-  digest = hashlib.sha256(json.dumps([BUILD_VERSION, SEED, dataclasses.asdict(size), texts])
-                          .encode()).hexdigest()[:12]
+def build_model(size_name: str, texts: list[str], models_dir: pathlib.Path, *,
+                size: Size | None = None, chat_template: str = CHAT_TEMPLATE,
+                tokenizer_of: Callable[[list[str], int], Any] | None = None) -> pathlib.Path:
+  """The model folder for this size (`SIZES[size_name]`, or `size` named so) and corpus, with
+  `chat_template` and the tokenizer `tokenizer_of(texts, vocab)` makes (default
+  `train_tokenizer`), built once (a finished one holds build.json)."""
+  size = size or SIZES[size_name]
+  tokenizer_of = tokenizer_of or train_tokenizer
+  digest = hashlib.sha256(json.dumps([BUILD_VERSION, SEED, dataclasses.asdict(size), texts,
+                                      chat_template]).encode()).hexdigest()[:12]
   folder = models_dir / f"llama-{size_name}-{digest}"
   if (folder / "build.json").exists():
     log(f"model: reusing {folder}")
@@ -190,12 +196,12 @@ def build_model(size_name: str, texts: list[str], models_dir: pathlib.Path) -> p
   tmp = folder.with_name(folder.name + ".tmp")
   shutil.rmtree(tmp, ignore_errors=True)
   tmp.mkdir(parents=True)
-  tokenizer = train_tokenizer(texts, size.vocab)
+  tokenizer = tokenizer_of(texts, size.vocab)
   tokenizer.save(str(tmp / "tokenizer.json"))
   ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
   (tmp / "tokenizer_config.json").write_text(json.dumps({
       "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-      "pad_token": PAD, "chat_template": CHAT_TEMPLATE, "model_max_length": size.max_positions,
+      "pad_token": PAD, "chat_template": chat_template, "model_max_length": size.max_positions,
       "clean_up_tokenization_spaces": False, "add_bos_token": False, "add_eos_token": False},
       indent=2))
   (tmp / "config.json").write_text(json.dumps(

@@ -31,7 +31,6 @@ writes `report-<preset>/{results.json,table.txt}` and the logs.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import pathlib
 import shutil
@@ -41,7 +40,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from benchmarks.common import child_env, log, module_command, timed_with_cpu
+from benchmarks.common import child_env, module_command, timed_with_cpu
 from benchmarks.gpu import gpu_throughput as gt  # its flags
 from benchmarks.gpu import gpu_throughput_inputs as inputs  # the model builder
 from benchmarks.gpu import gpu_throughput_presets as presets
@@ -50,7 +49,6 @@ from socialrm_jax.orchestrators import convert
 # Llama 3.1's chat template, shortened: the system block with the knowledge cutoff and the date
 # is always written, then each turn between header ids and <|eot_id|> (tests use it too).
 CHAT_TEMPLATE = (pathlib.Path(__file__).parent / "llama3_like_chat_template.jinja").read_text()
-BUILD_VERSION = 2
 SENTINEL = "VOCABSCANSENTINEL7f3a"
 
 
@@ -101,38 +99,14 @@ def extend_vocabulary(tokenizer, target: int, seed: int = 0):
 
 
 def build_model(size: presets.Size, texts: list[str], models_dir: pathlib.Path) -> pathlib.Path:
-  """A random-weight Llama reward model of `size` with the Llama-3-like template, built once."""
-  digest = hashlib.sha256(json.dumps([BUILD_VERSION, inputs.SEED, dataclasses.asdict(size), texts,
-                                      CHAT_TEMPLATE]).encode()).hexdigest()[:12]
-  folder = models_dir / f"llama-scan-{size.hidden}x{size.layers}-v{size.vocab}-{digest}"
-  if (folder / "build.json").exists():
-    log(f"model: reusing {folder}")
-    return folder
-  start = time.perf_counter()
-  tmp = folder.with_name(folder.name + ".tmp")
-  shutil.rmtree(tmp, ignore_errors=True)
-  tmp.mkdir(parents=True)
-  tokenizer = inputs.train_tokenizer(texts, size.vocab)
-  if tokenizer.get_vocab_size() < size.vocab:
-    tokenizer = extend_vocabulary(tokenizer, size.vocab)
-  tokenizer.save(str(tmp / "tokenizer.json"))
-  ids = {token: tokenizer.token_to_id(token) for token in inputs.SPECIAL_TOKENS}
-  (tmp / "tokenizer_config.json").write_text(json.dumps({
-      "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": inputs.BOS,
-      "eos_token": inputs.EOS, "pad_token": inputs.PAD, "chat_template": CHAT_TEMPLATE,
-      "model_max_length": size.max_positions, "clean_up_tokenization_spaces": False}, indent=2))
-  (tmp / "config.json").write_text(json.dumps(
-      inputs.hf_config(size, ids[inputs.BOS], ids[inputs.EOS], ids[inputs.PAD]), indent=2,
-      sort_keys=True))
-  inputs.write_weights(size, tmp)
-  (tmp / "build.json").write_text(json.dumps({
-      **dataclasses.asdict(size), "params": size.params(), "matmul_params": size.matmul_params(),
-      "tokenizer_vocab": tokenizer.get_vocab_size()}, indent=2))
-  shutil.rmtree(folder, ignore_errors=True)
-  tmp.rename(folder)
-  log(f"model: built {folder} in {time.perf_counter() - start:.1f} s "
-         f"(tokenizer: {tokenizer.get_vocab_size()} tokens)")
-  return folder
+  """A random-weight Llama reward model of `size` with the Llama-3-like template, built once, its
+  tokenizer's vocabulary filled to the model's (`extend_vocabulary`)."""
+
+  def tokenizer_of(texts, vocab):
+    tokenizer = inputs.train_tokenizer(texts, vocab)
+    return tokenizer if tokenizer.get_vocab_size() >= vocab else extend_vocabulary(tokenizer, vocab)
+  return inputs.build_model(f"scan-{size.hidden}x{size.layers}-v{size.vocab}", texts, models_dir,
+                            size=size, chat_template=CHAT_TEMPLATE, tokenizer_of=tokenizer_of)
 
 
 def torch_child(model_dir: str, output: str, max_tokens: int | None, device: str, dtype: str,

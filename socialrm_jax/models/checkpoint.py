@@ -36,7 +36,7 @@ PER_LAYER_IN_FORMAT_2 = ("gpt2", "bert")
 
 def _checkpointer():
   """orbax's StandardCheckpointer. orbax (with tensorstore) is imported here, not with this module:
-  it adds about 0.5 s to the start of every command, and only native checkpoints use it."""
+  its import is slow, and only native checkpoints use it."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   return ocp.StandardCheckpointer()
 

@@ -54,8 +54,7 @@ DEFAULT_REMAT_POLICY = "save_projections_and_attention"
 
 def checkpoint_policy(name: str):
   """The `jax.checkpoint` policy of the remat policy `name` (one of REMAT_POLICY_NAMES)."""
-  if name == "auto":
-    name = DEFAULT_REMAT_POLICY
+  name = DEFAULT_REMAT_POLICY if name == "auto" else name
   if name not in REMAT_POLICIES:
     raise ValueError(f"unknown remat policy {name!r}; one of {', '.join(REMAT_POLICY_NAMES)}")
   return REMAT_POLICIES[name]

@@ -305,10 +305,7 @@ def _read_shard(source: WeightSource, shape: tuple[int, ...], index: Index,
   The tensors come as views of the checkpoint's memory map, and `transform` gives views of them
   where it can (a transpose, a reshape), so this is the one copy a parameter's bytes go through
   on the host; numpy copies in the order of the bytes it reads, so the file is read in order and
-  JAX lays the array out for the device as it puts it there (its transpose is about 3x numpy's
-  for bfloat16). A copy per layer, then the stack, then a cast loaded a 1B model's bf16 weights
-  in 13.2-15.5 s on the 2-core AMD EPYC, this one copy in 8.1-10.8 s (alternating runs, other
-  work on the machine; benchmarks/load_time.py)."""
+  JAX lays the array out for the device as it puts it there."""
   if not source.stacked:
     return np.array(_read_layer(source.hf_name, source, shape, index, tensors))
   names = source.hf_name[index[0]]

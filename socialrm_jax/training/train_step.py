@@ -77,8 +77,8 @@ class TrainStep:
                        for path, source in model.family.weight_sources(model.config).items()}
     hold = functools.partial(fsdp.constrain, mesh=mesh, model_axes=self.model_axes)
     hold_state = functools.partial(fsdp.constrain_state, mesh=mesh, model_axes=self.model_axes)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    hold_sums = lambda sums: jax.lax.with_sharding_constraint(sums, replicated)
+    self.whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())  # every device
+    hold_sums = lambda sums: jax.lax.with_sharding_constraint(sums, self.whole)
 
     def rewards_of(trained, frozen, batch):
       return pair_rewards(model, full_params(trained, frozen, lora_scale, dtype), batch)
@@ -129,8 +129,7 @@ class TrainStep:
 
   def abstract_sums(self):
     """The loss sums a step starts from (`loss.no_sums`, made on the host), abstract."""
-    replicated = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
-    return jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=replicated),
+    return jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.whole),
                         jax.eval_shape(loss_lib.no_sums))
 
   # The programs of `step`, traced for abstract arguments (`jax.ShapeDtypeStruct`s with
@@ -155,8 +154,7 @@ class TrainStep:
   def replicated(self, tree):
     """Host values every process holds alike (the RNG key, LoRA's initial adapters, the empty
     sums) as arrays whole on every device of the mesh, which may span processes."""
-    sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
-    return jax.tree.map(lambda v: global_arrays.put_global(np.asarray(v), sharding), tree)
+    return jax.tree.map(lambda v: global_arrays.put_global(np.asarray(v), self.whole), tree)
 
   def place(self, params: Mapping) -> dict:
     """Flat parameters (trained or frozen; arrays or abstract) at their FSDP shardings, where
