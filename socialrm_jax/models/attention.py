@@ -305,6 +305,12 @@ def dense_fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, layout: Layo
   if not isinstance(scale, (int, float)):
     q, scale = q * jnp.asarray(scale, q.dtype), 1.0
   mask = dense_mask(layout, positions, window)[:, None]  # [B, 1, T, S]
+  specs = _mesh_specs(q, k)
+  if specs is not None:  # jax's kernels take operands sharded alike: FSDP's weights would not
+    activations, row_axes = specs
+    q, k, v = (jax.lax.with_sharding_constraint(x, activations) for x in (q, k, v))
+    mask = jax.lax.with_sharding_constraint(
+        mask, jax.sharding.PartitionSpec(row_axes, None, None, None))
   return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                       is_causal=layout.is_causal, implementation=implementation)
 
@@ -487,20 +493,30 @@ def traced_platform() -> str:
   return jax.default_backend() if device is None else device.platform
 
 
+def _mesh_specs(q: jax.Array, k: jax.Array):
+  """Under a mesh of several devices set with `jax.set_mesh`: (the spec of q, k and v [B, T, N or
+  K, H], the row axes): rows split over every axis but `HEADS_AXIS`, heads over `HEADS_AXIS` when
+  both query and key/value heads divide by it. None without such a mesh."""
+  mesh = jax.sharding.get_abstract_mesh()
+  sizes = dict(mesh.shape)  # axis name -> size; empty when no mesh is set
+  if math.prod(sizes.values()) <= 1:
+    return None
+  heads = sizes.get(HEADS_AXIS, 1)
+  head_axis = HEADS_AXIS if q.shape[2] % heads == 0 and k.shape[2] % heads == 0 else None
+  row_axes = tuple(name for name in mesh.axis_names if name != HEADS_AXIS) or None
+  return jax.sharding.PartitionSpec(row_axes, None, head_axis, None), row_axes
+
+
 def _over_context_mesh(per_device, q, k, v, segment_ids, branch_ids):
   """`per_device(q, k, v, segment_ids, branch_ids)` once per device of the mesh set with
   `jax.set_mesh` (if it has more than one): rows split over every axis but `HEADS_AXIS`, heads
   over `HEADS_AXIS` when both query and key/value heads divide by it (else each of its devices
   attends all heads of its rows). Splitting heads in whole groups keeps query head n with
   key/value head n // G on one device."""
-  mesh = jax.sharding.get_abstract_mesh()
-  sizes = dict(mesh.shape)  # axis name -> size; empty when no mesh is set
-  if math.prod(sizes.values()) <= 1:
+  specs = _mesh_specs(q, k)
+  if specs is None:
     return per_device(q, k, v, segment_ids, branch_ids)
-  heads = sizes.get(HEADS_AXIS, 1)
-  head_axis = HEADS_AXIS if q.shape[2] % heads == 0 and k.shape[2] % heads == 0 else None
-  row_axes = tuple(name for name in mesh.axis_names if name != HEADS_AXIS) or None
-  activations = jax.sharding.PartitionSpec(row_axes, None, head_axis, None)  # [B, T, N or K, H]
+  activations, row_axes = specs
   ids = jax.sharding.PartitionSpec(row_axes, None)  # [B, T]
   return jax.shard_map(per_device, in_specs=(activations, activations, activations, ids, ids),
                        out_specs=activations, check_vma=False)(q, k, v, segment_ids, branch_ids)

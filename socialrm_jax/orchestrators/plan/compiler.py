@@ -107,6 +107,15 @@ def _bytes_from_error(message: str, parameter_bytes: int) -> int | None:
   return None
 
 
+def refused_for_memory(message: str, parameter_bytes: int) -> dict[str, Any]:
+  """A program a TPU compiler refused for lack of HBM (`compile_traced` raises its error): not
+  compiled, with the bytes it asked for (`needed_bytes`, None when the message gives none)."""
+  return {"compiled": False, "custom_calls": [], "attention_kernel": None, "collectives": {},
+          "host_transfers": [], "memory": None, "flops": None, "failures": [],
+          "error": message.strip().splitlines()[0][:300],
+          "needed_bytes": _bytes_from_error(message, parameter_bytes)}
+
+
 def bytes_per_device(tree) -> int:
   """Bytes one device holds of a tree of (abstract) arrays: the largest shard of each, from
   their shapes and shardings."""

@@ -201,7 +201,11 @@ def compile_training(setup: compiler.AbstractScorer, model: trainable.TrainModel
       start = time.perf_counter()
       traced = compiler.trace_step(step.trace_accumulate, zeros, trained, frozen,
                                    abstract_block(rows, length, mesh), attention=setup.attention)
-      compiled, entry = compiler.compile_traced(traced, mesh, setup.attention)
+      try:
+        compiled, entry = compiler.compile_traced(traced, mesh, setup.attention)
+      except jax.errors.JaxRuntimeError as error:  # a TPU compiler's refusal for lack of HBM
+        compiled, entry = None, compiler.refused_for_memory(
+            str(error), resident["trained"] + resident["frozen"])
       if compiled is not None:
         summed = train_step_lib.abstract_outputs(compiled)[0]
         moved = [compiler.path_name(path) for path, z, g in _with_paths(zeros, summed)
@@ -211,8 +215,9 @@ def compile_training(setup: compiler.AbstractScorer, model: trainable.TrainModel
               f"the summed gradients come back sharded otherwise than they went in "
               f"({', '.join(moved[:3])}{' ...' if len(moved) > 3 else ''}): every block after "
               "a step's first compiles a second program")
-      used = None if entry["memory"] is None else (entry["memory"]["total"]
-                                                   + resident["optimizer_state"])
+      program_bytes = (entry.get("needed_bytes") if entry["memory"] is None
+                       else entry["memory"]["total"])
+      used = None if program_bytes is None else program_bytes + resident["optimizer_state"]
       entry.update(shape=[rows, length], tokens=rows * length, device_bytes=used,
                    rows_per_host=rows * share["data_per_host"] // data_size,
                    capacity_bytes=capacity, fits=used is not None and used <= capacity,
