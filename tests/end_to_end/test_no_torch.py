@@ -38,10 +38,10 @@ def _main_script(module: str, program: str) -> str:
   """`python -m socialrm_jax.main.<module> ARGS`, then the report."""
   return f"""
 import json, sys
-from absl import app
 from socialrm_jax.main import {module}
+sys.argv = ["{program}", *sys.argv[1:]]
 try:
-  app.run({module}.main, argv=["{program}", *sys.argv[1:]])
+  {module}.COMMAND.run()  # its flags defined, parsed, and its main run, as its console script
 except SystemExit as exit:
   if exit.code:
     raise

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from socialrm_jax.base import settings as settings_lib
 from socialrm_jax.orchestrators import train
 from tests.helpers.preference_fixtures import write_learnable_pairs
 from tests.helpers.scoring_fixtures import make_llama, subprocess_env
@@ -32,7 +33,7 @@ def finished_run(tmp_path_factory):
   root = tmp_path_factory.mktemp("damaged")
   make_llama(root / "base", head="lm", seed=0)
   write_learnable_pairs(root / "pairs.jsonl", 16)
-  train.run(train.Settings(**arguments(root, root / "run")))
+  train.run(settings_lib.from_config(train.TrainConfig, arguments(root, root / "run")))
   return root, root / "run"
 
 
@@ -45,7 +46,7 @@ def test_a_run_whose_newest_checkpoint_is_cut_short_goes_on_from_the_one_before(
   cut_short(newest / "leaves" / "_sharding")
   capsys.readouterr()
   with caplog.at_level("WARNING"):
-    train.run(train.Settings(**arguments(root, out, max_steps=6)))
+    train.run(settings_lib.from_config(train.TrainConfig, arguments(root, out, max_steps=6)))
   skipped = [r.getMessage() for r in caplog.records if "does not restore" in r.getMessage()]
   assert skipped == [
       f"checkpoint {newest} does not restore completely: its metadata does not read: "
