@@ -49,9 +49,9 @@ DEFAULT_CACHE = "default"
 # The default --tokens_per_batch: token slots per batch on accelerators.
 DEFAULT_TOKENS_PER_BATCH = 16384
 # The largest batch on a CPU, in token slots. On a CPU the device batch is host memory, so without
-# a cap the run's peak memory grows with --tokens_per_batch (benchmarks/scoring_memory.py); and a
-# batch whose activations stay within the CPU's caches scores faster: the 35M Llama of
-# benchmarks/cpu_profile.py took 30.0 s a pass at 4,096 slots, 36.8 s at 16,384.
+# a cap the run's peak memory grows with --tokens_per_batch (benchmarks/scoring/scoring_memory.py);
+# and a batch whose activations stay within the CPU's caches scores faster
+# (benchmarks/scoring/cpu_profile.py).
 CPU_BATCH_TOKENS = 4096
 # What a scoring command's --model takes.
 MODEL_HELP = ("HF checkpoint folder, native checkpoint folder, GGUF file (or a folder holding one), "
