@@ -107,15 +107,6 @@ def _bytes_from_error(message: str, parameter_bytes: int) -> int | None:
   return None
 
 
-def refused_for_memory(message: str, parameter_bytes: int) -> dict[str, Any]:
-  """A program a TPU compiler refused for lack of HBM (`compile_traced` raises its error): not
-  compiled, with the bytes it asked for (`needed_bytes`, None when the message gives none)."""
-  return {"compiled": False, "custom_calls": [], "attention_kernel": None, "collectives": {},
-          "host_transfers": [], "memory": None, "flops": None, "failures": [],
-          "error": message.strip().splitlines()[0][:300],
-          "needed_bytes": _bytes_from_error(message, parameter_bytes)}
-
-
 def bytes_per_device(tree) -> int:
   """Bytes one device holds of a tree of (abstract) arrays: the largest shard of each, from
   their shapes and shardings."""
@@ -199,10 +190,14 @@ class Progress:
 
 
 def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention: str,
-                   compile_program=None) -> tuple[jax.stages.Compiled | None, dict[str, Any]]:
+                   compile_program=None, parameter_bytes: int = 0
+                   ) -> tuple[jax.stages.Compiled | None, dict[str, Any]]:
   """A traced step compiled (by `compile_program(traced)` where given, else `traced.lower()
   .compile()` under the mesh) and read (`programs.read`), with its failures; a step holding a
-  callback into Python is not compiled (it cannot be for a device this host lacks), and is one."""
+  callback into Python is not compiled (it cannot be for a device this host lacks), and is one.
+  A program a TPU compiler refuses for lack of HBM is not compiled, with the bytes it asked for
+  (`needed_bytes`: from the compiler's message, at least `parameter_bytes`; None when it gives
+  none): it does not fit, and is no failure."""
   host_calls = programs.host_calls(traced)
   if host_calls:
     return None, {"compiled": False, "custom_calls": [], "attention_kernel": None,
@@ -215,11 +210,13 @@ def compile_traced(traced: jax.stages.Traced, mesh: jax.sharding.Mesh, attention
     else:
       compiled = compile_program(traced)
   except jax.errors.JaxRuntimeError as error:
-    if _is_out_of_memory(str(error)):
-      raise  # a TPU compiler's refusal: `compile_shape` reads the bytes it asked for
-    return None, {"compiled": False, "custom_calls": [], "attention_kernel": None,
-                  "collectives": {}, "host_transfers": [], "memory": None, "flops": None,
-                  "failures": [f"XLA cannot compile the step: {_reason(str(error))}"]}
+    message = str(error)
+    refused = {"compiled": False, "custom_calls": [], "attention_kernel": None,
+               "collectives": {}, "host_transfers": [], "memory": None, "flops": None}
+    if _is_out_of_memory(message):
+      return None, {**refused, "failures": [], "error": message.strip().splitlines()[0][:300],
+                    "needed_bytes": _bytes_from_error(message, parameter_bytes)}
+    return None, {**refused, "failures": [f"XLA cannot compile the step: {_reason(message)}"]}
   read = programs.read(compiled, mesh)
   read.update(compiled=True, failures=program_failures(read, attention, []))
   return compiled, read
@@ -249,20 +246,14 @@ def compile_shape(scorer: AbstractScorer, shape: tuple[int, int, int]) -> dict:
   entry: dict[str, Any] = {"shape": list(shape)}
   start = time.perf_counter()
   traced = trace_step(scorer.step.trace, shape, attention=scorer.attention)
-  try:
-    compiled, read = compile_traced(traced, scorer.mesh, scorer.attention,
-                                    lambda t: scorer.step.compile(shape, t))
-  except Exception as error:  # pylint: disable=broad-except  # XLA's refusal is the answer
-    message = str(error)
-    if not _is_out_of_memory(message):
-      raise
-    needed = _bytes_from_error(message, parameter_bytes_per_chip(scorer.step))
-    entry.update(compiled=False, compile_seconds=round(time.perf_counter() - start, 2),
-                 error=message.strip().splitlines()[0][:300], custom_calls=[],
-                 attention_kernel=None, collectives={}, host_transfers=[], memory=None,
+  compiled, read = compile_traced(traced, scorer.mesh, scorer.attention,
+                                  lambda t: scorer.step.compile(shape, t),
+                                  parameter_bytes_per_chip(scorer.step))
+  if "needed_bytes" in read:  # refused for lack of HBM: what it asked for
+    needed = read.pop("needed_bytes")
+    entry.update(read, compile_seconds=round(time.perf_counter() - start, 2),
                  hbm_bytes_per_chip=needed, hbm_capacity_bytes=capacity, fits=False,
-                 flops=None, analytic_flops=analytic, bytes_moved_per_chip=None,
-                 estimated_seconds=None, failures=[])
+                 analytic_flops=analytic, bytes_moved_per_chip=None, estimated_seconds=None)
     return entry
   entry.update(read, compile_seconds=round(time.perf_counter() - start, 2),
                hbm_capacity_bytes=capacity, analytic_flops=analytic)

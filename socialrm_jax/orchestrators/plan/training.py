@@ -201,11 +201,9 @@ def compile_training(setup: compiler.AbstractScorer, model: trainable.TrainModel
       start = time.perf_counter()
       traced = compiler.trace_step(step.trace_accumulate, zeros, trained, frozen,
                                    abstract_block(rows, length, mesh), attention=setup.attention)
-      try:
-        compiled, entry = compiler.compile_traced(traced, mesh, setup.attention)
-      except jax.errors.JaxRuntimeError as error:  # a TPU compiler's refusal for lack of HBM
-        compiled, entry = None, compiler.refused_for_memory(
-            str(error), resident["trained"] + resident["frozen"])
+      compiled, entry = compiler.compile_traced(
+          traced, mesh, setup.attention,
+          parameter_bytes=resident["trained"] + resident["frozen"])
       if compiled is not None:
         summed = train_step_lib.abstract_outputs(compiled)[0]
         moved = [compiler.path_name(path) for path, z, g in _with_paths(zeros, summed)
