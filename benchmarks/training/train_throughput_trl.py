@@ -15,7 +15,7 @@ project's trainer draws them.
 `--gguf_file=NAME` loads the model from that GGUF file in `--model` (transformers' `gguf_file=`:
 dequantized to float32, a new score head). `--lora_rank` trains LoRA adapters through peft
 (`LoraConfig(task_type="SEQ_CLS")`: the score head trains in full, no dropout) on
-`--lora_targets`. `--init=FILE.npz` sets the score head (`score`, our [D, 1] kernel) and each
+`--lora_targets`. `--init=FILE.npz` sets the score head (`score`, our [1, D] kernel: its `score.weight`) and each
 adapter's A (`<target path>/lora_a`, our [L, in, r]) to the project's trainer's initial values, so
 both trainers start from the same weights. `--eval_pairs` are evaluated every `--eval_steps` steps
 (TRL's eval_loss, eval_accuracy).
@@ -69,7 +69,7 @@ def set_initial_weights(model, path: str) -> None:
   values = np.load(path)
   parameters = dict(model.named_parameters())
   with torch.no_grad():
-    head = torch.from_numpy(values["score/kernel"].T.copy())  # [D, 1] -> [1, D]
+    head = torch.from_numpy(values["score/kernel"].copy())  # [1, D], as score.weight
     heads = [p for name, p in parameters.items()
              if (name.startswith("score.") or ".score." in name) and name.endswith("weight")]
     if not heads:

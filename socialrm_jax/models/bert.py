@@ -169,10 +169,6 @@ def _transpose(w: np.ndarray) -> np.ndarray:
   return w.T
 
 
-def _transpose_reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
-  return w.T.reshape(shape)
-
-
 def _reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
   return w.reshape(shape)
 
@@ -181,8 +177,9 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   """Every parameter of `Model(config)` -> the HF tensor it is read from.
 
   `BertModel` saves the encoder at the top level; `BertForSequenceClassification` under `bert.`,
-  with its `classifier` beside it. HF stores dense weights as nn.Linear [out, in]; ours are
-  [in, out] (and [in, heads, head_dim] / [heads, head_dim, out] for attention).
+  with its `classifier` beside it. HF stores dense weights as nn.Linear [out, in]: the encoder's
+  projections are those as stored (`layers.Projection`; attention's [heads, head_dim, in] and
+  [out, heads, head_dim]); the pooler and classifier, `nnx.Linear`s, are [in, out].
   """
   d, n, h = config.hidden_size, config.num_heads, config.head_dim
   prefix = ENCODER_PREFIX[config.architecture]
@@ -199,22 +196,22 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   block = stacked_sources(f"{prefix}encoder.layer.{{layer}}.", config.num_layers)
   for name, hf_name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
     sources[f"layers/attn/{name}/kernel"] = block(
-        f"attention.self.{hf_name}.weight", functools.partial(_transpose_reshape, (d, n, h)),
-        model_axis=2)  # [L, D, N, H]
+        f"attention.self.{hf_name}.weight", functools.partial(_reshape, (n, h, d)),
+        model_axis=1)  # [L, N, H, D]
     sources[f"layers/attn/{name}/bias"] = block(
         f"attention.self.{hf_name}.bias", functools.partial(_reshape, (n, h)),
         model_axis=1)  # [L, N, H]
   sources["layers/attn/o_proj/kernel"] = block(
-      "attention.output.dense.weight", functools.partial(_transpose_reshape, (n, h, d)),
-      model_axis=1)  # [L, N, H, D]
+      "attention.output.dense.weight", functools.partial(_reshape, (d, n, h)),
+      model_axis=2)  # [L, D, N, H]
   sources["layers/attn/o_proj/bias"] = block("attention.output.dense.bias")
   sources["layers/attn_norm/scale"] = block("attention.output.LayerNorm.weight")
   sources["layers/attn_norm/bias"] = block("attention.output.LayerNorm.bias")
   sources["layers/mlp/up/kernel"] = block(
-      "intermediate.dense.weight", _transpose, model_axis=2)  # [L, D, F]
+      "intermediate.dense.weight", model_axis=1)  # [L, F, D]
   sources["layers/mlp/up/bias"] = block("intermediate.dense.bias", model_axis=1)
   sources["layers/mlp/down/kernel"] = block(
-      "output.dense.weight", _transpose, model_axis=1)  # [L, F, D]
+      "output.dense.weight", model_axis=2)  # [L, D, F]
   sources["layers/mlp/down/bias"] = block("output.dense.bias")
   sources["layers/mlp_norm/scale"] = block("output.LayerNorm.weight")
   sources["layers/mlp_norm/bias"] = block("output.LayerNorm.bias")

@@ -34,8 +34,7 @@ from flax import nnx
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers, trunk
-from socialrm_jax.models.weights import (WeightSource, linear_to_einsum, reshape_to,
-                                         stacked_sources)
+from socialrm_jax.models.weights import WeightSource, reshape_to, stacked_sources
 
 ARCHITECTURES = {
     "DebertaV2ForSequenceClassification": "score",
@@ -197,15 +196,15 @@ class Attention(nnx.Module):
   def __init__(self, config: Config, *, implementation: str, dtype, param_dtype, rngs: nnx.Rngs):
     d, n, h = config.hidden_size, config.num_heads, config.head_dim
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.k_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.v_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
+    self.q_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
+    self.k_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
+    self.v_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
+    self.o_proj = layers.Projection("BTNH,DNH->BTD", (d, n, h), (d,), **kw)
     uses = config.pos_att_types if config.relative_attention else ()
     if not config.share_att_key and "c2p" in uses:
-      self.pos_key_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+      self.pos_key_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
     if not config.share_att_key and "p2c" in uses:
-      self.pos_query_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
+      self.pos_query_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
     self.config = config
     self.uses = uses
     self.implementation = implementation
@@ -270,7 +269,7 @@ class Model(trunk.FamilyModel):
     if config.type_vocab_size > 0:
       self.token_type_embed = layers.Embedder(config.type_vocab_size, e, **kw)
     if e != d:
-      self.embed_proj = layers.Projection("BTE,ED->BTD", (e, d), None, **kw)
+      self.embed_proj = layers.Projection("BTE,DE->BTD", (d, e), None, **kw)
     norm = functools.partial(nnx.LayerNorm, d, epsilon=config.layer_norm_eps, **kw)
     self.embed_norm = norm()
     if config.relative_attention:
@@ -279,8 +278,8 @@ class Model(trunk.FamilyModel):
         self.rel_norm = norm()
     self.layers = self.stacked_blocks(Block, config, kw)
     if config.head == "score":
-      self.pooler = layers.Projection("...D,DE->...E", (d, d), (d,), **kw)
-      self.classifier = layers.Projection("...D,DL->...L", (d, config.num_labels),
+      self.pooler = layers.Projection("...D,ED->...E", (d, d), (d,), **kw)
+      self.classifier = layers.Projection("...D,LD->...L", (config.num_labels, d),
                                           (config.num_labels,), **kw)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
@@ -346,8 +345,7 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   if config.type_vocab_size > 0:
     out["token_type_embed/embedding"] = WeightSource(f"{embeddings}.token_type_embeddings.weight")
   if config.embedding_size != config.hidden_size:
-    out["embed_proj/kernel"] = WeightSource(f"{embeddings}.embed_proj.weight",
-                                            linear_to_einsum(config.embedding_size, d))
+    out["embed_proj/kernel"] = WeightSource(f"{embeddings}.embed_proj.weight")  # [D, E]
   if config.relative_attention:
     out["rel_embed/embedding"] = WeightSource(f"{trunk}encoder.rel_embeddings.weight")
     if config.norm_rel_embeddings:
@@ -359,27 +357,26 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
     projections += [(name, name) for name, term in (("pos_key_proj", "c2p"),
                                                     ("pos_query_proj", "p2c")) if term in uses]
   for ours, theirs in projections:
-    out[f"layers/attn/{ours}/kernel"] = block(  # [L, D, N, H]
-        f"attention.self.{theirs}.weight", linear_to_einsum(d, -1, h), model_axis=2, hf_axis=0)
+    out[f"layers/attn/{ours}/kernel"] = block(  # [L, N, H, D]
+        f"attention.self.{theirs}.weight", reshape_to(-1, h, d), model_axis=1, hf_axis=0)
     out[f"layers/attn/{ours}/bias"] = block(  # [L, N, H]
         f"attention.self.{theirs}.bias", reshape_to(-1, h), model_axis=1, hf_axis=0)
-  out["layers/attn/o_proj/kernel"] = block(  # [L, N, H, D]
-      "attention.output.dense.weight", linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
+  out["layers/attn/o_proj/kernel"] = block(  # [L, D, N, H]
+      "attention.output.dense.weight", reshape_to(d, -1, h), model_axis=2, hf_axis=1)
   out["layers/attn/o_proj/bias"] = block("attention.output.dense.bias")
   out["layers/attn_norm/scale"] = block("attention.output.LayerNorm.weight")
   out["layers/attn_norm/bias"] = block("attention.output.LayerNorm.bias")
-  out["layers/mlp/up/kernel"] = block(  # [L, D, F]
-      "intermediate.dense.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
+  out["layers/mlp/up/kernel"] = block(  # [L, F, D]
+      "intermediate.dense.weight", model_axis=1, hf_axis=0)
   out["layers/mlp/up/bias"] = block("intermediate.dense.bias", model_axis=1, hf_axis=0)
-  out["layers/mlp/down/kernel"] = block(  # [L, F, D]
-      "output.dense.weight", linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
+  out["layers/mlp/down/kernel"] = block(  # [L, D, F]
+      "output.dense.weight", model_axis=2, hf_axis=1)
   out["layers/mlp/down/bias"] = block("output.dense.bias")
   out["layers/mlp_norm/scale"] = block("output.LayerNorm.weight")
   out["layers/mlp_norm/bias"] = block("output.LayerNorm.bias")
   if config.head == "score":
-    out["pooler/kernel"] = WeightSource("pooler.dense.weight", linear_to_einsum(d, d))
+    out["pooler/kernel"] = WeightSource("pooler.dense.weight")
     out["pooler/bias"] = WeightSource("pooler.dense.bias")
-    out["classifier/kernel"] = WeightSource("classifier.weight",
-                                            linear_to_einsum(d, config.num_labels))
+    out["classifier/kernel"] = WeightSource("classifier.weight")  # [L, D]
     out["classifier/bias"] = WeightSource("classifier.bias")
   return out

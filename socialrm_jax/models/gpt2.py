@@ -3,8 +3,8 @@
 Covers `GPT2ForSequenceClassification` (a bias-free linear score head) and `GPT2LMHeadModel`
 (the LM head tied to the token embedding, unless the config unties it). HF GPT-2 stores its
 projections as `Conv1D` weights, laid out [in, out] (the transpose of `nn.Linear`);
-`weight_sources` reads them as such and splits the fused `c_attn` [D, 3D] into our separate
-query, key and value projections.
+`weight_sources` transposes them into `layers.Projection`'s [out, in] kernels (GPT-2's models are
+small) and splits the fused `c_attn` [D, 3D] into our separate query, key and value projections.
 
 Positions come from the caller (`positions`), not from the token index, so left padding and
 packed rows see the same position embeddings as the sequence scored alone. The blocks are one
@@ -186,8 +186,13 @@ class Model(trunk.FamilyModel):
 
 
 def _columns(start: int, stop: int, shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
-  """A column block [:, start:stop] of a Conv1D weight (or a slice of its bias), reshaped."""
-  return w[..., start:stop].reshape(shape)
+  """A column block [:, start:stop] of a Conv1D weight [in, out] as our [out, in] kernel (or a
+  slice of its bias), reshaped."""
+  return w[..., start:stop].T.reshape(shape)
+
+
+def _transpose_reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
+  return w.T.reshape(shape)
 
 
 def _reshape(shape: tuple[int, ...], w: np.ndarray) -> np.ndarray:
@@ -220,17 +225,19 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
   for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
     start, stop = index * d, (index + 1) * d
     sources[f"layers/attn/{name}/kernel"] = block(
-        "attn.c_attn.weight", functools.partial(_columns, start, stop, (d, n, h)),
-        model_axis=2)  # [L, D, N, H]
+        "attn.c_attn.weight", functools.partial(_columns, start, stop, (n, h, d)),
+        model_axis=1)  # [L, N, H, D]
     sources[f"layers/attn/{name}/bias"] = block(
         "attn.c_attn.bias", functools.partial(_columns, start, stop, (n, h)),
         model_axis=1)  # [L, N, H]
   sources["layers/attn/o_proj/kernel"] = block(
-      "attn.c_proj.weight", functools.partial(_reshape, (n, h, d)), model_axis=1)  # [L, N, H, D]
+      "attn.c_proj.weight", functools.partial(_transpose_reshape, (d, n, h)),
+      model_axis=2)  # [L, D, N, H]
   sources["layers/attn/o_proj/bias"] = block("attn.c_proj.bias")
-  sources["layers/mlp/up/kernel"] = block("mlp.c_fc.weight", model_axis=2)  # [L, D, F]
+  sources["layers/mlp/up/kernel"] = block("mlp.c_fc.weight", _transpose, model_axis=1)  # [L, F, D]
   sources["layers/mlp/up/bias"] = block("mlp.c_fc.bias", model_axis=1)  # [L, F]
-  sources["layers/mlp/down/kernel"] = block("mlp.c_proj.weight", model_axis=1)  # [L, F, D]
+  sources["layers/mlp/down/kernel"] = block("mlp.c_proj.weight", _transpose,
+                                            model_axis=2)  # [L, D, F]
   sources["layers/mlp/down/bias"] = block("mlp.c_proj.bias")
   if config.head == "score":
     # nn.Linear stores [L, D]; ours is [D, L].

@@ -30,8 +30,7 @@ from flax import nnx
 from socialrm_jax.models import attention as attention_lib
 from socialrm_jax.models import hf_config as hf_config_lib
 from socialrm_jax.models import layers, trunk
-from socialrm_jax.models.weights import (WeightSource, linear_to_einsum,
-                                         stacked_sources)
+from socialrm_jax.models.weights import WeightSource, reshape_to, stacked_sources
 
 ARCHITECTURES = {
     "GPTNeoXForSequenceClassification": "score",
@@ -146,10 +145,10 @@ class Attention(nnx.Module):
     d, n, h = config.hidden_size, config.num_heads, config.head_dim
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     bias = config.attention_bias
-    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h) if bias else None, **kw)
-    self.k_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h) if bias else None, **kw)
-    self.v_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h) if bias else None, **kw)
-    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,) if bias else None, **kw)
+    self.q_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h) if bias else None, **kw)
+    self.k_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h) if bias else None, **kw)
+    self.v_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h) if bias else None, **kw)
+    self.o_proj = layers.Projection("BTNH,DNH->BTD", (d, n, h), (d,) if bias else None, **kw)
     self.config = config
     self.implementation = implementation
 
@@ -199,10 +198,10 @@ class Model(trunk.FamilyModel):
     self.layers = self.stacked_blocks(Block, config, kw)
     self.final_norm = nnx.LayerNorm(d, epsilon=config.layer_norm_eps, **kw)
     if config.head == "score":
-      self.score = layers.Projection("...D,DL->...L", (d, config.num_labels),
+      self.score = layers.Projection("...D,LD->...L", (config.num_labels, d),
                                      (config.num_labels,) if config.score_bias else None, **kw)
     elif config.head == "lm" and not config.tie_word_embeddings:
-      self.lm_head = layers.Projection("...D,DV->...V", (d, config.vocab_size), None, **kw)
+      self.lm_head = layers.Projection("...D,VD->...V", (config.vocab_size, d), None, **kw)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
                token_type_ids: jax.Array | None = None,
@@ -229,9 +228,9 @@ class Model(trunk.FamilyModel):
 
 def _fused_qkv_kernel(part: int, head_dim: int, hidden: int):
   """query_key_value.weight [N*3H, D] (heads outermost, then q/k/v, then H) -> part `part`
-  (0 q, 1 k, 2 v) as our [D, N, H]; works on a slice of whole heads."""
+  (0 q, 1 k, 2 v) as our [N, H, D]; works on a slice of whole heads."""
   def transform(w: np.ndarray) -> np.ndarray:
-    return w.reshape(-1, 3, head_dim, hidden)[:, part].transpose(2, 0, 1)
+    return w.reshape(-1, 3, head_dim, hidden)[:, part]
   return transform
 
 
@@ -264,28 +263,28 @@ def weight_sources(config: Config) -> dict[str, WeightSource]:
     out[f"layers/{ours}/scale"] = block(f"{theirs}.weight")
     out[f"layers/{ours}/bias"] = block(f"{theirs}.bias")
   for part, name in enumerate(("q_proj", "k_proj", "v_proj")):
-    out[f"layers/attn/{name}/kernel"] = block(  # [L, D, N, H]
-        "attention.query_key_value.weight", _fused_qkv_kernel(part, h, d), model_axis=2,
+    out[f"layers/attn/{name}/kernel"] = block(  # [L, N, H, D]
+        "attention.query_key_value.weight", _fused_qkv_kernel(part, h, d), model_axis=1,
         hf_axis=0)
     if config.attention_bias:
       out[f"layers/attn/{name}/bias"] = block(  # [L, N, H]
           "attention.query_key_value.bias", _fused_qkv_bias(part, h), model_axis=1, hf_axis=0)
-  out["layers/attn/o_proj/kernel"] = block(  # [L, N, H, D]
-      "attention.dense.weight", linear_to_einsum(-1, h, d), model_axis=1, hf_axis=1)
+  out["layers/attn/o_proj/kernel"] = block(  # [L, D, N, H]
+      "attention.dense.weight", reshape_to(d, -1, h), model_axis=2, hf_axis=1)
   if config.attention_bias:
     out["layers/attn/o_proj/bias"] = block("attention.dense.bias")
-  out["layers/mlp/up/kernel"] = block(  # [L, D, F]
-      "mlp.dense_h_to_4h.weight", linear_to_einsum(d, -1), model_axis=2, hf_axis=0)
+  out["layers/mlp/up/kernel"] = block(  # [L, F, D]
+      "mlp.dense_h_to_4h.weight", model_axis=1, hf_axis=0)
   out["layers/mlp/up/bias"] = block("mlp.dense_h_to_4h.bias", model_axis=1, hf_axis=0)
-  out["layers/mlp/down/kernel"] = block(  # [L, F, D]
-      "mlp.dense_4h_to_h.weight", linear_to_einsum(-1, d), model_axis=1, hf_axis=1)
+  out["layers/mlp/down/kernel"] = block(  # [L, D, F]
+      "mlp.dense_4h_to_h.weight", model_axis=2, hf_axis=1)
   out["layers/mlp/down/bias"] = block("mlp.dense_4h_to_h.bias")
   if config.head == "score":
     head = "out_proj" if config.architecture == "GPTNeoXRewardModel" else "score"
-    out["score/kernel"] = WeightSource(f"{head}.weight", linear_to_einsum(d, config.num_labels))
+    out["score/kernel"] = WeightSource(f"{head}.weight")  # [L, D]
     if config.score_bias:
       out["score/bias"] = WeightSource(f"{head}.bias")
   elif config.head == "lm" and not config.tie_word_embeddings:
-    out["lm_head/kernel"] = WeightSource(  # [D, V]
-        "embed_out.weight", linear_to_einsum(d, -1), model_axis=1, hf_axis=0)
+    out["lm_head/kernel"] = WeightSource(  # [V, D]
+        "embed_out.weight", model_axis=0, hf_axis=0)
   return out

@@ -95,17 +95,19 @@ class Embedder(nnx.Module):
 
 
 class Projection(nnx.Module):
-  """A linear map named by an einsum over its axes (`equation`, e.g. "BTD,DNH->BTNH"), with an
+  """A linear map named by an einsum over its axes (`equation`, e.g. "BTD,NHD->BTNH"), with an
   optional bias, computed as one matrix product that JAX differentiates.
 
-  `kernel_shape` follows the einsum's second operand, its input axes first (the input's trailing
-  axes, in order), then its output axes; `bias_shape` the output's trailing axes.
+  `kernel_shape` follows the einsum's second operand, its output axes first, then its input axes
+  (the input's trailing axes, in order): a HF Linear's [out, in] layout, so that a checkpoint's
+  matrices are the kernels as they are stored (reshaped, never transposed, `weights.py`), and XLA
+  contracts them so as fast as the transpose. `bias_shape` follows the output's trailing axes.
   """
 
   def __init__(self, equation: str, kernel_shape: tuple[int, ...], bias_shape: tuple[int, ...] | None,
                *, dtype, param_dtype, rngs: nnx.Rngs):
     self.equation = equation
-    self.input_axes = _kernel_input_axes(equation)
+    self.output_axes, _ = kernel_axes(equation)
     self.kernel = nnx.Param(_normal_init(rngs.params(), kernel_shape, param_dtype))
     self.bias = None if bias_shape is None else nnx.Param(jnp.zeros(bias_shape, param_dtype))
     self.dtype = dtype
@@ -115,14 +117,14 @@ class Projection(nnx.Module):
     self.lora_b: nnx.Param | None = nnx.data(None)
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    # One matrix product, [rows, in] x [in, out]: the leading axes and the kernel's input and
-    # output axes each flattened (free reshapes of row-major arrays), so that every product of
+    # One matrix product, [rows, in] x [out, in]: the leading axes and the kernel's output and
+    # input axes each flattened (free reshapes of row-major arrays), so that every product of
     # the backward pass, too, contracts a single axis.
     kernel = self.kernel[...].astype(self.dtype)
-    inputs, outputs = kernel.shape[:self.input_axes], kernel.shape[self.input_axes:]
-    leading = x.shape[:x.ndim - self.input_axes]
+    outputs, inputs = kernel.shape[:self.output_axes], kernel.shape[self.output_axes:]
+    leading = x.shape[:x.ndim - len(inputs)]
     rows = x.astype(self.dtype).reshape(-1, math.prod(inputs))  # [rows, in]
-    y = attention.einsum("RI,IO->RO", rows, kernel.reshape(math.prod(inputs), math.prod(outputs)))
+    y = attention.einsum("RI,OI->RO", rows, kernel.reshape(math.prod(outputs), math.prod(inputs)))
     if self.lora_a is not None:
       # x W + (x A) B, as PEFT's LoraLayer computes it: the backward pass forms the gradients of
       # the small A and B and of x, never the frozen kernel's (a product as large as W's).
@@ -149,18 +151,20 @@ def _named(x: jax.Array) -> jax.Array:
   return jax.ad_checkpoint.checkpoint_name(x, PROJECTION_OUTPUT)
 
 
-def _kernel_input_axes(equation: str) -> int:
-  """How many leading kernel axes an einsum `x,kernel->y` contracts, checking that it is a
-  matrix product over them: x = leading axes + the kernel's input axes in order, y = the same
-  leading axes + the kernel's other axes."""
+def kernel_axes(equation: str) -> tuple[int, int]:
+  """(output axes, input axes) of a projection's kernel, from its einsum `x,kernel->y`, checking
+  that it is a matrix product with the kernel [out..., in...]: x = leading axes + the kernel's
+  input (trailing) axes in order, y = the same leading axes + its output (leading) axes."""
   operands, output = equation.split("->")
   x, kernel = operands.split(",")
+  x = x.replace("...", "")
+  output = output.replace("...", "")
   count = sum(1 for axis in kernel if axis in x)
-  contracted, kept = kernel[:count], kernel[count:]
+  kept, contracted = kernel[:len(kernel) - count], kernel[len(kernel) - count:]
   leading = x[:len(x) - count]
   if not (x.endswith(contracted) and output == leading + kept and not set(leading) & set(kernel)):
-    raise ValueError(f"{equation!r} is not a product over the kernel's leading axes")
-  return count
+    raise ValueError(f"{equation!r} is not a product over the kernel's trailing axes")
+  return len(kept), count
 
 
 def rope_inverse_frequencies(head_dim: int, theta: float, rope_type: str, factor: float,
@@ -215,9 +219,9 @@ class GatedMLP(nnx.Module):
                rngs: nnx.Rngs):
     bias = (hidden_dim,) if use_bias else None
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.gate_proj = Projection("BTD,DF->BTF", (dim, hidden_dim), bias, **kw)
-    self.up_proj = Projection("BTD,DF->BTF", (dim, hidden_dim), bias, **kw)
-    self.down_proj = Projection("BTF,FD->BTD", (hidden_dim, dim), (dim,) if use_bias else None, **kw)
+    self.gate_proj = Projection("BTD,FD->BTF", (hidden_dim, dim), bias, **kw)
+    self.up_proj = Projection("BTD,FD->BTF", (hidden_dim, dim), bias, **kw)
+    self.down_proj = Projection("BTF,DF->BTD", (dim, hidden_dim), (dim,) if use_bias else None, **kw)
     self.act_name = act
 
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
@@ -235,10 +239,10 @@ class BiasedSelfAttention(nnx.Module):
     self.scale = scale
     self.implementation = implementation
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.q_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.k_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.v_proj = Projection("BTD,DNH->BTNH", (d, n, h), (n, h), **kw)
-    self.o_proj = Projection("BTNH,NHD->BTD", (n, h, d), (d,), **kw)
+    self.q_proj = Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
+    self.k_proj = Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
+    self.v_proj = Projection("BTD,NHD->BTNH", (n, h, d), (n, h), **kw)
+    self.o_proj = Projection("BTNH,DNH->BTD", (d, n, h), (d,), **kw)
 
   def __call__(self, x: jax.Array, positions: jax.Array, layout: attention.Layout,
                scale: jax.Array | None = None) -> jax.Array:
@@ -260,8 +264,8 @@ class DenseMLP(nnx.Module):
     d, f = hidden_size, intermediate_size
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.activation = activation(activation_name)
-    self.up = Projection("BTD,DF->BTF", (d, f), (f,), **kw)
-    self.down = Projection("BTF,FD->BTD", (f, d), (d,), **kw)
+    self.up = Projection("BTD,FD->BTF", (f, d), (f,), **kw)
+    self.down = Projection("BTF,DF->BTD", (d, f), (d,), **kw)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.down(self.activation(self.up(x)))  # [B, T, D]

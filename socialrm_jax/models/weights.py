@@ -36,20 +36,11 @@ def identity(x: np.ndarray) -> np.ndarray:
   return x
 
 
-def linear_to_einsum(*shape: int):
-  """HF Linear weight [out, in] -> its transpose reshaped to our kernel `shape`, where -1 stands
-  for the axis split over `model`, so the same transform lays out a slice of rows or columns.
-
-  E.g. q_proj [N*H, D] -> [D, N, H] as (D, -1, H) (rows = heads); o_proj [D, N*H] -> [N, H, D] as
-  (-1, H, D) (columns = heads); down_proj [D, F] -> [F, D] as (-1, D).
-  """
-  def transform(w: np.ndarray) -> np.ndarray:
-    return w.T.reshape(shape)
-  return transform
-
-
 def reshape_to(*shape: int):
-  """A tensor -> the same values in `shape` (-1 as in `linear_to_einsum`)."""
+  """A tensor -> the same values in `shape`, where -1 stands for the axis split over `model`, so
+  the same transform lays out a slice of rows or columns: a HF Linear weight [out, in] is our
+  kernel as stored (`layers.Projection`), its heads unflattened. E.g. q_proj [N*H, D] -> [N, H, D]
+  as (-1, H, D) (rows = heads); o_proj [D, N*H] -> [D, N, H] as (D, -1, H) (columns = heads)."""
   def transform(w: np.ndarray) -> np.ndarray:
     return w.reshape(shape)
   return transform

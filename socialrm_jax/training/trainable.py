@@ -5,18 +5,19 @@ which of them train (all of them, or LoRA adapters and the head).
 folder, a GGUF file or a folder holding one (its quantized tensors dequantized, then cast to the
 training dtype, as the scorer loads them), a native checkpoint, the default model's alias
 (`smollm2`) or a Hub id. A causal-LM checkpoint gets its trunk and a new score head
-(`score/kernel` [D, 1], drawn from a normal of the config's `initializer_range`, as transformers
+(`score/kernel` [1, D], drawn from a normal of the config's `initializer_range`, as transformers
 initializes a new `score` Linear), a reward model with a one-output `score` head is trained
 further as it is.
 
-LoRA (Hu et al. 2021, as PEFT's `LoraLayer`): a target projection's kernel W [L, in..., out...]
-gets A [L, in, r] and B [L, r, out] with W' = W + (alpha / r) A B; A is drawn as PEFT draws
+LoRA (Hu et al. 2021, as PEFT's `LoraLayer`): a target projection's kernel W [L, out..., in...]
+(`layers.Projection`'s) gets A [L, in, r] and B [L, r, out] with W' = W + (alpha / r) (A B)^T, the
+input and output axes flattened; A is drawn as PEFT draws
 `lora_A` (kaiming-uniform with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B starts at 0, so step 0
 is the base. In training the projection computes x W + (x A) (alpha / r) B beside the frozen W, as
 PEFT does (`layers.Projection`'s adapters, attached by `init_lora`), so the backward pass never
 forms the frozen kernel's gradient; `apply_lora` merges W' once for the export. A target's input
-axes are read from its einsum (the kernel's subscripts that the input carries: D for
-q/k/v/gate/up, F for down, N and H for o).
+axes are read from its einsum (`layers.kernel_axes`: the kernel's trailing subscripts, which the
+input carries: D for q/k/v/gate/up, F for down, N and H for o).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from jax.experimental import multihost_utils
 
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.models import (checkpoint, default_model, families, gguf_import,
+from socialrm_jax.models import (checkpoint, default_model, families, gguf_import, layers,
                                  reward_model, weights)
 from socialrm_jax.runtime import global_arrays
 
@@ -120,11 +121,11 @@ def load_base(path: str, *, dtype: str, mesh, seed: int, attention: str = "auto"
     config = dataclasses.replace(config, head="score", num_labels=1,
                                  architecture=sequence_classifier(architecture, loaded.family))
     std = float(hf_config.get("initializer_range", DEFAULT_INITIALIZER_RANGE))
-    kernel = std * jax.random.normal(jax.random.key(seed), (config.hidden_size, 1), jnp.float32)
+    kernel = std * jax.random.normal(jax.random.key(seed), (1, config.hidden_size), jnp.float32)
     # Placed from the host: the same seeded values on every process, whose mesh may span several.
     params[SCORE_KERNEL] = global_arrays.put_global(
         np.asarray(kernel.astype(jdtype)),
-        weights.param_sharding((config.hidden_size, 1), None, mesh))
+        weights.param_sharding((1, config.hidden_size), None, mesh))
   module = reward_model.abstract_module(loaded.family, config, jdtype, loaded.attention,
                                         remat_policy)
   graphdef, _, rest = nnx.split(module, nnx.Param, ...)
@@ -160,14 +161,8 @@ def lora_targets(model: TrainModel, names: Sequence[str]) -> list[str]:
 
 
 def lora_axes(model: TrainModel, path: str) -> tuple[int, int]:
-  """(input axes, output axes) of a stacked target kernel [L, in..., out...], from its einsum."""
-  equation = _projection(model.module, path).equation  # e.g. "...D,DNH->...NH"
-  inputs, kernel = equation.split("->")[0].split(",")
-  kernel_axes = len(kernel)
-  ins = sum(1 for axis in kernel if axis in inputs.replace("...", ""))
-  if kernel[:ins] != "".join(a for a in kernel if a in inputs):
-    raise ValueError(f"{path}: the kernel's input axes do not lead its einsum {equation!r}")
-  return ins, kernel_axes - ins
+  """(output axes, input axes) of a stacked target kernel [L, out..., in...], from its einsum."""
+  return layers.kernel_axes(_projection(model.module, path).equation)
 
 
 def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
@@ -177,10 +172,10 @@ def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
   {'<target>/lora_a': [L, in, r], '<target>/lora_b': [L, r, out]} in float32."""
   out = {}
   for number, path in enumerate(targets):
-    shape = model.params[path].shape  # [L, in..., out...]
-    ins, _ = lora_axes(model, path)
-    fan_in = math.prod(shape[1:1 + ins])
-    fan_out = math.prod(shape[1 + ins:])
+    shape = model.params[path].shape  # [L, out..., in...]
+    outs, _ = lora_axes(model, path)
+    fan_out = math.prod(shape[1:1 + outs])
+    fan_in = math.prod(shape[1 + outs:])
     bound = 1.0 / math.sqrt(fan_in)
     key = jax.random.fold_in(jax.random.key(seed), number)
     out[f"{path}/{LORA_A}"] = jax.random.uniform(key, (shape[0], fan_in, rank), jnp.float32,
@@ -195,8 +190,8 @@ def init_lora(model: TrainModel, targets: Sequence[str], rank: int,
 
 
 def lora_delta(a: jax.Array, b: jax.Array, shape: Sequence[int], scale: float) -> jax.Array:
-  """(alpha / r) A B as a kernel of `shape` [L, in..., out...]."""
-  return (scale * jnp.einsum("lir,lro->lio", a, b)).reshape(shape)
+  """(alpha / r) (A B)^T as a kernel of `shape` [L, out..., in...]."""
+  return (scale * jnp.einsum("lir,lro->loi", a, b)).reshape(shape)
 
 
 def apply_lora(params: Mapping[str, jax.Array], lora: Mapping[str, jax.Array],

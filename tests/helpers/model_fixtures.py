@@ -232,13 +232,22 @@ def with_config_changes(source: pathlib.Path, folder: pathlib.Path, **changes) -
 def save_native_per_layer(folder, model, family: str, format_version: int) -> None:
   """`model` (a RewardModel) as a native checkpoint of an older format that kept each layer's
   parameters under their own keys ('layers.0.attn.q_proj.kernel', ...): format 1, or format 2
-  of GPT-2 and BERT (`checkpoint.PER_LAYER_IN_FORMAT_2`)."""
+  of GPT-2 and BERT (`checkpoint.PER_LAYER_IN_FORMAT_2`). Their projection kernels are laid out
+  [L?, in..., out...], the transpose of ours."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  from socialrm_jax.models import checkpoint, weights  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.models import checkpoint, layers, weights  # pylint: disable=import-outside-toplevel
   checkpoint.save(folder, model.module, family, model.config)
   per_layer = {}
   for path, variable in weights.param_paths(model.module).items():
     value = np.asarray(variable.get_value())
+    node = model.module
+    for key in path.split("/")[:-1]:
+      node = getattr(node, key)
+    if isinstance(node, layers.Projection) and path.endswith("/kernel"):
+      outs, ins = layers.kernel_axes(node.equation)
+      lead = value.ndim - outs - ins
+      value = value.transpose(*range(lead), *range(lead + outs, value.ndim),
+                              *range(lead, lead + outs))
     if path.startswith("layers/"):
       for i, layer in enumerate(value):
         per_layer[f"layers/{i}/{path.removeprefix('layers/')}".replace("/", ".")] = layer

@@ -52,7 +52,7 @@ def test_program_holds_one_layer_whatever_the_depth(windowed):
 def test_stacked_parameters_carry_a_leading_layer_axis():
   config = tiny_config(3, windowed=True)
   model = nnx.eval_shape(lambda: decoder.Model(config))
-  assert model.layers.attn.q_proj.kernel.get_value().shape == (3, 32, 4, 8)  # [L, D, N, H]
+  assert model.layers.attn.q_proj.kernel.get_value().shape == (3, 4, 8, 32)  # [L, N, H, D]
   assert model.layers.post_mlp_norm.scale.get_value().shape == (3, 32)  # [L, D]
   assert model.embedder.embedding.get_value().shape == (64, 32)  # not stacked
 

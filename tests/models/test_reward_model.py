@@ -190,10 +190,10 @@ def test_parameters_are_split_over_the_model_axis_and_outputs_unchanged(tmp_path
   np.testing.assert_array_equal(out["format_1"], out["hf"])
   for source in ("hf_shards", "native_shards", "format_1_shards"):
     shards = out[source]
-    # [L, D, N, H] = [2, 32, 4, 8] split on heads; [L, N, H, D] on heads; [V, D] on vocab; norms
+    # [L, N, H, D] = [2, 4, 8, 32] split on heads; [L, D, N, H] on heads; [V, D] on vocab; norms
     # replicated.
-    assert shards["q_kernel"] == [[[2, 32, 2, 8]], [2, 32, 4, 8]]
-    assert shards["o_kernel"] == [[[2, 2, 8, 32]], [2, 4, 8, 32]]
+    assert shards["q_kernel"] == [[[2, 2, 8, 32]], [2, 4, 8, 32]]
+    assert shards["o_kernel"] == [[[2, 32, 2, 8]], [2, 32, 4, 8]]
     assert shards["embedding"] == [[[64, 32]], [128, 32]]
     assert shards["norm"] == [[[32]], [32]]
 

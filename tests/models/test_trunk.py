@@ -89,9 +89,9 @@ def test_a_layers_backward_keeps_its_projections_and_attention_output_not_its_we
   if lora_rank:  # LoRA on every projection of the layers, as `training.trainable.init_lora`
     for _, projection in nnx.iter_graph(model.layers):
       if isinstance(projection, layers.Projection):
-        shape = projection.kernel.get_value().shape  # [L, in..., out...]
-        fan_in = math.prod(shape[1:1 + projection.input_axes])
-        fan_out = math.prod(shape[1 + projection.input_axes:])
+        shape = projection.kernel.get_value().shape  # [L, out..., in...]
+        fan_out = math.prod(shape[1:1 + projection.output_axes])
+        fan_in = math.prod(shape[1 + projection.output_axes:])
         projection.lora_a = nnx.Param(jnp.full((shape[0], fan_in, lora_rank), 0.01))
         projection.lora_b = nnx.Param(jnp.full((shape[0], lora_rank, fan_out), 0.01))
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)

@@ -40,7 +40,7 @@ def merged_lora_tolerance(model, params) -> float:
   c = model.config
   chain = c.num_layers * (2 * c.hidden_size + c.num_heads * c.head_dim + c.intermediate_size
                           + 4 * RANK) + c.hidden_size
-  head = np.asarray(params["score/kernel"])[:, 0] * np.asarray(params["final_norm/scale"])
+  head = np.asarray(params["score/kernel"])[0] * np.asarray(params["final_norm/scale"])
   return float32_tolerance(chain, float(np.sqrt(c.hidden_size) * np.linalg.norm(head)))
 
 
@@ -93,7 +93,7 @@ def test_lora_trains_adapters_and_head_only_and_the_merged_export_scores_as_unme
       folder, num_labels=1, dtype=torch.float32).eval()
   host = trainable.host_params(trained)
   with torch.no_grad():
-    hf.score.weight.copy_(torch.tensor(host[trainable.SCORE_KERNEL].T))
+    hf.score.weight.copy_(torch.tensor(host[trainable.SCORE_KERNEL]))
   for target in targets:
     for layer, name in enumerate(model.sources[target].hf_names):
       a = torch.tensor(host[f"{target}/{trainable.LORA_A}"][layer])

@@ -30,10 +30,10 @@ class Attention(nnx.Module):
   def __init__(self, config: Config, *, implementation: str, dtype, param_dtype, rngs: nnx.Rngs):
     d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
     kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-    self.q_proj = layers.Projection("BTD,DNH->BTNH", (d, n, h), (n, h) if config.qkv_bias else None, **kw)
-    self.k_proj = layers.Projection("BSD,DKH->BSKH", (d, k, h), (k, h) if config.qkv_bias else None, **kw)
-    self.v_proj = layers.Projection("BSD,DKH->BSKH", (d, k, h), (k, h) if config.qkv_bias else None, **kw)
-    self.o_proj = layers.Projection("BTNH,NHD->BTD", (n, h, d), (d,) if config.out_bias else None, **kw)
+    self.q_proj = layers.Projection("BTD,NHD->BTNH", (n, h, d), (n, h) if config.qkv_bias else None, **kw)
+    self.k_proj = layers.Projection("BSD,KHD->BSKH", (k, h, d), (k, h) if config.qkv_bias else None, **kw)
+    self.v_proj = layers.Projection("BSD,KHD->BSKH", (k, h, d), (k, h) if config.qkv_bias else None, **kw)
+    self.o_proj = layers.Projection("BTNH,DNH->BTD", (d, n, h), (d,) if config.out_bias else None, **kw)
     if config.qk_norm:
       norm_kw = dict(unit_offset=config.unit_offset_norm, dtype=dtype, param_dtype=param_dtype,
                      scale_in_float32=config.norm_scale_in_float32)
@@ -138,9 +138,9 @@ class Model(trunk.FamilyModel):
       self.reward_head = heads_lib.RewardHead(config.reward_head, config.hidden_size,
                                               param_dtype=kw["param_dtype"])
     elif config.head == "score":
-      self.score = layers.Projection("...D,DL->...L", (config.hidden_size, config.num_labels), None, **kw)
+      self.score = layers.Projection("...D,LD->...L", (config.num_labels, config.hidden_size), None, **kw)
     elif config.head == "lm" and not config.tie_word_embeddings:
-      self.lm_head = layers.Projection("...D,DV->...V", (config.hidden_size, config.vocab_size), None, **kw)
+      self.lm_head = layers.Projection("...D,VD->...V", (config.vocab_size, config.hidden_size), None, **kw)
 
   def __call__(self, input_ids: jax.Array, positions: jax.Array, layout: attention_lib.Layout,
                token_type_ids: jax.Array | None = None,

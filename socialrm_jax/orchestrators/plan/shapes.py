@@ -5,7 +5,7 @@ and most reward models are), read by the same `config_from_hf` as a real checkpo
 Published sizes, for the language-model form (LM head included where it is not tied), checked in
 tests/orchestrators/test_plan.py from these configs: Llama 3.2 1B 1.24B, Llama 3.1 8B 8.03B, Llama
 3.1 70B 70.6B, Gemma 2 27B 27.2B, Qwen3 0.6B 0.6B (0.44B without embeddings), Qwen3 8B 8.2B (6.95B
-without embeddings). As reward models the LM head gives way to a [D, 1] score head.
+without embeddings). As reward models the LM head gives way to a [1, D] score head.
 """
 
 from __future__ import annotations
