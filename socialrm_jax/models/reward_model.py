@@ -229,6 +229,12 @@ class _RenamedTrunk:
   def get(self, name: str, index: weights.Index = ()):
     return self.tensors.get(self._name(name), index)
 
+  def __getattr__(self, attribute: str):  # the checkpoint's own optional reads, renamed
+    if attribute not in weights.OPTIONAL_READS:
+      raise AttributeError(attribute)
+    read = getattr(self.tensors, attribute)
+    return lambda name, *args: read(self._name(name), *args)
+
 
 class _BasePrefixedTensors:
   """A checkpoint saved from the bare base model (`h.0.attn...`, as openai-community/gpt2 is),
@@ -245,6 +251,12 @@ class _BasePrefixedTensors:
 
   def get(self, name: str, index: weights.Index = ()):
     return self.tensors.get(name.removeprefix(self.prefix), index)
+
+  def __getattr__(self, attribute: str):  # the checkpoint's own optional reads, renamed
+    if attribute not in weights.OPTIONAL_READS:
+      raise AttributeError(attribute)
+    read = getattr(self.tensors, attribute)
+    return lambda name, *args: read(name.removeprefix(self.prefix), *args)
 
 
 def _with_base_prefix(family: families.ModelFamily, config: families.ModelConfig,

@@ -5,16 +5,29 @@ A family's `weight_sources(config)` says, for each of our parameter paths, which
 `model` mesh axis. `load_params` builds each parameter with `jax.make_array_from_callback`: the
 callback is asked for one device's index and reads only that slice of the checkpoint, so no
 process reads (or holds) a tensor's rows or columns that none of its devices keeps.
+
+A shard's bytes are read once, straight from the file into the host array the device gets: a
+projection's kernel is its Linear's [out, in] as stored (`layers.Projection`), so a stacked
+parameter is its layers' bytes one after the other, read with `os.preadv` into a 64-byte-aligned
+buffer, which JAX's CPU client takes as the device buffer itself and a GPU's transfer reads as it
+is. Casts to the model's dtype run on the device. Parameters are read one after the other, so the
+host holds at most one parameter's shards beside what the devices keep.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import functools
 import json
 import math
 import os
 import struct
+import threading
+import time
 from typing import Callable, Container, Iterable, Mapping, Protocol
+
+from absl import logging
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +49,11 @@ def identity(x: np.ndarray) -> np.ndarray:
   return x
 
 
+# Transforms that keep a tensor's bytes in order (a reshape), so a slice of its rows is read from
+# the file straight into the parameter's buffer.
+identity.keeps_bytes = True
+
+
 def reshape_to(*shape: int):
   """A tensor -> the same values in `shape`, where -1 stands for the axis split over `model`, so
   the same transform lays out a slice of rows or columns: a HF Linear weight [out, in] is our
@@ -43,6 +61,7 @@ def reshape_to(*shape: int):
   as (-1, H, D) (rows = heads); o_proj [D, N*H] -> [D, N, H] as (D, -1, H) (columns = heads)."""
   def transform(w: np.ndarray) -> np.ndarray:
     return w.reshape(shape)
+  transform.keeps_bytes = True
   return transform
 
 
@@ -107,6 +126,10 @@ class TensorSource(Protocol):
     """The tensor, or only `index` of it."""
     ...
 
+  # A source may also read a run of a tensor's leading rows straight into an array,
+  # `read_into(name, start, stop, out)`, with `dtype(name)`, the dtype of those bytes
+  # (`SafetensorsSource`): `OPTIONAL_READS`. Without them, `get` is used.
+
 
 # safetensors dtype -> numpy dtype of its (little-endian) bytes.
 _SAFETENSORS_DTYPES = {
@@ -120,7 +143,8 @@ class SafetensorsSource:
   """Tensors of a folder's `*.safetensors` files (one file, or shards listed in the index).
 
   A tensor is read through a read-only memory map of its bytes, so indexing it reads only the
-  slice asked for (safetensors' own numpy reader cannot build bfloat16 arrays).
+  slice asked for (safetensors' own numpy reader cannot build bfloat16 arrays); a run of its
+  leading rows is read into an array by `read_into`. `bytes_read` counts the bytes asked for.
   """
 
   def __init__(self, folder: str | os.PathLike):
@@ -132,6 +156,8 @@ class SafetensorsSource:
       files = sorted(n for n in os.listdir(self.folder) if n.endswith(".safetensors"))
     if not files:
       raise InputError("no *.safetensors weights found", self.folder)
+    self.bytes_read = 0
+    self._count_lock = threading.Lock()  # layers are read from several threads
     self._file_of: dict[str, str] = {}
     self._info: dict[str, dict] = {}  # name -> {dtype, shape, data_offsets}, offsets from file start
     for name in files:
@@ -151,19 +177,59 @@ class SafetensorsSource:
   def shape(self, name: str) -> tuple[int, ...]:
     return tuple(self._info[name]["shape"])
 
-  def get(self, name: str, index: Index = ()) -> np.ndarray:
+  def dtype(self, name: str) -> np.dtype:
     info = self._info[name]
     if info["dtype"] not in _SAFETENSORS_DTYPES:
       raise InputError(f"tensor {name} has dtype {info['dtype']}, which is not supported",
                        self._file_of[name])
-    dtype, shape = _SAFETENSORS_DTYPES[info["dtype"]], tuple(info["shape"])
+    return _SAFETENSORS_DTYPES[info["dtype"]]
+
+  def get(self, name: str, index: Index = ()) -> np.ndarray:
+    dtype, shape = self.dtype(name), self.shape(name)
     if math.prod(shape) == 0:
       return np.zeros(shape, dtype)[index]
-    start, _ = info["data_offsets"]
+    start, _ = self._info[name]["data_offsets"]
     data = np.memmap(self._file_of[name], dtype=dtype, mode="r", offset=start, shape=shape)
     # A view of the read-only map, which stays open while the view lives: `load_params` copies
-    # what it reads once (np.stack keeps the bytes' order, so the file is read in order).
-    return data[index]
+    # what it reads once.
+    view = data[index]
+    with self._count_lock:
+      self.bytes_read += view.nbytes
+    return view
+
+  def read_into(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
+    """Rows [start, stop) of tensor `name` into `out` (C-contiguous, of their size and dtype)."""
+    shape, dtype = self.shape(name), self.dtype(name)
+    row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    if out.dtype != dtype or not out.flags.c_contiguous or out.nbytes != (stop - start) * row_bytes:
+      raise ValueError(f"{name}: rows [{start}, {stop}) do not fit an array of {out.dtype} "
+                       f"{out.shape}")
+    offset = self._info[name]["data_offsets"][0] + start * row_bytes
+    view = memoryview(out.reshape(-1).view(np.uint8))
+    descriptor = os.open(self._file_of[name], os.O_RDONLY)
+    try:
+      done = 0
+      while done < len(view):  # preadv may return fewer bytes than asked
+        read = os.preadv(descriptor, [view[done:done + _READ_CHUNK]], offset + done)
+        if read == 0:
+          raise InputError(f"tensor {name}: the file ended before its bytes did",
+                           self._file_of[name])
+        done += read
+    finally:
+      os.close(descriptor)
+    with self._count_lock:
+      self.bytes_read += out.nbytes
+
+
+# The methods a `TensorSource` may have beside its protocol's (a wrapper forwards them).
+OPTIONAL_READS = ("dtype", "read_into")
+# Bytes of one `preadv` call (Linux reads at most about 2 GiB in one).
+_READ_CHUNK = 1 << 28
+# The alignment at which JAX's CPU client takes a host array as the device buffer, uncopied.
+_HOST_ALIGNMENT = 64
+# Reads in flight at once, and the bytes of one (a run of a tensor's rows).
+_READ_THREADS = 4
+_READ_CHUNK_BYTES = 1 << 25
 
 
 def _read_header(path: str) -> tuple[dict, int]:
@@ -269,38 +335,141 @@ def _hf_rows(source: WeightSource, start: int, stop: int) -> Index:
   return (slice(None),) * source.hf_axis + (slice(start, stop),)
 
 
-def _read_layer(name: str, source: WeightSource, layer_shape: tuple[int, ...], index: Index,
-                tensors: TensorSource) -> np.ndarray:
-  """`index` (a bounded slice per axis of `layer_shape`) of HF tensor `name`, in our layout."""
+def _read_plan(name: str, source: WeightSource, layer_shape: tuple[int, ...], index: Index,
+               tensors: TensorSource) -> tuple[Index, Index]:
+  """What `index` (a bounded slice per axis of `layer_shape`) of HF tensor `name` reads: (the
+  HF index read, the index of its transform that is kept)."""
   axis = None if source.model_axis is None else source.model_axis - source.stacked
   whole = () if source.hf_span is None else _hf_rows(source, *source.hf_span)
   if source.hf_axis is None or axis is None or index[axis] == slice(0, layer_shape[axis]):
-    return np.asarray(source.transform(tensors.get(name, whole)))[index]
+    return whole, index
   span_start, span_stop = source.hf_span or (0, tensors.shape(name)[source.hf_axis])
   # Our index i covers HF rows [i * hf / ours, (i + 1) * hf / ours) of the span.
   hf_size, ours = span_stop - span_start, layer_shape[axis]
   start, stop = index[axis].start * hf_size, index[axis].stop * hf_size
   if index[axis].start % source.hf_block or index[axis].stop % source.hf_block or (
       start % ours or stop % ours):  # the shard cuts a block of HF rows: read all, then cut
-    return np.asarray(source.transform(tensors.get(name, whole)))[index]
+    return whole, index
   hf_index = _hf_rows(source, span_start + start // ours, span_start + stop // ours)
-  part = np.asarray(source.transform(tensors.get(name, hf_index)))
-  return part[index[:axis] + (slice(None),) + index[axis + 1:]]
+  return hf_index, index[:axis] + (slice(None),) + index[axis + 1:]
 
 
-def _read_shard(source: WeightSource, shape: tuple[int, ...], index: Index,
+def _leading_rows(index: Index, shape: tuple[int, ...]) -> tuple[int, int] | None:
+  """(start, stop) when `index` of an array of `shape` is its rows [start, stop), whole."""
+  bounds = [s.indices(n) for s, n in zip(index, shape)]
+  if any(step != 1 for _, _, step in bounds) or any(
+      (a, b) != (0, n) for (a, b, _), n in zip(bounds[1:], shape[1:])):
+    return None
+  return bounds[0][:2] if bounds else (0, shape[0])
+
+
+def _read_layer(name: str, source: WeightSource, layer_shape: tuple[int, ...], index: Index,
                 tensors: TensorSource) -> np.ndarray:
-  """`index` (a bounded slice per axis) of our parameter of `shape`, in an array of its own; a
-  stacked one reads each layer's tensor and stacks them.
+  """`index` of HF tensor `name` in our layout (a view where the transform gives one)."""
+  hf_index, kept = _read_plan(name, source, layer_shape, index, tensors)
+  return np.asarray(source.transform(tensors.get(name, hf_index)))[kept]
 
-  The tensors come as views of the checkpoint's memory map, and `transform` gives views of them
-  where it can (a transpose, a reshape), so this is the one copy a parameter's bytes go through
-  on the host; numpy copies in the order of the bytes it reads, so the file is read in order and
-  JAX lays the array out for the device as it puts it there."""
-  if not source.stacked:
-    return np.array(_read_layer(source.hf_name, source, shape, index, tensors))
-  names = source.hf_name[index[0]]
-  return np.stack([_read_layer(name, source, shape[1:], index[1:], tensors) for name in names])
+
+def _layer_reads(name: str, source: WeightSource, layer_shape: tuple[int, ...], index: Index,
+                 tensors: TensorSource, out: np.ndarray,
+                 location: str | None) -> list[Callable[[], None]]:
+  """The reads that put `index` of HF tensor `name`, in our layout, into `out`: from the file
+  straight into it, in runs of rows of about `_READ_CHUNK_BYTES` each (so that one large tensor's
+  reads run in parallel too), when the transform keeps the bytes' order and the slice is a run of
+  whole rows; else one read of the transformed slice, copied in."""
+  hf_index, _ = _read_plan(name, source, layer_shape, index, tensors)
+  shape = tensors.shape(name)
+  rows = _leading_rows(hf_index, shape)
+  row_size = math.prod(shape[1:])
+  if (rows is not None and getattr(source.transform, "keeps_bytes", False)
+      and (rows[1] - rows[0]) * row_size == out.size  # the whole read slice is kept
+      and hasattr(tensors, "read_into") and tensors.dtype(name) == out.dtype):
+    flat = out.reshape(-1)
+    step = max(1, _READ_CHUNK_BYTES // max(1, row_size * out.dtype.itemsize))
+    return [functools.partial(tensors.read_into, name, start, min(start + step, rows[1]),
+                              flat[(start - rows[0]) * row_size:
+                                   (min(start + step, rows[1]) - rows[0]) * row_size])
+            for start in range(rows[0], rows[1], step)]
+
+  def copy() -> None:
+    part = _read_layer(name, source, layer_shape, index, tensors)
+    if part.shape != out.shape:
+      raise InputError(f"tensor {name} gives a shard of shape {part.shape} after conversion, "
+                       f"not {out.shape}", location)
+    np.copyto(out, part)
+  return [copy]
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+  """An uninitialised C-contiguous array whose data starts at a multiple of `_HOST_ALIGNMENT`
+  bytes, so that JAX's CPU client uses it as the device buffer rather than copy it."""
+  dtype = np.dtype(dtype)
+  size = math.prod(shape) * dtype.itemsize
+  raw = np.empty(size + _HOST_ALIGNMENT, np.uint8)
+  start = -raw.ctypes.data % _HOST_ALIGNMENT
+  return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def _read_shard(path: str, source: WeightSource, shape: tuple[int, ...], index: Index,
+                tensors: TensorSource) -> np.ndarray:
+  """`index` (a bounded slice per axis) of our parameter of `shape`, in an aligned array of its
+  own, in the checkpoint's dtype; a stacked one reads each layer's tensor into its place. The
+  reads run on `_READ_THREADS` threads, so several are in flight."""
+  names = source.hf_name[index[0]] if source.stacked else (source.hf_name,)
+  layer_shape, layer_index = (shape[1:], index[1:]) if source.stacked else (shape, index)
+  wanted = tuple(s.stop - s.start for s in layer_index)
+  location = _location(tensors)
+  first = None
+  if hasattr(tensors, "dtype"):
+    dtype = tensors.dtype(names[0])
+  else:  # a source that only gets: its first tensor says the dtype
+    first = _read_layer(names[0], source, layer_shape, layer_index, tensors)
+    dtype = first.dtype
+  out = _aligned_empty((len(names), *wanted) if source.stacked else wanted, dtype)
+  per_layer = out if source.stacked else out[None]
+
+  reads = []
+  for layer, name in enumerate(names):
+    if layer == 0 and first is not None:
+      if first.shape != wanted:
+        raise InputError(f"{path}: tensor {name} gives a shard of shape {first.shape} after "
+                         f"conversion, not {wanted}", location)
+      np.copyto(per_layer[0], first)
+    else:
+      reads += _layer_reads(name, source, layer_shape, layer_index, tensors, per_layer[layer],
+                            location)
+  if len(reads) == 1:
+    reads[0]()
+  else:
+    with concurrent.futures.ThreadPoolExecutor(_READ_THREADS) as pool:
+      for done in [pool.submit(read) for read in reads]:
+        done.result()  # raises a read's error
+  return out
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _cast(array: jax.Array, dtype) -> jax.Array:
+  """A parameter read in its checkpoint's dtype, in the model's: on the device, in its sharding."""
+  return array.astype(dtype)
+
+
+class _LoadProgress:
+  """One log line every few seconds of a long load: bytes placed, their rate, the time left."""
+
+  EVERY_SECONDS = 5.0
+
+  def __init__(self, total_bytes: int):
+    self.total, self.done = total_bytes, 0
+    self.start = self.last = time.perf_counter()
+
+  def add(self, nbytes: int) -> None:
+    self.done += nbytes
+    now = time.perf_counter()
+    if now - self.last >= self.EVERY_SECONDS and self.done < self.total:
+      self.last = now
+      rate = self.done / (now - self.start)
+      logging.info("weights: %.2f of %.2f GB placed, %.2f GB/s, ETA %.0f s", self.done / 1e9,
+                   self.total / 1e9, rate / 1e9, (self.total - self.done) / rate)
 
 
 def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors: TensorSource, *,
@@ -308,7 +477,8 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
   """Fills `model`'s parameters (real or abstract, from `nnx.eval_shape`) from `tensors`.
 
   Each device receives its shard, read for it alone (a shard several devices share, such as a
-  replicated parameter, is read once). Returns `model`, updated in place.
+  replicated parameter, is read once), in the checkpoint's dtype, then cast to `dtype` on the
+  device. Returns `model`, updated in place.
   """
   variables = param_paths(model)
   if set(variables) != set(sources):
@@ -317,6 +487,8 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
                      f"no parameter for {sorted(set(sources) - set(variables))}")
   check_names(sources, tensors, ignore)
   dtype = jnp.dtype(dtype)
+  progress = _LoadProgress(sum(math.prod(v.get_value().shape) * dtype.itemsize
+                               for v in variables.values()))
   for path, variable in variables.items():
     source = sources[path]
     shape = tuple(variable.get_value().shape)
@@ -326,16 +498,15 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
       index = tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape))  # bounded
       key = tuple((s.start, s.stop) for s in index)
       if key not in shards:
-        array = _read_shard(source, shape, index, tensors)
-        wanted = tuple(stop - start for start, stop in key)
-        if array.shape != wanted:
-          raise InputError(f"{path}: tensor {source.hf_names[0]} gives a shard of shape "
-                           f"{array.shape} after conversion, not {wanted}", _location(tensors))
-        shards[key] = array.astype(dtype, copy=False)
+        shards[key] = _read_shard(path, source, shape, index, tensors)
       return shards[key]
 
     sharding = param_sharding(shape, source.model_axis, mesh)
-    variable.set_value(jax.make_array_from_callback(shape, sharding, shard))
+    value = jax.make_array_from_callback(shape, sharding, shard)
+    if value.dtype != dtype:
+      value = _cast(value, dtype)
+    variable.set_value(value)
+    progress.add(math.prod(shape) * dtype.itemsize)
   return model
 
 

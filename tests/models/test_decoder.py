@@ -150,18 +150,18 @@ def test_a_device_reads_only_its_rows_of_a_fused_tensor(tmp_path, architecture):
         (config.num_heads if part == "q" else config.num_kv_heads, config.head_dim)) + (
             config.hidden_size,)  # [L, out..., in]: a Linear's rows lead
     full_index = tuple(slice(0, n) for n in shape)
-    full = weights._read_shard(spec, shape, full_index, tensors)
+    full = weights._read_shard(path, spec, shape, full_index, tensors)
     half = shape[1] // 2  # the second of two devices: heads (or MLP rows) [half, end)
     index = full_index[:1] + (slice(half, shape[1]),) + full_index[2:]
     tensors.reads.clear()
-    shard = weights._read_shard(spec, shape, index, tensors)
+    shard = weights._read_shard(path, spec, shape, index, tensors)
     np.testing.assert_array_equal(shard, full[:, half:])
     start, stop = spec.hf_span or (0, tensors.shape(tensors.reads[0][0])[0])
     for name, hf_index in tensors.reads:  # one per layer: the second half of its rows
       assert tensor in name and hf_index[0] == slice((start + stop) // 2, stop), (part, hf_index)
     # A shard that cuts an InternLM2 group of query heads reads the whole tensor, then cuts.
     odd = full_index[:1] + (slice(1, shape[1]),) + full_index[2:]
-    np.testing.assert_array_equal(weights._read_shard(spec, shape, odd, tensors), full[:, 1:])
+    np.testing.assert_array_equal(weights._read_shard(path, spec, shape, odd, tensors), full[:, 1:])
 
 
 def test_padding_side_does_not_change_rewards(tmp_path):
