@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import glob
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -311,7 +311,9 @@ def check_models(paths: Mapping[str, str | None]) -> None:
 
 def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None,
                       head: str | None = None, attention: str = "auto",
-                      remat_policy: str = "auto") -> "RewardModel":
+                      remat_policy: str = "auto",
+                      while_loading: Callable[["RewardModel"], None] | None = None
+                      ) -> "RewardModel":
   """Loads a HF checkpoint folder, a native orbax folder, or a GGUF file (or a folder with one),
   or a model by Hub id or alias (`default_model.resolve_model_path`).
 
@@ -320,6 +322,9 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
   `attention`: an `attention.IMPLEMENTATIONS` name; "auto" picks the fastest that supports the
   model on the mesh's (else the default) backend.
   `remat_policy`: what a training step's backward pass keeps (`trunk.REMAT_POLICY_NAMES`).
+  `while_loading`: called, before any weight is read, with the model's abstract twin (its
+  parameters `jax.ShapeDtypeStruct`s with the shardings they load with), so that a caller may
+  start compiling its programs (in a thread of its own) while the weights load.
   """
   path = default_model.resolve_model_path(os.fspath(path))
   if not os.path.exists(path):
@@ -331,6 +336,8 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
       raise InputError(f"native checkpoint carries a {config.head!r} head, not {head!r}", path)
     implementation = resolve_attention(attention, family, config, jdtype, mesh)
     module = abstract_module(family, config, jdtype, implementation, remat_policy)
+    _call_with_twin(while_loading, family, config, jdtype, implementation, remat_policy, mesh,
+                    path)
     checkpoint.restore_params(path, module, family.weight_sources(config), dtype=jdtype, mesh=mesh)
     return RewardModel(config, family, module, tokenizer_path=path, attention=implementation)
 
@@ -343,10 +350,24 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
   module = abstract_module(family, config, jdtype, implementation, remat_policy)
   ignored = _ignored_tensors(family, config, tensors)
   _refuse_unused_head_tensors(family, config, tensors, ignored, path)
+  _call_with_twin(while_loading, family, config, jdtype, implementation, remat_policy, mesh,
+                  tokenizer_path)
   weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,
                       ignore=ignored)
   return RewardModel(config, family, module, tokenizer_path=tokenizer_path,
                      attention=implementation)
+
+
+def _call_with_twin(while_loading, family, config, dtype, implementation: str, remat_policy: str,
+                    mesh, tokenizer_path: str) -> None:
+  """`while_loading(twin)`, the twin a `RewardModel` of abstract parameters placed as
+  `weights.load_params` places them."""
+  if while_loading is None:
+    return
+  twin = abstract_module(family, config, dtype, implementation, remat_policy)
+  weights.abstract_params(twin, family.weight_sources(config), mesh)
+  while_loading(RewardModel(config, family, twin, tokenizer_path=tokenizer_path,
+                            attention=implementation))
 
 
 def _rewards(graphdef, is_causal: bool, state, input_ids, attention_mask, gate_index=None):

@@ -332,7 +332,7 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
                 options: ScoringOptions = ScoringOptions(), model_path: str | None = None,
                 items_path=None, process: int | None = None,
                 process_count: int | None = None, ref_model=None,
-                make: Callable[..., Scorer] | None = None) -> dict:
+                make: Callable[..., Scorer] | None = None, timeline: dict | None = None) -> dict:
   """Scores every (item, candidate) of this process's slice into `output_dir`; returns run.json.
 
   `model_path` names the model in the manifest (default: its tokenizer path); `items_path`, when
@@ -341,6 +341,10 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
   the group's slice, and only the group's first process writes. `ref_model`: the loaded reference
   model of `--proxy=implicit` (`options.ref_model` names it in the manifest). `make` builds the
   scorer from the same arguments as `make_scorer` (the default); the vocabulary scan passes its own.
+  `timeline`: {"start": wall-clock seconds, "load": [start, end]} of the model's load, given by
+  `score_model_at`: run.json's `timeline` then says, in seconds from `start`, when the weights
+  loaded, when the programs compiled (`step.compile_window`) and when the first batch's rewards
+  came back.
   """
   options.validate()
   start = time.monotonic()
@@ -399,11 +403,18 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
       store.write(process, chunk.index, rows, schema)
     stats.add(chunk.stats)
 
+  first_rewards: list[float] = []
+
+  def on_batch(items_done: float, pairs_done: float, tokens: int) -> None:
+    if not first_rewards:
+      first_rewards.append(time.time())
+    tracker.update(items_done, pairs_done, tokens)
+
   # Chunks are read from the items as the producer reaches them: the host holds a few, never the
   # whole file.
   stats.add(stream_scores(scorer, ((c, chunk, c * options.chunk_size)
                                    for c, chunk in items.chunks(options.chunk_size, todo)),
-                          pairs=pairs, on_chunk=write_chunk, on_batch=tracker.update))
+                          pairs=pairs, on_chunk=write_chunk, on_batch=on_batch))
   tracker.log()
   run_manifest.add_file_digests(manifest, digests)
   summary = proxy.summary(output_dir) if group.is_writer else {}
@@ -419,7 +430,8 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
              "batch_tokens": batcher.batch_tokens,
              "max_length": options.max_length, "chunk_size": options.chunk_size,
              "dtype": dtype, **{k: v for k, v in proxy.settings().items() if k != "proxy"},
-             **summary, "manifest": manifest})
+             **_timeline(timeline, scorer.step.compile_window, first_rewards), **summary,
+             "manifest": manifest})
   # After the run's counts are taken: the check's compilations and seconds are its own.
   checked = None
   if options.check_invariance:
@@ -431,12 +443,48 @@ def score_items(model, items: Sequence[dict], output_dir, *, mesh=None,
                           amend={"invariance": checked} if checked else None)
 
 
-def load_models(model_path: str, options: ScoringOptions, mesh):
+def first_chunk_shapes(scorer: Scorer, items: item_source.ItemSource, options: ScoringOptions,
+                       mesh) -> list[tuple[int, int, int]]:
+  """The batch shapes the first chunk's items make, packed apart (as the producer packs them, its
+  last batches padded out only when it is the only chunk): what to compile before the first
+  batch comes."""
+  number_of_chunks = -(-len(items) // options.chunk_size)
+  first = next(iter(items.chunks(options.chunk_size, [0])), None)
+  if first is None:
+    return []
+  batcher = make_batcher(options, scorer.proxy.readout, mesh)
+  dry = dataclasses.replace(scorer, batcher=batcher)
+  writers = dry.pack(encode_chunk(dry, 0, first[1], 0, None).encoded, 0)
+  for _ in batcher.add(writers):
+    pass
+  for _ in batcher.flush(before_chunk=None if number_of_chunks == 1 else 0):
+    pass
+  return sorted(batcher.shapes)
+
+
+def _timeline(timeline: dict | None, compile_window: list[float] | None,
+              first_rewards: list[float]) -> dict:
+  """run.json's `timeline`: seconds from `timeline["start"]` to the ends of the load and of the
+  compilations (started while the weights loaded, where `score_model_at` could), and to the
+  first batch's rewards on the host; nothing without a `timeline`."""
+  if timeline is None:
+    return {}
+  since = lambda t: round(t - timeline["start"], 3)
+  out = {"load": [since(t) for t in timeline["load"]]}
+  if compile_window is not None:
+    out["compile"] = [since(t) for t in compile_window]
+  if first_rewards:
+    out["first_rewards"] = since(first_rewards[0])
+  return {"timeline": out}
+
+
+def load_models(model_path: str, options: ScoringOptions, mesh, while_loading=None):
   """The model at `model_path` (or the embedded default's alias) and, for `--proxy=implicit`,
   its reference, loaded onto `mesh`. -> (model, its path, reference or None, options with the
-  reference's resolved path)"""
+  reference's resolved path). `while_loading`: as `load_reward_model`'s, for the model."""
   path = default_model.resolve_model_path(model_path)
-  model = load_reward_model(path, dtype=options.dtype, mesh=mesh, attention=options.attention)
+  model = load_reward_model(path, dtype=options.dtype, mesh=mesh, attention=options.attention,
+                            while_loading=while_loading)
   ref_model = None
   if options.ref_model:
     ref_path = default_model.resolve_model_path(options.ref_model)
@@ -451,9 +499,28 @@ def score_model_at(model_path: str, items_path, output_dir, *, options: ScoringO
   """What `socialrm-score` and the audit do: load the model at `model_path` (and a reference)
   onto a mesh, read the items, and score them into `output_dir`."""
   options.validate()
+  start = time.time()
   compilation_cache.enable(options.cache_dir())
   mesh = mesh_lib.make_mesh(options.mesh)
   items = item_source.ItemSource.from_table(items_path, datasets, limit)
-  model, path, ref_model, options = load_models(model_path, options, mesh)
+  early: list[Scorer] = []
+
+  def compile_while_loading(twin) -> None:
+    # The scorer of the model's abstract twin: the programs of the first chunk's batch shapes
+    # compile in a thread while the weights load (a reference model's run compiles after both
+    # are loaded; any other shape compiles when its first batch comes).
+    scorer = make_scorer(twin, mesh, options)
+    scorer.step.precompile(first_chunk_shapes(scorer, items, options, mesh))
+    early.append(scorer)
+
+  loading = time.time()
+  model, path, ref_model, options = load_models(
+      model_path, options, mesh, None if options.ref_model else compile_while_loading)
+  loaded = time.time()
+  make = None
+  if early:
+    early[0].step.bind(model)
+    make = lambda *args: early[0]
   return score_items(model, items, output_dir, mesh=mesh, options=options, model_path=path,
-                     items_path=items_path, ref_model=ref_model)
+                     items_path=items_path, ref_model=ref_model, make=make,
+                     timeline={"start": start, "load": [loading, loaded]})

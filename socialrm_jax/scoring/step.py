@@ -10,10 +10,14 @@ shape for the pair, and the batch goes to the devices once.
 Shapes are known before the first batch (`packing.Batcher.shape`), so each is compiled ahead of
 time (`jit(...).lower(...).compile()`), once, and counted: `compilations`, `compile_seconds` (the
 programs the persistent XLA cache supplied are counted apart: `runtime/compilation_cache.py`).
+A program needs only the parameters' shapes and shardings: `precompile` compiles the run's shapes
+in a thread from a model whose weights are still loading (its abstract twin), and `bind` gives the
+step the loaded weights.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 
 import jax
@@ -61,6 +65,9 @@ class ScoringStep:
     self.sharding = mesh_lib.batch_sharding(mesh)
     self.compilations = 0
     self.compile_seconds = 0.0
+    # (first start, last end) of the compilations, wall-clock seconds (`time.time`).
+    self.compile_window: list[float] | None = None
+    self._pending: dict[tuple[int, int, int], concurrent.futures.Future] = {}
     self.fields = batch_fields(readout, readout == "score" and is_gated(model))
     self._programs: dict[tuple[int, int, int], jax.stages.Compiled] = {}
 
@@ -93,15 +100,37 @@ class ScoringStep:
   def compile(self, shape: tuple[int, int, int],
               traced: jax.stages.Traced | None = None) -> jax.stages.Compiled:
     """The program for batches of (rows, row length, readout slots), compiled ahead of time
-    (from `traced`, the step `trace(shape)` gave, where the caller has it)."""
+    (from `traced`, the step `trace(shape)` gave, where the caller has it); one `precompile` is
+    compiling is waited for."""
+    if shape in self._pending:
+      self._pending.pop(shape).result()
+    return self._compile_now(shape, traced)
+
+  def _compile_now(self, shape, traced=None) -> jax.stages.Compiled:
     if shape not in self._programs:
-      start = time.perf_counter()
+      start, wall = time.perf_counter(), time.time()
       traced = traced or self.trace(shape)
       with jax.set_mesh(self.mesh):
         self._programs[shape] = traced.lower().compile()
       self.compile_seconds += time.perf_counter() - start
       self.compilations += 1
+      first = wall if self.compile_window is None else self.compile_window[0]
+      self.compile_window = [first, time.time()]
     return self._programs[shape]
+
+  def precompile(self, shapes) -> None:
+    """Compiles the programs of `shapes` one after the other in a thread of its own, while the
+    caller goes on (loading the weights: the state may be abstract until `bind`)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="precompile")
+    for shape in shapes:
+      if shape not in self._programs and shape not in self._pending:
+        self._pending[shape] = pool.submit(self._compile_now, shape)
+    pool.shutdown(wait=False)
+
+  def bind(self, model, ref_model=None) -> None:
+    """The step's parameters: the loaded `model`'s (and its reference's), in place of the
+    abstract twin's it was built with; the same shapes and shardings, so the same programs."""
+    self.state = tuple(nnx.state(m.module) for m in (model, ref_model) if m is not None)
 
   def put(self, batch: packing.Batch) -> dict[str, jax.Array]:
     """The batch's arrays on the devices (rows split over `data`); asynchronous."""
