@@ -10,11 +10,12 @@ collectives the programs hold, and how long a step would take (a roofline estima
       [--dtype=bfloat16] [--proxy=none|loglik|implicit|judge] [--attention=auto] \
       [--items=CONVERTED --tokenizer=PATH] [--largest_batch=false]
   python -m socialrm_jax.main.plan --topology=h100x8 --model_shape=llama3.1-8b --dtype=bfloat16 \
-      --output_dir=plans/8b-h100x8 [--train=full,lora [--row_length=512] [--lora_rank=16]] \
-      [--memory_fraction=0.75]
+      --output_dir=plans/8b-h100x8 [--train=full,lora [--row_length=512] [--lora_rank=16] \
+      [--tokens_per_block=16384] [--remat_policy=auto]] [--memory_fraction=0.75]
 
 Writes plan.json and plan.md into --output_dir. A model that does not fit is a plan too (exit
-0): plan.md says by how much and names the smallest model axis that fits. A step that fails a
+0): plan.md says by how much and names the smallest model axis that fits; a training step that
+does not fit names the first of --remat_policy=full and a halved --tokens_per_block that does. A step that fails a
 check (asked-for cuDNN attention missing from its program, a host transfer inside it, more
 programs than batch shapes, weights in another dtype, no program at all) is written and listed,
 and the command exits 3. TPU targets need libtpu (`pip install socialrm_jax[tpu]`), GPU targets

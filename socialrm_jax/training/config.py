@@ -46,6 +46,12 @@ class PairsConfig:
   row_length: int = settings.field(
       512, "Tokens of a packed row: a step's pairs are packed several to a row this long (a longer "
       "pair gets a row of its own; rows are at most twice max_length), so few shapes compile.")
+  tokens_per_block: int = settings.field(
+      0, "Token slots of one call of the train step (a block; its gradients accumulate over the "
+      "step's blocks) in rows of --row_length: its rows, a multiple of the mesh's data axis, at "
+      "least one a device (a block of longer rows has as many rows). 0: one row a device on a "
+      f"CPU, the scorer's default batch ({engine.DEFAULT_TOKENS_PER_BATCH} token slots) on "
+      "accelerators.")
 
 
 @dataclasses.dataclass(frozen=True)

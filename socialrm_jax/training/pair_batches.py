@@ -285,20 +285,31 @@ def _block(rows: Sequence[Sequence[EncodedItem]], margins: Sequence[Sequence[flo
                    packed_tokens=packed, sequence_tokens=sequence_tokens)
 
 
-def pair_packing(row_length: int, max_length: int, platform: str, data_size: int) -> dict:
+def pair_packing(row_length: int, max_length: int, platform: str, data_size: int,
+                 tokens_per_block: int = 0) -> dict:
   """`pack_pairs`' layout arguments for a run: rows of `row_length` (at most twice `max_length`,
   the longest pair: the prompt once, both responses), longer buckets up to that, blocks of
   `rows_per_block` rows."""
   row_length = min(row_length, 2 * max_length)
   return dict(buckets=packing.length_buckets(2 * max_length, row_length),
               row_length=row_length, row_multiple=data_size,
-              rows_per_block=rows_per_block(platform, row_length, data_size))
+              rows_per_block=rows_per_block(platform, row_length, data_size, tokens_per_block))
 
 
-def rows_per_block(platform: str, row_length: int, data_size: int) -> int:
-  """Rows of one block (one call of the jitted train step): on a CPU one a device (there a padding
-  row costs as much as a real one, and rows run no faster together); on accelerators as many as
-  the scorer's default batch holds, a multiple of the data axis."""
+def rows_per_block(platform: str, row_length: int, data_size: int,
+                   tokens_per_block: int = 0) -> int:
+  """Rows of one block (one call of the jitted train step; a block of longer rows has as many):
+  `tokens_per_block` token slots of rows of `row_length`, rounded down to a multiple of the data
+  axis, at least one row a device of it (fewer is refused, naming --tokens_per_block). 0: on a
+  CPU one row a device (there a padding row costs as much as a real one, and rows run no faster
+  together); on accelerators as many as the scorer's default batch holds, a multiple of the data
+  axis."""
+  if tokens_per_block < 0 or 0 < tokens_per_block < row_length * data_size:
+    raise InputError(f"--tokens_per_block={tokens_per_block}: a block holds at least one row of "
+                     f"--row_length={row_length} for each of the {data_size} devices of the data "
+                     f"axis, {row_length * data_size} tokens (0: the default size)")
+  if tokens_per_block:
+    return tokens_per_block // row_length // data_size * data_size
   if platform == "cpu":
     return data_size
   return packing.rows_per_batch(row_length, engine.DEFAULT_TOKENS_PER_BATCH, data_size)

@@ -56,6 +56,7 @@ def check(config: TrainConfig) -> None:
       raise InputError(f"--{name} must be at least 1, got {value}")
   for name, value in (("max_steps", loop.max_steps), ("checkpoint_every", loop.checkpoint_every),
                       ("eval_every", loop.eval_every), ("lora_rank", config.lora.lora_rank),
+                      ("tokens_per_block", pairs.tokens_per_block),
                       ("keep_checkpoints", loop.keep_checkpoints)):
     if value < 0:
       raise InputError(f"--{name} must be 0 or more, got {value}")
@@ -139,6 +140,10 @@ class TrainingRun:
     if loop.batch_size % data_size:
       raise InputError(f"--batch_size={loop.batch_size} must be a multiple of the mesh's "
                        f"data axis ({data_size})")
+    # Before the base loads: a --tokens_per_block the data axis cannot take is refused now.
+    self.layout = pair_batches.pair_packing(pairs_config.row_length, pairs_config.max_length,
+                                            jax.default_backend(), data_size,
+                                            pairs_config.tokens_per_block)
     base_path = default_model.resolve_model_path(config.model)  # a GGUF alias or Hub id: its file
     self.model_digests = provenance.start_file_digests(base_path)
     self.model = load_base(config, mesh)
@@ -172,8 +177,6 @@ class TrainingRun:
         tokenizer, "backend_tokenizer") else None
     pair_batches.check_reading_token(self.train_pairs.items + self.eval_pairs.items,
                                      self.pad_token_id, pad_token)
-    self.layout = pair_batches.pair_packing(pairs_config.row_length, pairs_config.max_length,
-                                            jax.default_backend(), data_size)
     if self.writes:
       tables.atomic_write_json(out / SPLIT_FILE, {
           "seed": config.seed,

@@ -18,6 +18,7 @@ import pytest
 
 from socialrm_jax.base import records, tables
 from socialrm_jax.models import reward_model, weights
+from socialrm_jax.orchestrators import train
 from socialrm_jax.orchestrators.plan import (compiler, cost, hardware, projection, report,
                                                    shapes, training)
 from socialrm_jax.scoring import engine
@@ -249,5 +250,13 @@ def test_training_mesh_spans_a_four_host_slice_and_says_each_hosts_share():
   assert setup.groups == 4  # scoring: each host is a data-parallel group
   job = training.job_setup(setup)
   assert dict(job.mesh.shape) == {"data": 16, "model": 1} and job.mesh.devices.size == 16
-  # Splash trains as it scores (its backward kernels): the training step is planned with it too.
+  # Splash trains as it scores (its backward kernels): the training step is planned with it too,
+  # and its flags name it (not --attention=auto, nor socialrm-train's default, xla), with the
+  # block size the default gives there: 16384 token slots of rows of 128 (twice --max_length).
   assert setup.attention == "splash" and job.attention == "splash"
+  settings = training.settings_for(engine.ScoringOptions(mesh="data:4,model:1", max_length=64),
+                                   train.TrainConfig(), "full")
+  assert settings.attention == "auto"
+  flags = training.command_flags(training.target_settings(settings, job))
+  assert ("--row_length=512 --tokens_per_block=16384 --attention=splash" in flags
+          and "--mesh=data:16,model:1" in flags), flags

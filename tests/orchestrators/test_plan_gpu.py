@@ -267,3 +267,65 @@ def test_gradients_summed_into_other_shardings_are_a_failure(monkeypatch):
   (failure,) = block["failures"]
   assert failure.startswith("the summed gradients come back sharded otherwise than they went "
                             "in (") and "layers/" in failure, failure
+
+
+# socialrm-train's tiny step on one H100 with 16 rows of 128 a block (--tokens_per_block=2048),
+# as compiled: 89.1 MB a GPU with --remat_policy=auto, 73.9 MB with full, 55.1 MB with full and
+# blocks of 8 rows, 41.8 MB with one row; the update 29.4 MB.
+ASKED_BLOCK = settings_lib.replace(TRAINING, lora_rank=0, tokens_per_block=2048)
+
+
+def _plan_on_a_shrunk_h100(usable_bytes: float, training_settings):
+  """socialrm-train's step planned as socialrm-plan does on an H100 whose JAX takes
+  `usable_bytes` (`--memory_fraction`), with the remedies tried when it does not fit: (the step,
+  the progress lines said, plan.md)."""
+  options = dataclasses.replace(ONE_BUCKET, max_length=64)
+  topology = hardware.topology("h100", memory_fraction=usable_bytes / 84978434048)
+  setup = training.job_setup(compiler.build(topology, TINY_LLAMA, "tiny-llama", options))
+  settings = training.settings_for(options, training_settings, "full")
+  said = []
+  progress = compiler.Progress(lambda message, *args: said.append(message % args))
+  model = training.abstract_train_model(setup, TINY_LLAMA, "tiny-llama", settings.remat_policy)
+  step = training.compile_training(setup, model, settings, progress)
+  step["remedy"] = training.fitting_remedy(setup, TINY_LLAMA, "tiny-llama", settings, step,
+                                           progress)
+  scoring = [dict(compiler.compile_shape(setup, compiler.shapes(setup)[0]), fits=True)]
+  plan = report.build_plan(setup, "tiny-llama", "test", options, scoring, None, None, None,
+                           None, None, [step])
+  return step, said, report.render_markdown(plan)
+
+
+@pytest.mark.parametrize("usable, fitting", [
+    (80e6, "--remat_policy=full"),
+    (65e6, "--remat_policy=full --tokens_per_block=1024")])
+def test_a_training_step_that_does_not_fit_names_the_cheapest_setting_that_does(usable, fitting):
+  step, said, markdown = _plan_on_a_shrunk_h100(usable, ASKED_BLOCK)
+  assert "--tokens_per_block=2048 --attention=cudnn --remat_policy=auto" in step["flags"]
+  assert not step["fits"] and [b["shape"] for b in step["blocks"]] == [[16, 128]]
+  remedy = step["remedy"]["fits"]
+  assert remedy["flags"] == fitting and remedy["device_bytes"] <= usable
+  assert step["remedy"]["tried"][-1] == fitting
+  # Each try's program said as it goes, naming the try.
+  assert said[-1].endswith(f"fits; 0 to go (a remedy: {fitting})"), said
+  assert said[-1].startswith("[1/1] training (full) block ")
+  assert f"**Does not fit** as asked; fits with **`{fitting}`**" in markdown
+
+
+def test_a_training_step_no_remedy_fits_says_so_and_names_the_others():
+  # 35 MB: the update fits, one row of 128 a block does not.
+  step, said, markdown = _plan_on_a_shrunk_h100(
+      35e6, settings_lib.replace(ASKED_BLOCK, tokens_per_block=256))
+  assert step["remedy"] == {"tried": ["--remat_policy=full",
+                                      "--remat_policy=full --tokens_per_block=128"], "fits": None}
+  assert said[-1].startswith("[1/1] training (full) block 1x128: ")
+  assert said[-1].endswith("does not fit; 0 to go (a remedy: --remat_policy=full "
+                           "--tokens_per_block=128)"), said
+  assert ("**Does not fit**: nor with `--remat_policy=full`, `--remat_policy=full "
+          "--tokens_per_block=128` (each compiled). Plan LoRA (`--train=lora`), or a larger model "
+          "axis (`--mesh`) or more devices, or a smaller --max_length.") in markdown
+  # A block the mesh cannot take is refused naming the flag, before anything compiles.
+  setup = training.job_setup(compiler.build(hardware.topology("h100x8"), TINY_LLAMA, "tiny-llama",
+                                            ONE_BUCKET))
+  with pytest.raises(InputError, match=r"^--tokens_per_block=512: a block holds at least one row "
+                                       r"of --row_length=128 for each of the 8 devices"):
+    training.target_settings(settings_lib.replace(ASKED_BLOCK, tokens_per_block=512), setup)

@@ -357,3 +357,15 @@ def test_the_remat_policy_setting_reaches_the_loaded_model_and_a_bad_name_is_ref
   assert training_run.load_base(config, train.training_mesh(config)).module.remat_policy == "full"
   with pytest.raises(InputError, match="remat_policy='keep_all': use one of auto, "):
     settings(folder, data, tmp_path / "out", remat_policy="keep_all")
+
+
+def test_a_block_smaller_than_a_row_a_device_is_refused_before_the_base_loads(base, tmp_path,
+                                                                               monkeypatch):
+  folder, data = base
+  monkeypatch.setattr(training_run, "load_base", lambda *a: pytest.fail("the base was loaded"))
+  # Rows of 256 (twice --max_length): 128 token slots hold none.
+  with pytest.raises(InputError, match=r"^--tokens_per_block=128: a block holds at least one "
+                                       r"row of --row_length=256"):
+    train.run(settings(folder, data, tmp_path / "out", tokens_per_block=128))
+  with pytest.raises(InputError, match=r"^--tokens_per_block must be 0 or more, got -1$"):
+    train.run(settings(folder, data, tmp_path / "out", tokens_per_block=-1))

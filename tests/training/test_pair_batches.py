@@ -68,3 +68,25 @@ def test_blocks_take_several_rows_in_a_few_fixed_shapes():
 def test_a_pair_longer_than_the_longest_row_is_refused_by_name():
   with pytest.raises(InputError, match="pair 'd': 40 packed tokens"):
     pair_batches.pack_pairs(PAIRS, MARGINS, buckets=(32,), row_length=32, rows_per_block=1)
+
+
+def test_tokens_per_block_gives_a_blocks_rows_a_multiple_of_the_data_axis():
+  # Twenty pairs of 10 packed tokens, two to a row of 32 (its two pair slots): ten rows.
+  pairs = [pair(f"p{i}", 4, 3, 3) for i in range(20)]
+  layout = pair_batches.pair_packing(32, 32, "cpu", 2, tokens_per_block=256)  # 8 rows of 32
+  assert layout["rows_per_block"] == 8
+  blocks = pair_batches.pack_pairs(pairs, [0.0] * 20, **layout)
+  assert [b.input_ids.shape for b in blocks] == [(8, 32), (2, 32)]
+  # 7 rows' worth rounds down to 6, a multiple of the data axis of 2; 2 rows' worth is one a device.
+  assert pair_batches.pair_packing(32, 32, "cpu", 2, tokens_per_block=224)["rows_per_block"] == 6
+  assert pair_batches.rows_per_block("tpu", 32, 2, tokens_per_block=64) == 2
+  # 0: the default rule, one row a device on a CPU, the scorer's default batch elsewhere.
+  assert pair_batches.rows_per_block("cpu", 32, 2) == 2
+  assert pair_batches.rows_per_block("gpu", 512, 8) == 32
+
+
+@pytest.mark.parametrize("tokens", [63, -1])
+def test_a_block_of_less_than_a_row_a_device_is_refused_naming_the_flag(tokens):
+  with pytest.raises(InputError, match=rf"^--tokens_per_block={tokens}: a block holds at least "
+                     r"one row of --row_length=32 for each of the 2 devices of the data axis, 64 "):
+    pair_batches.pair_packing(32, 32, "cpu", 2, tokens_per_block=tokens)

@@ -132,6 +132,10 @@ def run(config: PlanSettings) -> dict[str, Any]:
                                config.memory_fraction)
   start = time.perf_counter()
   setup = compiler.build(topology, hf_config, source, options, tensors)
+  # socialrm-train's mesh spans the job.
+  train_setup = plan_training.job_setup(setup) if trainings else None
+  for settings in trainings:  # a block size the mesh cannot take, refused before compiling
+    plan_training.target_settings(settings, train_setup)
   progress = compiler.Progress()
   batches, checks = compiler.compile_all(setup, progress)
   fits = all(entry["fits"] for entry in batches)
@@ -146,11 +150,13 @@ def run(config: PlanSettings) -> dict[str, Any]:
                                                         fits, tensors, progress)
   steps = []
   if trainings:
-    train_setup = plan_training.job_setup(setup)  # socialrm-train's mesh spans the job
     model = plan_training.abstract_train_model(train_setup, hf_config, source,
                                                config.training.remat_policy)
-    steps = [plan_training.compile_training(train_setup, model, settings, progress)
-             for settings in trainings]
+    for settings in trainings:
+      step = plan_training.compile_training(train_setup, model, settings, progress)
+      step["remedy"] = plan_training.fitting_remedy(train_setup, hf_config, source, settings,
+                                                    step, progress)
+      steps.append(step)
   projected = None
   if config.items is not None:
     projected = projection.project(setup, config.items, tokenizer_path(config), options)

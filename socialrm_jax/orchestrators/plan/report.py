@@ -253,10 +253,36 @@ def _training(step: dict, unit: str) -> list[str]:
     lines += ["", f"Per host ({step['hosts']} hosts, one process each): {pairs}, packed into "
                   f"rows; of each block's rows: {rows} (the rows of {step['data_per_host']} "
                   "positions of the data axis; each host feeds only those)."]
-  lines.append("Every block shape fits." if step["fits"] else
-               "**Does not fit**: a smaller --row_length or --max_length, LoRA, or a larger "
-               "model axis.")
+  lines.append(_training_fit(step, unit))
   return lines
+
+
+def _training_fit(step: dict, unit: str) -> str:
+  """Whether a training step fits, and where it does not, the first remedy that does (each
+  compiled, `training.fitting_remedy`), or the remedies beyond the step's own settings."""
+  if step["fits"]:
+    return "Every block shape fits."
+  remedy = step.get("remedy")
+  if remedy is not None and remedy["fits"] is not None:
+    fits = remedy["fits"]
+    others = remedy["tried"][:-1]
+    before = (f"; {', '.join(f'`{flags}`' for flags in others)} did not"
+              if others else "")
+    return (f"**Does not fit** as asked; fits with **`{fits['flags']}`** "
+            f"({_gb(fits['device_bytes'])} GB a {unit} at most, every program compiled{before}).")
+  update = step["update"] or {}
+  if update.get("device_bytes") is not None and update["device_bytes"] > (
+      step["blocks"][0]["capacity_bytes"]):
+    why = "the optimizer's update alone does not fit, and no block setting changes it"
+  elif remedy is not None and remedy["tried"]:
+    why = f"nor with {', '.join(f'`{flags}`' for flags in remedy['tried'])} (each compiled)"
+  elif remedy is not None:
+    why = "with nothing kept for the backward pass and one row a device a block already"
+  else:
+    why = "the failures below say why"
+  generic = ([] if step["mode"] == "lora" else ["LoRA (`--train=lora`)"]) + [
+      f"a larger model axis (`--mesh`) or more {unit}s", "a smaller --max_length"]
+  return f"**Does not fit**: {why}. Plan {', or '.join(generic)}."
 
 
 def _checks(plan: dict) -> list[str]:
