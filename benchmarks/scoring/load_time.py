@@ -1,10 +1,15 @@
-"""How long a model takes to load: `load_reward_model` against transformers' `from_pretrained`,
-each a whole process (start, import, load, the weights on the device), alternating, several runs.
+"""How long a user waits for a model: `load_reward_model` against transformers' `from_pretrained`,
+each a whole process (start, import, load, the first batch's rewards), alternating, several runs.
 
   python -m benchmarks.scoring.load_time --model=DIR [--dtype=bfloat16] [--runs=3] [--device=cpu|gpu]
 
-Prints each run's seconds (process wall, the load alone, user and system CPU seconds) and the
-medians side by side. A random-weight model of a real shape comes from gpu_throughput's builder:
+Per run: the process's wall seconds from its start to the first batch's rewards (a batch of
+--batch_rows x --batch_length tokens; ours compiles its program from the model's abstract twin
+while the weights load, `load_reward_model(while_loading=...)`, transformers runs eagerly), the
+load alone, CPU seconds, the peak RSS over what the process held after its imports (the load's own
+memory, as the model's bytes plus what the loader holds beside them) and, for ours, the bytes read
+from the checkpoint's files (`SafetensorsSource.bytes_read`). Then the medians side by side. A
+random-weight model of a real shape comes from gpu_throughput's builder:
 
   python -c "import pathlib; from benchmarks.gpu.gpu_throughput_inputs import build_model; \
       print(build_model('1b', ['a b c'], pathlib.Path('/tmp/loadbench')))"
@@ -14,64 +19,93 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import time
 
 from absl import flags
 
-from benchmarks.common import child_env, module_command
+from benchmarks.common import child_env, cpu_name, module_command
 from socialrm_jax.main import command
 
 _MODEL = flags.DEFINE_string("model", None, "A HF reward-model folder.", required=True)
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "Load dtype.")
 _RUNS = flags.DEFINE_integer("runs", 3, "Runs of each loader, alternating.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where the weights go.")
+_ROWS = flags.DEFINE_integer("batch_rows", 2, "Rows of the first batch.")
+_LENGTH = flags.DEFINE_integer("batch_length", 64, "Tokens of each of its rows.")
 _CHILD = flags.DEFINE_enum("child", None, ["ours", "transformers"], "(internal) load and exit.")
 
 
-def child(loader: str, model: str, dtype: str, device: str) -> None:
-  start = time.perf_counter()
+def _rss_mib() -> float:
+  """This process's resident memory now (/proc/self/statm), MiB."""
+  with open("/proc/self/statm") as f:
+    return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child(loader: str, model: str, dtype: str, device: str, rows: int, length: int) -> None:
+  import numpy as np
+  ids = (np.arange(rows * length).reshape(rows, length) % 200 + 3).astype(np.int32)
+  mask = np.ones_like(ids)
+  bytes_read = None
   if loader == "ours":
     import jax
     from flax import nnx
+    from socialrm_jax.models import weights
     from socialrm_jax.models.reward_model import load_reward_model
-    imported = time.perf_counter()
-    loaded = load_reward_model(model, dtype=dtype)
+    opened = []  # the checkpoint's sources, for the bytes they read
+    init = weights.SafetensorsSource.__init__
+    weights.SafetensorsSource.__init__ = lambda self, *a: (init(self, *a), opened.append(self))[0]
+    imported, rss_imported = time.perf_counter(), _rss_mib()
+    loaded = load_reward_model(model, dtype=dtype,
+                               while_loading=lambda twin: twin.precompile(rows, length))
     jax.block_until_ready(jax.tree.leaves(nnx.state(loaded.module)))
+    load = time.perf_counter() - imported
+    rewards = np.asarray(loaded(ids, mask))
+    bytes_read = sum(source.bytes_read for source in opened)
   else:
     import torch
     import transformers
-    imported = time.perf_counter()
+    imported, rss_imported = time.perf_counter(), _rss_mib()
     torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     net = transformers.AutoModelForSequenceClassification.from_pretrained(
         model, dtype=torch_dtype, local_files_only=True)
+    target = "cuda" if device == "gpu" else "cpu"
     if device == "gpu":
-      net = net.to("cuda")
+      net = net.to(target)
       torch.cuda.synchronize()
-  print(json.dumps({"import": imported - start, "load": time.perf_counter() - imported}))
+    load = time.perf_counter() - imported
+    with torch.no_grad():
+      rewards = net(input_ids=torch.tensor(ids, device=target),
+                    attention_mask=torch.tensor(mask, device=target)).logits.float().cpu().numpy()
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+  print(json.dumps({"first_rewards_at": time.time(), "load": load,
+                    "load_rss_mib": peak - rss_imported, "bytes_read": bytes_read,
+                    "rewards": rewards.reshape(-1)[:2].tolist()}))
 
 
 def timed(loader: str) -> dict:
   env = child_env({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
                   if _DEVICE.value == "cpu" else {})
-  start = time.perf_counter()
+  start, started_at = time.perf_counter(), time.time()
   process = subprocess.Popen([*module_command("benchmarks.scoring.load_time"), f"--child={loader}",
                               f"--model={_MODEL.value}", f"--dtype={_DTYPE.value}",
-                              f"--device={_DEVICE.value}"], env=env, stdout=subprocess.PIPE,
-                             text=True)
+                              f"--device={_DEVICE.value}", f"--batch_rows={_ROWS.value}",
+                              f"--batch_length={_LENGTH.value}"], env=env,
+                             stdout=subprocess.PIPE, text=True)
   out, _ = process.communicate()
   wall = time.perf_counter() - start
   if process.returncode:
     raise SystemExit(f"{loader} exited {process.returncode}")
   inner = json.loads(out.strip().splitlines()[-1])
-  return {"wall": wall, **inner}
+  return {"wall": wall, "first_rewards": inner.pop("first_rewards_at") - started_at, **inner}
 
 
 def main(argv):
   del argv
   if _CHILD.value:
-    child(_CHILD.value, _MODEL.value, _DTYPE.value, _DEVICE.value)
+    child(_CHILD.value, _MODEL.value, _DTYPE.value, _DEVICE.value, _ROWS.value, _LENGTH.value)
     return
   results: dict[str, list[dict]] = {"ours": [], "transformers": []}
   for run in range(_RUNS.value):
@@ -82,15 +116,23 @@ def main(argv):
       r["cpu"] = (after.children_user - before.children_user) + (
           after.children_system - before.children_system)
       results[loader].append(r)
-      print(f"run {run + 1} {loader:<12} process {r['wall']:6.1f} s, load {r['load']:6.1f} s, "
-            f"CPU {r['cpu']:6.1f} s", flush=True)
-  print(f"\n{'loader':<28} {'process s':>9} {'load s':>7} {'CPU s':>6}   (medians of "
-        f"{_RUNS.value}; {_DTYPE.value} on {_DEVICE.value}; {os.path.basename(_MODEL.value)})")
+      print(f"run {run + 1} {loader:<12} first rewards {r['first_rewards']:6.2f} s, load "
+            f"{r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, load RSS {r['load_rss_mib']:6.0f} MiB, "
+            f"rewards {r['rewards']}", flush=True)
+  checkpoint = sum(os.path.getsize(os.path.join(_MODEL.value, n))
+                   for n in os.listdir(_MODEL.value) if n.endswith(".safetensors"))
+  print(f"\n{_DTYPE.value} on {_DEVICE.value} ({cpu_name()}); {os.path.basename(_MODEL.value)}: "
+        f"{checkpoint / 2**20:,.0f} MiB of safetensors; a first batch of {_ROWS.value} x "
+        f"{_LENGTH.value} tokens; medians of {_RUNS.value} whole processes")
+  print(f"{'loader':<32} {'first rewards s':>15} {'load s':>7} {'CPU s':>6} "
+        f"{'load RSS MiB':>12} {'read MiB':>9}")
   titles = {"ours": "socialrm_jax load_reward_model", "transformers": "transformers from_pretrained"}
   for loader, runs in results.items():
-    print(f"{titles[loader]:<28} {statistics.median(r['wall'] for r in runs):>9.1f} "
-          f"{statistics.median(r['load'] for r in runs):>7.1f} "
-          f"{statistics.median(r['cpu'] for r in runs):>6.1f}")
+    median = lambda key: statistics.median(r[key] for r in runs)
+    read = runs[0]["bytes_read"]
+    print(f"{titles[loader]:<32} {median('first_rewards'):>15.2f} {median('load'):>7.2f} "
+          f"{median('cpu'):>6.1f} {median('load_rss_mib'):>12,.0f} "
+          f"{'-' if read is None else f'{read / 2**20:,.0f}':>9}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ architecture must be one we implement.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import glob
@@ -336,10 +337,11 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
       raise InputError(f"native checkpoint carries a {config.head!r} head, not {head!r}", path)
     implementation = resolve_attention(attention, family, config, jdtype, mesh)
     module = abstract_module(family, config, jdtype, implementation, remat_policy)
-    _call_with_twin(while_loading, family, config, jdtype, implementation, remat_policy, mesh,
-                    path)
+    twin = _call_with_twin(while_loading, family, config, jdtype, implementation, remat_policy,
+                           mesh, path)
     checkpoint.restore_params(path, module, family.weight_sources(config), dtype=jdtype, mesh=mesh)
-    return RewardModel(config, family, module, tokenizer_path=path, attention=implementation)
+    return RewardModel(config, family, module, tokenizer_path=path, attention=implementation,
+                       programs_of=twin)
 
   hf_config, tensors, tokenizer_path = _checkpoint_files(path)
   family, config = family_and_config(hf_config, path, head, tensors)
@@ -350,24 +352,25 @@ def load_reward_model(path: str | os.PathLike, dtype: str = "float32", mesh=None
   module = abstract_module(family, config, jdtype, implementation, remat_policy)
   ignored = _ignored_tensors(family, config, tensors)
   _refuse_unused_head_tensors(family, config, tensors, ignored, path)
-  _call_with_twin(while_loading, family, config, jdtype, implementation, remat_policy, mesh,
-                  tokenizer_path)
+  twin = _call_with_twin(while_loading, family, config, jdtype, implementation, remat_policy,
+                         mesh, tokenizer_path)
   weights.load_params(module, family.weight_sources(config), tensors, dtype=jdtype, mesh=mesh,
                       ignore=ignored)
   return RewardModel(config, family, module, tokenizer_path=tokenizer_path,
-                     attention=implementation)
+                     attention=implementation, programs_of=twin)
 
 
 def _call_with_twin(while_loading, family, config, dtype, implementation: str, remat_policy: str,
-                    mesh, tokenizer_path: str) -> None:
+                    mesh, tokenizer_path: str) -> "RewardModel | None":
   """`while_loading(twin)`, the twin a `RewardModel` of abstract parameters placed as
-  `weights.load_params` places them."""
+  `weights.load_params` places them; returns the twin (None without `while_loading`)."""
   if while_loading is None:
-    return
+    return None
   twin = abstract_module(family, config, dtype, implementation, remat_policy)
   weights.abstract_params(twin, family.weight_sources(config), mesh)
-  while_loading(RewardModel(config, family, twin, tokenizer_path=tokenizer_path,
-                            attention=implementation))
+  twin = RewardModel(config, family, twin, tokenizer_path=tokenizer_path, attention=implementation)
+  while_loading(twin)
+  return twin
 
 
 def _rewards(graphdef, is_causal: bool, state, input_ids, attention_mask, gate_index=None):
@@ -418,7 +421,9 @@ class RewardModel:
   attention implementation it runs (`attention`, resolved at load)."""
 
   def __init__(self, config, family: families.ModelFamily, module: nnx.Module, tokenizer_path: str,
-               attention: str):
+               attention: str, programs_of: "RewardModel | None" = None):
+    """`programs_of`: the abstract twin this model's weights loaded beside (`load_reward_model`'s
+    `while_loading`), whose programs (`precompile`) this model runs."""
     self.config = config
     self.family = family
     self.module = module
@@ -428,6 +433,22 @@ class RewardModel:
     graphdef = nnx.graphdef(module)
     self._rewards = jax.jit(functools.partial(_rewards, graphdef, self.is_causal))
     self._token_logprobs = jax.jit(functools.partial(_token_logprobs, graphdef))
+    # [B, T] -> the rewards' program compiled ahead (or its compilation under way).
+    self._programs: dict[tuple[int, int], concurrent.futures.Future] = (
+        {} if programs_of is None else programs_of._programs)
+
+  def precompile(self, rows: int, length: int) -> None:
+    """Compiles the rewards of a [rows, length] batch in a thread of its own (from the
+    parameters' shapes and shardings, so a twin's while the weights load); `__call__` of that
+    shape then runs it. Not for a gated head (its gate positions come with the batch)."""
+    if self.config.reward_head is not None and self.config.reward_head.gate_pattern:
+      return
+    batch = jax.ShapeDtypeStruct((rows, length), jnp.int32)
+    state = nnx.state(self.module)
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="precompile")
+    self._programs[(rows, length)] = pool.submit(
+        lambda: self._rewards.lower(state, batch, batch, None).compile())
+    pool.shutdown(wait=False)
 
   def __call__(self, input_ids, attention_mask) -> jax.Array:
     """[B, T] ids and padding mask -> rewards [B] (one label) or [B, num_labels].
@@ -442,8 +463,11 @@ class RewardModel:
     gate = None
     if spec is not None and spec.gate_pattern:
       gate = jnp.asarray(gate_indices(spec, input_ids, attention_mask))
-    return self._rewards(nnx.state(self.module), jnp.asarray(input_ids, jnp.int32),
-                         jnp.asarray(attention_mask, jnp.int32), gate)
+    ids, mask = jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32)
+    program = self._programs.get(tuple(ids.shape))
+    if program is not None and gate is None:
+      return program.result()(nnx.state(self.module), ids, mask, None)
+    return self._rewards(nnx.state(self.module), ids, mask, gate)
 
   def token_logprobs(self, input_ids, attention_mask) -> jax.Array:
     """[B, T] -> [B, T] log p(token t | tokens < t); 0 at the first real token and at padding."""

@@ -228,7 +228,7 @@ _READ_CHUNK = 1 << 28
 # The alignment at which JAX's CPU client takes a host array as the device buffer, uncopied.
 _HOST_ALIGNMENT = 64
 # Reads in flight at once, and the bytes of one (a run of a tensor's rows).
-_READ_THREADS = 4
+_READ_THREADS = 16
 _READ_CHUNK_BYTES = 1 << 25
 
 
@@ -489,6 +489,7 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
   dtype = jnp.dtype(dtype)
   progress = _LoadProgress(sum(math.prod(v.get_value().shape) * dtype.itemsize
                                for v in variables.values()))
+  casting = None  # the last parameter's cast, still computing
   for path, variable in variables.items():
     source = sources[path]
     shape = tuple(variable.get_value().shape)
@@ -504,7 +505,11 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
     sharding = param_sharding(shape, source.model_axis, mesh)
     value = jax.make_array_from_callback(shape, sharding, shard)
     if value.dtype != dtype:
-      value = _cast(value, dtype)
+      # One cast in flight: the checkpoint-dtype copies wait for theirs, so they would pile up
+      # beside the model's if the reads ran ahead of the casts.
+      if casting is not None:
+        casting.block_until_ready()
+      value = casting = _cast(value, dtype)
     variable.set_value(value)
     progress.add(math.prod(shape) * dtype.itemsize)
   return model
