@@ -2,14 +2,15 @@
 each a whole process (start, import, load, the first batch's rewards), alternating, several runs.
 
   python -m benchmarks.scoring.load_time --model=DIR [--dtype=bfloat16] [--runs=3] [--device=cpu|gpu]
+      [--page_cache=warm|cold] [--first_batch] [--batch_rows=2 --batch_length=64]
 
-Per run: the process's wall seconds from its start to the first batch's rewards (a batch of
---batch_rows x --batch_length tokens; ours compiles its program from the model's abstract twin
-while the weights load, `load_reward_model(while_loading=...)`, transformers runs eagerly), the
-load alone, CPU seconds, the peak RSS over what the process held after its imports (the load's own
-memory, as the model's bytes plus what the loader holds beside them) and, for ours, the bytes read
-from the checkpoint's files (`SafetensorsSource.bytes_read`). Then the medians side by side. A
-random-weight model of a real shape comes from gpu_throughput's builder:
+Per run and loader, two processes: one that loads and exits (the load alone: its seconds, CPU
+seconds, the peak RSS over what the process held after its imports, i.e. the load's own memory,
+and for ours the bytes read from the checkpoint's files, `SafetensorsSource.bytes_read`), and one
+timed from its start to the first batch's rewards (--batch_rows x --batch_length tokens; ours
+compiles that batch's program from the model's abstract twin while the weights load,
+`load_reward_model(while_loading=...)`; transformers runs eagerly). Then the medians side by
+side. A random-weight model of a real shape comes from gpu_throughput's builder:
 
   python -c "import pathlib; from benchmarks.gpu.gpu_throughput_inputs import build_model; \
       print(build_model('1b', ['a b c'], pathlib.Path('/tmp/loadbench')))"
@@ -35,7 +36,16 @@ _RUNS = flags.DEFINE_integer("runs", 3, "Runs of each loader, alternating.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "Where the weights go.")
 _ROWS = flags.DEFINE_integer("batch_rows", 2, "Rows of the first batch.")
 _LENGTH = flags.DEFINE_integer("batch_length", 64, "Tokens of each of its rows.")
+_PAGE_CACHE = flags.DEFINE_enum(
+    "page_cache", "warm", ["warm", "cold"], "Before each process: warm = the checkpoint's files "
+    "read once, so the load reads the page cache (what the loader itself costs); cold = the page "
+    "cache dropped (root only), so it reads the disk.")
+_FIRST_BATCH = flags.DEFINE_bool(
+    "first_batch", True, "Also time each loader to its first batch's rewards, as a process of "
+    "its own (ours compiling while the weights load): the load alone is timed in a process that "
+    "compiles nothing beside it.")
 _CHILD = flags.DEFINE_enum("child", None, ["ours", "transformers"], "(internal) load and exit.")
+_CHILD_BATCH = flags.DEFINE_bool("child_batch", False, "(internal) the child scores a batch.")
 
 
 def _rss_mib() -> float:
@@ -44,7 +54,8 @@ def _rss_mib() -> float:
     return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def child(loader: str, model: str, dtype: str, device: str, rows: int, length: int) -> None:
+def child(loader: str, model: str, dtype: str, device: str, rows: int, length: int,
+          first_batch: bool) -> None:
   import numpy as np
   ids = (np.arange(rows * length).reshape(rows, length) % 200 + 3).astype(np.int32)
   mask = np.ones_like(ids)
@@ -58,11 +69,12 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
     init = weights.SafetensorsSource.__init__
     weights.SafetensorsSource.__init__ = lambda self, *a: (init(self, *a), opened.append(self))[0]
     imported, rss_imported = time.perf_counter(), _rss_mib()
-    loaded = load_reward_model(model, dtype=dtype,
-                               while_loading=lambda twin: twin.precompile(rows, length))
+    loaded = load_reward_model(
+        model, dtype=dtype,
+        while_loading=(lambda twin: twin.precompile(rows, length)) if first_batch else None)
     jax.block_until_ready(jax.tree.leaves(nnx.state(loaded.module)))
     load = time.perf_counter() - imported
-    rewards = np.asarray(loaded(ids, mask))
+    rewards = np.asarray(loaded(ids, mask)) if first_batch else np.zeros(2)
     bytes_read = sum(source.bytes_read for source in opened)
   else:
     import torch
@@ -76,23 +88,44 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
       net = net.to(target)
       torch.cuda.synchronize()
     load = time.perf_counter() - imported
-    with torch.no_grad():
-      rewards = net(input_ids=torch.tensor(ids, device=target),
-                    attention_mask=torch.tensor(mask, device=target)).logits.float().cpu().numpy()
+    rewards = np.zeros(2)
+    if first_batch:
+      with torch.no_grad():
+        rewards = net(input_ids=torch.tensor(ids, device=target),
+                      attention_mask=torch.tensor(mask, device=target)).logits.float().cpu().numpy()
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
   print(json.dumps({"first_rewards_at": time.time(), "load": load,
                     "load_rss_mib": peak - rss_imported, "bytes_read": bytes_read,
                     "rewards": rewards.reshape(-1)[:2].tolist()}))
 
 
-def timed(loader: str) -> dict:
+def _page_cache(mode: str) -> None:
+  """The checkpoint's files in the page cache (`warm`) or out of it (`cold`)."""
+  if mode == "cold":
+    os.sync()
+    try:
+      with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("1")
+    except OSError as e:
+      raise SystemExit(f"--page_cache=cold: cannot drop the page cache ({e}); run as root")
+    return
+  for name in os.listdir(_MODEL.value):
+    if name.endswith(".safetensors"):
+      with open(os.path.join(_MODEL.value, name), "rb") as f:
+        while f.read(1 << 26):
+          pass
+
+
+def timed(loader: str, first_batch: bool) -> dict:
+  _page_cache(_PAGE_CACHE.value)
   env = child_env({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
                   if _DEVICE.value == "cpu" else {})
   start, started_at = time.perf_counter(), time.time()
   process = subprocess.Popen([*module_command("benchmarks.scoring.load_time"), f"--child={loader}",
                               f"--model={_MODEL.value}", f"--dtype={_DTYPE.value}",
                               f"--device={_DEVICE.value}", f"--batch_rows={_ROWS.value}",
-                              f"--batch_length={_LENGTH.value}"], env=env,
+                              f"--batch_length={_LENGTH.value}", f"--child_batch={first_batch}"],
+                             env=env,
                              stdout=subprocess.PIPE, text=True)
   out, _ = process.communicate()
   wall = time.perf_counter() - start
@@ -105,34 +138,47 @@ def timed(loader: str) -> dict:
 def main(argv):
   del argv
   if _CHILD.value:
-    child(_CHILD.value, _MODEL.value, _DTYPE.value, _DEVICE.value, _ROWS.value, _LENGTH.value)
+    child(_CHILD.value, _MODEL.value, _DTYPE.value, _DEVICE.value, _ROWS.value, _LENGTH.value,
+          _CHILD_BATCH.value)
     return
   results: dict[str, list[dict]] = {"ours": [], "transformers": []}
   for run in range(_RUNS.value):
     for loader in results:
-      before = os.times()
-      r = timed(loader)
-      after = os.times()
-      r["cpu"] = (after.children_user - before.children_user) + (
-          after.children_system - before.children_system)
+      r = _timed_cpu(loader, first_batch=False)
+      if _FIRST_BATCH.value:
+        r["first_rewards"] = _timed_cpu(loader, first_batch=True)["first_rewards"]
       results[loader].append(r)
-      print(f"run {run + 1} {loader:<12} first rewards {r['first_rewards']:6.2f} s, load "
-            f"{r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, load RSS {r['load_rss_mib']:6.0f} MiB, "
-            f"rewards {r['rewards']}", flush=True)
+      first = f"first rewards {r['first_rewards']:6.2f} s, " if _FIRST_BATCH.value else ""
+      print(f"run {run + 1} {loader:<12} {first}load {r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, "
+            f"load RSS {r['load_rss_mib']:6.0f} MiB", flush=True)
   checkpoint = sum(os.path.getsize(os.path.join(_MODEL.value, n))
                    for n in os.listdir(_MODEL.value) if n.endswith(".safetensors"))
   print(f"\n{_DTYPE.value} on {_DEVICE.value} ({cpu_name()}); {os.path.basename(_MODEL.value)}: "
-        f"{checkpoint / 2**20:,.0f} MiB of safetensors; a first batch of {_ROWS.value} x "
-        f"{_LENGTH.value} tokens; medians of {_RUNS.value} whole processes")
+        f"{checkpoint / 2**20:,.0f} MiB of safetensors, page cache {_PAGE_CACHE.value}; medians "
+        f"of {_RUNS.value} whole processes" + (
+            f"; a first batch of {_ROWS.value} x {_LENGTH.value} tokens" if _FIRST_BATCH.value
+            else ""))
   print(f"{'loader':<32} {'first rewards s':>15} {'load s':>7} {'CPU s':>6} "
         f"{'load RSS MiB':>12} {'read MiB':>9}")
   titles = {"ours": "socialrm_jax load_reward_model", "transformers": "transformers from_pretrained"}
   for loader, runs in results.items():
     median = lambda key: statistics.median(r[key] for r in runs)
     read = runs[0]["bytes_read"]
-    print(f"{titles[loader]:<32} {median('first_rewards'):>15.2f} {median('load'):>7.2f} "
-          f"{median('cpu'):>6.1f} {median('load_rss_mib'):>12,.0f} "
+    first = f"{median('first_rewards'):>15.2f}" if _FIRST_BATCH.value else f"{'-':>15}"
+    print(f"{titles[loader]:<32} {first} {median('load'):>7.2f} {median('cpu'):>6.1f} "
+          f"{median('load_rss_mib'):>12,.0f} "
           f"{'-' if read is None else f'{read / 2**20:,.0f}':>9}")
+  ours, theirs = (statistics.median(r["load"] for r in results[k]) for k in results)
+  print(f"load: ours {ours / theirs:.2f}x transformers'")
+
+
+def _timed_cpu(loader: str, first_batch: bool) -> dict:
+  before = os.times()
+  r = timed(loader, first_batch)
+  after = os.times()
+  r["cpu"] = (after.children_user - before.children_user) + (
+      after.children_system - before.children_system)
+  return r
 
 
 if __name__ == "__main__":
