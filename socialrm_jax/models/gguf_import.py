@@ -151,6 +151,10 @@ class GgufTensors:
   def shape(self, name: str) -> tuple[int, ...]:
     return _hf_shape(self._tensor(name))
 
+  def dtype(self, name: str) -> np.dtype:
+    del name  # every tensor is dequantized to float32
+    return np.dtype(np.float32)
+
   def get(self, name: str, index: tuple[slice, ...] = ()) -> np.ndarray:
     array = dequantize_tensor(self._tensor(name), self.path)
     if name in self._rotary_heads:

@@ -210,12 +210,38 @@ def _refuse_unused_head_tensors(family: families.ModelFamily, config: families.M
         + ", ".join(heads.REWARD_CLASSES) + ") with the config fields that class reads", path)
 
 
-class _RenamedTrunk:
+class _RenamedTensors:
+  """A checkpoint's tensors read under other names (`_name`: ours -> the checkpoint's)."""
+
+  def __init__(self, tensors: weights.TensorSource):
+    self.tensors = tensors
+
+  def _name(self, name: str) -> str:
+    raise NotImplementedError
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    return self.tensors.shape(self._name(name))
+
+  def dtype(self, name: str):
+    return self.tensors.dtype(self._name(name))
+
+  def get(self, name: str, index: weights.Index = ()):
+    return self.tensors.get(self._name(name), index)
+
+  def __getattr__(self, attribute: str):  # `read_into`, where the checkpoint's source has it
+    if attribute != "read_into":
+      raise AttributeError(attribute)
+    read_into = getattr(self.tensors, attribute)
+    return lambda name, *args: read_into(self._name(name), *args)
+
+
+class _RenamedTrunk(_RenamedTensors):
   """A checkpoint whose decoder lives under another prefix than `model.` (Starling:
   `transformer.`), read under the names `decoder.weight_sources` uses."""
 
   def __init__(self, tensors: weights.TensorSource, theirs: str, ours: str = "model."):
-    self.tensors, self.theirs, self.ours = tensors, theirs, ours
+    super().__init__(tensors)
+    self.theirs, self.ours = theirs, ours
 
   def _name(self, name: str) -> str:
     return self.theirs + name.removeprefix(self.ours) if name.startswith(self.ours) else name
@@ -224,40 +250,20 @@ class _RenamedTrunk:
     return [self.ours + n.removeprefix(self.theirs) if n.startswith(self.theirs) else n
             for n in self.tensors.keys()]
 
-  def shape(self, name: str) -> tuple[int, ...]:
-    return self.tensors.shape(self._name(name))
 
-  def get(self, name: str, index: weights.Index = ()):
-    return self.tensors.get(self._name(name), index)
-
-  def __getattr__(self, attribute: str):  # the checkpoint's own optional reads, renamed
-    if attribute not in weights.OPTIONAL_READS:
-      raise AttributeError(attribute)
-    read = getattr(self.tensors, attribute)
-    return lambda name, *args: read(self._name(name), *args)
-
-
-class _BasePrefixedTensors:
+class _BasePrefixedTensors(_RenamedTensors):
   """A checkpoint saved from the bare base model (`h.0.attn...`, as openai-community/gpt2 is),
   read under the names the head classes use (`transformer.h.0.attn...`), as transformers does."""
 
   def __init__(self, tensors: weights.TensorSource, prefix: str):
-    self.tensors, self.prefix = tensors, prefix
+    super().__init__(tensors)
+    self.prefix = prefix
+
+  def _name(self, name: str) -> str:
+    return name.removeprefix(self.prefix)
 
   def keys(self):
     return [self.prefix + name for name in self.tensors.keys()]
-
-  def shape(self, name: str) -> tuple[int, ...]:
-    return self.tensors.shape(name.removeprefix(self.prefix))
-
-  def get(self, name: str, index: weights.Index = ()):
-    return self.tensors.get(name.removeprefix(self.prefix), index)
-
-  def __getattr__(self, attribute: str):  # the checkpoint's own optional reads, renamed
-    if attribute not in weights.OPTIONAL_READS:
-      raise AttributeError(attribute)
-    read = getattr(self.tensors, attribute)
-    return lambda name, *args: read(name.removeprefix(self.prefix), *args)
 
 
 def _with_base_prefix(family: families.ModelFamily, config: families.ModelConfig,

@@ -27,12 +27,11 @@ import threading
 import time
 from typing import Callable, Container, Iterable, Mapping, Protocol
 
-from absl import logging
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+from absl import logging
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -122,13 +121,16 @@ class TensorSource(Protocol):
   def shape(self, name: str) -> tuple[int, ...]:
     ...
 
+  def dtype(self, name: str) -> np.dtype:
+    """The dtype of the arrays `get` gives for the tensor."""
+    ...
+
   def get(self, name: str, index: Index = ()) -> np.ndarray:
     """The tensor, or only `index` of it."""
     ...
 
   # A source may also read a run of a tensor's leading rows straight into an array,
-  # `read_into(name, start, stop, out)`, with `dtype(name)`, the dtype of those bytes
-  # (`SafetensorsSource`): `OPTIONAL_READS`. Without them, `get` is used.
+  # `read_into(name, start, stop, out)` (`SafetensorsSource`); without it, `get` is used.
 
 
 # safetensors dtype -> numpy dtype of its (little-endian) bytes.
@@ -221,8 +223,6 @@ class SafetensorsSource:
       self.bytes_read += out.nbytes
 
 
-# The methods a `TensorSource` may have beside its protocol's (a wrapper forwards them).
-OPTIONAL_READS = ("dtype", "read_into")
 # Bytes of one `preadv` call (Linux reads at most about 2 GiB in one).
 _READ_CHUNK = 1 << 28
 # The alignment at which JAX's CPU client takes a host array as the device buffer, uncopied.
@@ -370,9 +370,9 @@ def _read_layer(name: str, source: WeightSource, layer_shape: tuple[int, ...], i
   return np.asarray(source.transform(tensors.get(name, hf_index)))[kept]
 
 
-def _layer_reads(name: str, source: WeightSource, layer_shape: tuple[int, ...], index: Index,
-                 tensors: TensorSource, out: np.ndarray,
-                 location: str | None) -> list[Callable[[], None]]:
+def _layer_reads(path: str, name: str, source: WeightSource, layer_shape: tuple[int, ...],
+                 index: Index, tensors: TensorSource,
+                 out: np.ndarray) -> list[Callable[[], None]]:
   """The reads that put `index` of HF tensor `name`, in our layout, into `out`: from the file
   straight into it, in runs of rows of about `_READ_CHUNK_BYTES` each (so that one large tensor's
   reads run in parallel too), when the transform keeps the bytes' order and the slice is a run of
@@ -394,8 +394,8 @@ def _layer_reads(name: str, source: WeightSource, layer_shape: tuple[int, ...], 
   def copy() -> None:
     part = _read_layer(name, source, layer_shape, index, tensors)
     if part.shape != out.shape:
-      raise InputError(f"tensor {name} gives a shard of shape {part.shape} after conversion, "
-                       f"not {out.shape}", location)
+      raise InputError(f"{path}: tensor {name} gives a shard of shape {part.shape} after "
+                       f"conversion, not {out.shape}", _location(tensors))
     np.copyto(out, part)
   return [copy]
 
@@ -418,26 +418,12 @@ def _read_shard(path: str, source: WeightSource, shape: tuple[int, ...], index: 
   names = source.hf_name[index[0]] if source.stacked else (source.hf_name,)
   layer_shape, layer_index = (shape[1:], index[1:]) if source.stacked else (shape, index)
   wanted = tuple(s.stop - s.start for s in layer_index)
-  location = _location(tensors)
-  first = None
-  if hasattr(tensors, "dtype"):
-    dtype = tensors.dtype(names[0])
-  else:  # a source that only gets: its first tensor says the dtype
-    first = _read_layer(names[0], source, layer_shape, layer_index, tensors)
-    dtype = first.dtype
-  out = _aligned_empty((len(names), *wanted) if source.stacked else wanted, dtype)
+  out = _aligned_empty((len(names), *wanted) if source.stacked else wanted,
+                       tensors.dtype(names[0]))
   per_layer = out if source.stacked else out[None]
-
-  reads = []
-  for layer, name in enumerate(names):
-    if layer == 0 and first is not None:
-      if first.shape != wanted:
-        raise InputError(f"{path}: tensor {name} gives a shard of shape {first.shape} after "
-                         f"conversion, not {wanted}", location)
-      np.copyto(per_layer[0], first)
-    else:
-      reads += _layer_reads(name, source, layer_shape, layer_index, tensors, per_layer[layer],
-                            location)
+  reads = [read for layer, name in enumerate(names)
+           for read in _layer_reads(path, name, source, layer_shape, layer_index, tensors,
+                                    per_layer[layer])]
   if len(reads) == 1:
     reads[0]()
   else:

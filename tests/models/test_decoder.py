@@ -120,6 +120,9 @@ class _RecordingTensors:
   def shape(self, name):
     return self.tensors[name].shape
 
+  def dtype(self, name):
+    return self.tensors[name].dtype
+
   def get(self, name, index=()):
     self.reads.append((name, index))
     return self.tensors[name][index]

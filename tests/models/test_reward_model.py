@@ -214,6 +214,8 @@ PER_SHARD_SCRIPT = """
         return self.tensors.keys()
       def shape(self, name):
         return self.tensors.shape(name)
+      def dtype(self, name):
+        return self.tensors.dtype(name)
       def get(self, name, index=()):
         self.reads.append((name, [[s.start, s.stop] for s in index]))
         return self.tensors.get(name, index)
