@@ -506,11 +506,11 @@ def score_model_at(model_path: str, items_path, output_dir, *, options: ScoringO
   early: list[Scorer] = []
 
   def compile_while_loading(twin) -> None:
-    # The scorer of the model's abstract twin: the programs of the first chunk's batch shapes
-    # compile in a thread while the weights load (a reference model's run compiles after both
-    # are loaded; any other shape compiles when its first batch comes).
+    # The scorer of the model's abstract twin: the first chunk is packed and its batch shapes'
+    # programs compile in a thread while the weights load (a reference model's run compiles
+    # after both are loaded; any other shape compiles when its first batch comes).
     scorer = make_scorer(twin, mesh, options)
-    scorer.step.precompile(first_chunk_shapes(scorer, items, options, mesh))
+    scorer.step.precompile(lambda: first_chunk_shapes(scorer, items, options, mesh))
     early.append(scorer)
 
   loading = time.time()

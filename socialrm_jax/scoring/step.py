@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from typing import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +68,7 @@ class ScoringStep:
     self.compile_seconds = 0.0
     # (first start, last end) of the compilations, wall-clock seconds (`time.time`).
     self.compile_window: list[float] | None = None
-    self._pending: dict[tuple[int, int, int], concurrent.futures.Future] = {}
+    self._precompiling: concurrent.futures.Future | None = None  # `precompile`'s job
     self.fields = batch_fields(readout, readout == "score" and is_gated(model))
     self._programs: dict[tuple[int, int, int], jax.stages.Compiled] = {}
 
@@ -100,10 +101,11 @@ class ScoringStep:
   def compile(self, shape: tuple[int, int, int],
               traced: jax.stages.Traced | None = None) -> jax.stages.Compiled:
     """The program for batches of (rows, row length, readout slots), compiled ahead of time
-    (from `traced`, the step `trace(shape)` gave, where the caller has it); one `precompile` is
-    compiling is waited for."""
-    if shape in self._pending:
-      self._pending.pop(shape).result()
+    (from `traced`, the step `trace(shape)` gave, where the caller has it), once `precompile`'s
+    programs are (raising its error, if it failed)."""
+    if self._precompiling is not None:
+      precompiling, self._precompiling = self._precompiling, None
+      precompiling.result()
     return self._compile_now(shape, traced)
 
   def _compile_now(self, shape, traced=None) -> jax.stages.Compiled:
@@ -118,13 +120,11 @@ class ScoringStep:
       self.compile_window = [first, time.time()]
     return self._programs[shape]
 
-  def precompile(self, shapes) -> None:
-    """Compiles the programs of `shapes` one after the other in a thread of its own, while the
-    caller goes on (loading the weights: the state may be abstract until `bind`)."""
+  def precompile(self, shapes: Callable[[], Iterable[tuple[int, int, int]]]) -> None:
+    """In a thread of its own, while the caller goes on (loading the weights: the state may be
+    abstract until `bind`): `shapes()`, then their programs, one after the other."""
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="precompile")
-    for shape in shapes:
-      if shape not in self._programs and shape not in self._pending:
-        self._pending[shape] = pool.submit(self._compile_now, shape)
+    self._precompiling = pool.submit(lambda: [self._compile_now(shape) for shape in shapes()])
     pool.shutdown(wait=False)
 
   def bind(self, model, ref_model=None) -> None:
