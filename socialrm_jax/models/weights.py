@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import json
 import math
+import mmap
 import os
 import struct
 import threading
@@ -230,6 +231,10 @@ _HOST_ALIGNMENT = 64
 # Reads in flight at once, and the bytes of one (a run of a tensor's rows).
 _READ_THREADS = 16
 _READ_CHUNK_BYTES = 1 << 25
+# Linux's madvise advice that faults a range's pages in, writable (uapi/asm-generic/mman-common.h),
+# and the bytes populated by one task (a multiple of every page size; smaller buffers are malloc's).
+_MADV_POPULATE_WRITE = 23
+_POPULATE_PIECE_BYTES = 1 << 25
 
 
 def _read_header(path: str) -> tuple[dict, int]:
@@ -400,36 +405,46 @@ def _layer_reads(path: str, name: str, source: WeightSource, layer_shape: tuple[
   return [copy]
 
 
-def _aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+def _host_buffer(shape: tuple[int, ...], dtype, pool: concurrent.futures.Executor) -> np.ndarray:
   """An uninitialised C-contiguous array whose data starts at a multiple of `_HOST_ALIGNMENT`
-  bytes, so that JAX's CPU client uses it as the device buffer rather than copy it."""
+  bytes, so that JAX's CPU client uses it as the device buffer rather than copy it. A large one
+  is its own memory map with its pages populated on `pool` (`MADV_POPULATE_WRITE`, a page-table
+  pass in the kernel, on several cores) before the reads write it: otherwise each of its pages
+  is a fault trapped as the reads first touch it, one core at a time, which costs most in a VM."""
   dtype = np.dtype(dtype)
   size = math.prod(shape) * dtype.itemsize
-  raw = np.empty(size + _HOST_ALIGNMENT, np.uint8)
-  start = -raw.ctypes.data % _HOST_ALIGNMENT
-  return raw[start:start + size].view(dtype).reshape(shape)
+  if size < _POPULATE_PIECE_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
+    raw = np.empty(size + _HOST_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _HOST_ALIGNMENT
+    return raw[start:start + size].view(dtype).reshape(shape)
+  pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+  def populate(start: int) -> None:
+    try:
+      pages.madvise(_MADV_POPULATE_WRITE, start, min(_POPULATE_PIECE_BYTES, size - start))
+    except OSError:  # a kernel before 5.14: the pages fault in as they are written
+      pass
+  for done in [pool.submit(populate, start) for start in range(0, size, _POPULATE_PIECE_BYTES)]:
+    done.result()
+  return np.frombuffer(pages, dtype).reshape(shape)  # page-aligned; the array keeps the map
 
 
 def _read_shard(path: str, source: WeightSource, shape: tuple[int, ...], index: Index,
-                tensors: TensorSource) -> np.ndarray:
+                tensors: TensorSource, pool: concurrent.futures.Executor) -> np.ndarray:
   """`index` (a bounded slice per axis) of our parameter of `shape`, in an aligned array of its
   own, in the checkpoint's dtype; a stacked one reads each layer's tensor into its place. The
-  reads run on `_READ_THREADS` threads, so several are in flight."""
+  reads run on `pool`, so several are in flight."""
   names = source.hf_name[index[0]] if source.stacked else (source.hf_name,)
   layer_shape, layer_index = (shape[1:], index[1:]) if source.stacked else (shape, index)
   wanted = tuple(s.stop - s.start for s in layer_index)
-  out = _aligned_empty((len(names), *wanted) if source.stacked else wanted,
-                       tensors.dtype(names[0]))
+  out = _host_buffer((len(names), *wanted) if source.stacked else wanted,
+                     tensors.dtype(names[0]), pool)
   per_layer = out if source.stacked else out[None]
   reads = [read for layer, name in enumerate(names)
            for read in _layer_reads(path, name, source, layer_shape, layer_index, tensors,
                                     per_layer[layer])]
-  if len(reads) == 1:
-    reads[0]()
-  else:
-    with concurrent.futures.ThreadPoolExecutor(_READ_THREADS) as pool:
-      for done in [pool.submit(read) for read in reads]:
-        done.result()  # raises a read's error
+  for done in [pool.submit(read) for read in reads]:
+    done.result()  # raises a read's error
   return out
 
 
@@ -475,6 +490,16 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
   dtype = jnp.dtype(dtype)
   progress = _LoadProgress(sum(math.prod(v.get_value().shape) * dtype.itemsize
                                for v in variables.values()))
+  # One pool for the whole load: a thread started while others fault pages in waits for them
+  # (both take the process's memory-map lock), so a pool per parameter would pay that each time.
+  with concurrent.futures.ThreadPoolExecutor(_READ_THREADS, "weights") as pool:
+    _place_params(variables, sources, tensors, dtype, mesh, pool, progress)
+  return model
+
+
+def _place_params(variables: Mapping[str, nnx.Variable], sources: Mapping[str, WeightSource],
+                  tensors: TensorSource, dtype, mesh: Mesh | None,
+                  pool: concurrent.futures.Executor, progress: _LoadProgress) -> None:
   casting = None  # the last parameter's cast, still computing
   for path, variable in variables.items():
     source = sources[path]
@@ -485,7 +510,7 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
       index = tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape))  # bounded
       key = tuple((s.start, s.stop) for s in index)
       if key not in shards:
-        shards[key] = _read_shard(path, source, shape, index, tensors)
+        shards[key] = _read_shard(path, source, shape, index, tensors, pool)
       return shards[key]
 
     sharding = param_sharding(shape, source.model_axis, mesh)
@@ -498,7 +523,6 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
       value = casting = _cast(value, dtype)
     variable.set_value(value)
     progress.add(math.prod(shape) * dtype.itemsize)
-  return model
 
 
 def abstract_params(model: nnx.Module, sources: Mapping[str, WeightSource],

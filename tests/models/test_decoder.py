@@ -5,6 +5,7 @@ tests/scoring/test_engine_families.py."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 
@@ -145,6 +146,7 @@ def test_a_device_reads_only_its_rows_of_a_fused_tensor(tmp_path, architecture):
   source = weights.SafetensorsSource(tmp_path)
   tensors = _RecordingTensors({name: source.get(name) for name in source.keys()})
   sources = decoder.weight_sources(config)
+  pool = concurrent.futures.ThreadPoolExecutor(2)
   for part, tensor in fused.items():
     path = f"layers/{'mlp' if part in ('gate', 'up') else 'attn'}/{part}_proj/kernel"
     spec = sources[path]
@@ -153,18 +155,19 @@ def test_a_device_reads_only_its_rows_of_a_fused_tensor(tmp_path, architecture):
         (config.num_heads if part == "q" else config.num_kv_heads, config.head_dim)) + (
             config.hidden_size,)  # [L, out..., in]: a Linear's rows lead
     full_index = tuple(slice(0, n) for n in shape)
-    full = weights._read_shard(path, spec, shape, full_index, tensors)
+    full = weights._read_shard(path, spec, shape, full_index, tensors, pool)
     half = shape[1] // 2  # the second of two devices: heads (or MLP rows) [half, end)
     index = full_index[:1] + (slice(half, shape[1]),) + full_index[2:]
     tensors.reads.clear()
-    shard = weights._read_shard(path, spec, shape, index, tensors)
+    shard = weights._read_shard(path, spec, shape, index, tensors, pool)
     np.testing.assert_array_equal(shard, full[:, half:])
     start, stop = spec.hf_span or (0, tensors.shape(tensors.reads[0][0])[0])
     for name, hf_index in tensors.reads:  # one per layer: the second half of its rows
       assert tensor in name and hf_index[0] == slice((start + stop) // 2, stop), (part, hf_index)
     # A shard that cuts an InternLM2 group of query heads reads the whole tensor, then cuts.
     odd = full_index[:1] + (slice(1, shape[1]),) + full_index[2:]
-    np.testing.assert_array_equal(weights._read_shard(path, spec, shape, odd, tensors), full[:, 1:])
+    np.testing.assert_array_equal(weights._read_shard(path, spec, shape, odd, tensors, pool),
+                                  full[:, 1:])
 
 
 def test_padding_side_does_not_change_rewards(tmp_path):
