@@ -23,7 +23,8 @@ from socialrm_jax.models import default_model
 from socialrm_jax.base import tables
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import attention as attention_lib
-from socialrm_jax.models import checkpoint, families, heads, masks, readout, tokenizer, weights
+from socialrm_jax.models import (checkpoint, families, heads, masks, readout, tokenizer, trunk,
+                                 weights)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -437,8 +438,11 @@ class RewardModel:
     self.attention = attention
     self.is_causal: bool = family.IS_CAUSAL
     graphdef = nnx.graphdef(module)
-    self._rewards = jax.jit(functools.partial(_rewards, graphdef, self.is_causal))
-    self._token_logprobs = jax.jit(functools.partial(_token_logprobs, graphdef))
+    options = trunk.compiler_options(nnx.state(module))
+    self._rewards = jax.jit(functools.partial(_rewards, graphdef, self.is_causal),
+                            compiler_options=options)
+    self._token_logprobs = jax.jit(functools.partial(_token_logprobs, graphdef),
+                                   compiler_options=options)
     # [B, T] -> the rewards' program compiled ahead (or its compilation under way).
     self._programs: dict[tuple[int, int], concurrent.futures.Future] = (
         {} if programs_of is None else programs_of._programs)

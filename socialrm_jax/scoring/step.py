@@ -27,6 +27,7 @@ from flax import nnx
 
 from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
+from socialrm_jax.models import trunk
 from socialrm_jax.runtime import global_arrays
 from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring import packing
@@ -82,7 +83,8 @@ class ScoringStep:
              for graphdef, state in zip(graphdefs, states)]
       return out[0] if len(out) == 1 else jnp.stack(out, axis=-1)  # [B, S(, L)] or [B, S, 2]
 
-    self._jitted = jax.jit(step, out_shardings=self.sharding)
+    self._jitted = jax.jit(step, out_shardings=self.sharding,
+                           compiler_options=trunk.compiler_options(self.state))
 
   def trace(self, shape: tuple[int, int, int]) -> jax.stages.Traced:
     """The step traced for batches of (rows, row length, readout slots): its jaxpr, and what

@@ -177,3 +177,36 @@ def test_an_unknown_remat_policy_is_refused_when_the_model_is_made(tiny_checkpoi
   family, config = family_config(tiny_checkpoint, "LlamaForSequenceClassification", 2)
   with pytest.raises(ValueError, match="unknown remat policy 'everything'; one of auto, "):
     family.Model(config, remat_policy="everything")
+
+
+
+
+def test_bfloat16_weights_on_cpu_are_widened_a_layer_at_a_time(tiny_checkpoint):
+  """XLA:CPU computes bfloat16 in float32; the layer loop must widen one layer's slice at a time,
+  not the whole stack ahead of the loop (twice the weights' bytes more). With
+  `trunk.compiler_options`, a forward whose weights outweigh its activations holds temporaries
+  under one copy of the stacked weights; compiled without them, over twice that (so this test
+  sees the options go). The two programs compute the same hidden states."""
+  family, config = family_config(tiny_checkpoint, "LlamaForSequenceClassification", 4)
+  config = dataclasses.replace(config, hidden_size=256, intermediate_size=1024, num_heads=4,
+                               num_kv_heads=4, head_dim=64)
+  graphdef, state = nnx.split(family.Model(config, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16))
+  stacked_bytes = sum(v.get_value().nbytes for path, v in nnx.to_flat_state(state)
+                      if path[0] == "layers")
+  options = trunk.compiler_options(state)
+  assert options and not trunk.compiler_options(
+      jax.tree.map(lambda x: x.astype(jnp.float32), state))  # bfloat16 on CPU, not float32
+
+  def hidden(state, input_ids, attention_mask):
+    layout = attention.from_padding_mask(attention_mask, is_causal=True)
+    return nnx.merge(graphdef, state)(input_ids, masks.positions_from_mask(attention_mask), layout)
+
+  ids = jnp.ones((1, 4), jnp.int32)
+  programs = {name: jax.jit(hidden, compiler_options=chosen).lower(
+      state, ids, jnp.ones_like(ids)).compile() for name, chosen in [("layer", options),
+                                                                     ("stack", {})]}
+  temporaries = {name: p.memory_analysis().temp_size_in_bytes for name, p in programs.items()}
+  assert temporaries["layer"] < stacked_bytes < 2 * stacked_bytes < temporaries["stack"], (
+      temporaries, stacked_bytes)
+  np.testing.assert_array_equal(np.asarray(programs["layer"](state, ids, jnp.ones_like(ids))),
+                                np.asarray(programs["stack"](state, ids, jnp.ones_like(ids))))
