@@ -4,13 +4,15 @@ each a whole process (start, import, load, the first batch's rewards), alternati
   python -m benchmarks.scoring.load_time --model=DIR [--dtype=bfloat16] [--runs=3] [--device=cpu|gpu]
       [--page_cache=warm|cold] [--first_batch] [--batch_rows=2 --batch_length=64]
 
-Per run and loader, two processes: one that loads and exits (the load alone: its seconds, CPU
-seconds, the peak RSS over what the process held after its imports, i.e. the load's own memory,
+Per run and loader, two processes (ours three): one that loads and exits (the load alone, timed from after the
+imports and the framework's start, JAX's backends found as torch's are in `import torch`: its
+seconds, the process's CPU seconds, the peak RSS over what it held then, i.e. the load's own memory,
 and for ours the bytes read from the checkpoint's files, `SafetensorsSource.bytes_read`), and one
 timed from its start to the first batch's rewards (--batch_rows x --batch_length tokens; ours
 compiles that batch's program from the model's abstract twin while the weights load,
-`load_reward_model(while_loading=...)`; transformers runs eagerly). Then the medians side by
-side. A random-weight model of a real shape comes from gpu_throughput's builder:
+`load_reward_model(while_loading=...)`, into JAX's persistent compilation cache as the commands
+do: once into an empty one, then again reading what the first left, as every later run of the
+shape does; transformers runs eagerly). Then the medians side by side. A random-weight model of a real shape comes from gpu_throughput's builder:
 
   python -c "import pathlib; from benchmarks.gpu.gpu_throughput_inputs import build_model; \
       print(build_model('1b', ['a b c'], pathlib.Path('/tmp/loadbench')))"
@@ -23,6 +25,7 @@ import os
 import resource
 import statistics
 import subprocess
+import tempfile
 import time
 
 from absl import flags
@@ -46,6 +49,7 @@ _FIRST_BATCH = flags.DEFINE_bool(
     "compiles nothing beside it.")
 _CHILD = flags.DEFINE_enum("child", None, ["ours", "transformers"], "(internal) load and exit.")
 _CHILD_BATCH = flags.DEFINE_bool("child_batch", False, "(internal) the child scores a batch.")
+_CHILD_CACHE = flags.DEFINE_string("child_cache", "", "(internal) the child's compilation cache.")
 
 
 def _rss_mib() -> float:
@@ -55,7 +59,7 @@ def _rss_mib() -> float:
 
 
 def child(loader: str, model: str, dtype: str, device: str, rows: int, length: int,
-          first_batch: bool) -> None:
+          first_batch: bool, cache_dir: str) -> None:
   import numpy as np
   ids = (np.arange(rows * length).reshape(rows, length) % 200 + 3).astype(np.int32)
   mask = np.ones_like(ids)
@@ -65,9 +69,12 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
     from flax import nnx
     from socialrm_jax.models import weights
     from socialrm_jax.models.reward_model import load_reward_model
+    from socialrm_jax.runtime import compilation_cache
+    compilation_cache.enable(cache_dir)  # as every command does (`--compilation_cache`)
     opened = []  # the checkpoint's sources, for the bytes they read
     init = weights.SafetensorsSource.__init__
     weights.SafetensorsSource.__init__ = lambda self, *a: (init(self, *a), opened.append(self))[0]
+    jax.devices()  # JAX's start (finding its backends, loading their plugins), as `import torch`
     imported, rss_imported = time.perf_counter(), _rss_mib()
     loaded = load_reward_model(
         model, dtype=dtype,
@@ -116,7 +123,7 @@ def _page_cache(mode: str) -> None:
           pass
 
 
-def timed(loader: str, first_batch: bool) -> dict:
+def timed(loader: str, first_batch: bool, cache_dir: str = "") -> dict:
   _page_cache(_PAGE_CACHE.value)
   env = child_env({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
                   if _DEVICE.value == "cpu" else {})
@@ -124,7 +131,8 @@ def timed(loader: str, first_batch: bool) -> dict:
   process = subprocess.Popen([*module_command("benchmarks.scoring.load_time"), f"--child={loader}",
                               f"--model={_MODEL.value}", f"--dtype={_DTYPE.value}",
                               f"--device={_DEVICE.value}", f"--batch_rows={_ROWS.value}",
-                              f"--batch_length={_LENGTH.value}", f"--child_batch={first_batch}"],
+                              f"--batch_length={_LENGTH.value}", f"--child_batch={first_batch}",
+                              f"--child_cache={cache_dir}"],
                              env=env,
                              stdout=subprocess.PIPE, text=True)
   out, _ = process.communicate()
@@ -139,16 +147,22 @@ def main(argv):
   del argv
   if _CHILD.value:
     child(_CHILD.value, _MODEL.value, _DTYPE.value, _DEVICE.value, _ROWS.value, _LENGTH.value,
-          _CHILD_BATCH.value)
+          _CHILD_BATCH.value, _CHILD_CACHE.value)
     return
   results: dict[str, list[dict]] = {"ours": [], "transformers": []}
   for run in range(_RUNS.value):
     for loader in results:
       r = _timed_cpu(loader, first_batch=False)
       if _FIRST_BATCH.value:
-        r["first_rewards"] = _timed_cpu(loader, first_batch=True)["first_rewards"]
+        # Ours twice: compiling into an empty compilation cache (a shape's first run), then
+        # reading what that left there (every later run of the shape).
+        with tempfile.TemporaryDirectory() as cache:
+          r["first_rewards"] = _timed_cpu(loader, True, cache)["first_rewards"]
+          r["cached"] = (_timed_cpu(loader, True, cache)["first_rewards"] if loader == "ours"
+                         else r["first_rewards"])
       results[loader].append(r)
-      first = f"first rewards {r['first_rewards']:6.2f} s, " if _FIRST_BATCH.value else ""
+      first = (f"first rewards {r['first_rewards']:6.2f} s ({r['cached']:6.2f} s cached), "
+               if _FIRST_BATCH.value else "")
       print(f"run {run + 1} {loader:<12} {first}load {r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, "
             f"load RSS {r['load_rss_mib']:6.0f} MiB", flush=True)
   checkpoint = sum(os.path.getsize(os.path.join(_MODEL.value, n))
@@ -158,13 +172,15 @@ def main(argv):
         f"of {_RUNS.value} whole processes" + (
             f"; a first batch of {_ROWS.value} x {_LENGTH.value} tokens" if _FIRST_BATCH.value
             else ""))
-  print(f"{'loader':<32} {'first rewards s':>15} {'load s':>7} {'CPU s':>6} "
+  print(f"{'loader':<32} {'first rewards s':>15} {'cached s':>8} {'load s':>7} {'CPU s':>6} "
         f"{'load RSS MiB':>12} {'read MiB':>9}")
   titles = {"ours": "socialrm_jax load_reward_model", "transformers": "transformers from_pretrained"}
   for loader, runs in results.items():
     median = lambda key: statistics.median(r[key] for r in runs)
     read = runs[0]["bytes_read"]
-    first = f"{median('first_rewards'):>15.2f}" if _FIRST_BATCH.value else f"{'-':>15}"
+    first = (f"{median('first_rewards'):>15.2f} "
+             + (f"{median('cached'):>8.2f}" if loader == "ours" else f"{'-':>8}")
+             if _FIRST_BATCH.value else f"{'-':>15} {'-':>8}")
     print(f"{titles[loader]:<32} {first} {median('load'):>7.2f} {median('cpu'):>6.1f} "
           f"{median('load_rss_mib'):>12,.0f} "
           f"{'-' if read is None else f'{read / 2**20:,.0f}':>9}")
@@ -172,9 +188,9 @@ def main(argv):
   print(f"load: ours {ours / theirs:.2f}x transformers'")
 
 
-def _timed_cpu(loader: str, first_batch: bool) -> dict:
+def _timed_cpu(loader: str, first_batch: bool, cache_dir: str = "") -> dict:
   before = os.times()
-  r = timed(loader, first_batch)
+  r = timed(loader, first_batch, cache_dir)
   after = os.times()
   r["cpu"] = (after.children_user - before.children_user) + (
       after.children_system - before.children_system)
