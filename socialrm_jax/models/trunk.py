@@ -135,24 +135,22 @@ def scan_layers(layers: nnx.Module, x: jax.Array, call: LayerCall, per_layer: An
   return last_call(nnx.merge(graphdef, state), x, data)
 
 
-# XLA:CPU computes bfloat16 and float16 in float32: its float normalization widens the layer stack
-# that `_layer_at` slices, whole, and its loop-invariant code motion then hoists that widening out of
-# the layer loop, so the program would write a float32 copy of every layer's weights (twice their
+# XLA:CPU computes bfloat16 in float32: its float normalization widens the layer stack that
+# `_layer_at` slices, whole, and its loop-invariant code motion then hoists that widening out of the
+# layer loop, so the program would write a float32 copy of every layer's weights (twice their
 # bytes) before the first layer runs. With that pass off, each iteration widens its own layer.
-_NARROW_WEIGHTS_ON_CPU = {"xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
+_BFLOAT16_WEIGHTS_ON_CPU = {"xla_disable_hlo_passes": "while-loop-invariant-code-motion"}
 
 
 def compiler_options(params) -> dict[str, str]:
   """XLA's options for the programs that run a model of `params` (arrays or abstract arrays, with
-  their shardings) on the devices they are placed on: none but on CPU with weights of fewer than
-  32 bits."""
+  their shardings) on the devices they are placed on: none but on CPU with bfloat16 weights."""
   leaves = [leaf for leaf in jax.tree.leaves(params) if hasattr(leaf, "dtype")]
   sharding = next((leaf.sharding for leaf in leaves if getattr(leaf, "sharding", None)), None)
   platform = (next(iter(sharding.device_set)).platform if sharding is not None
               else jax.default_backend())
-  narrow = any(jnp.issubdtype(leaf.dtype, jnp.floating) and jnp.dtype(leaf.dtype).itemsize < 4
-               for leaf in leaves)
-  return dict(_NARROW_WEIGHTS_ON_CPU) if platform == "cpu" and narrow else {}
+  bfloat16 = any(leaf.dtype == jnp.bfloat16 for leaf in leaves)
+  return dict(_BFLOAT16_WEIGHTS_ON_CPU) if platform == "cpu" and bfloat16 else {}
 
 
 def _layer_at(stacked, index):

@@ -490,8 +490,7 @@ def load_params(model: nnx.Module, sources: Mapping[str, WeightSource], tensors:
   dtype = jnp.dtype(dtype)
   progress = _LoadProgress(sum(math.prod(v.get_value().shape) * dtype.itemsize
                                for v in variables.values()))
-  # One pool for the whole load: a thread started while others fault pages in waits for them
-  # (both take the process's memory-map lock), so a pool per parameter would pay that each time.
+  # One pool for the whole load: its threads start once, not again for each parameter.
   with concurrent.futures.ThreadPoolExecutor(_READ_THREADS, "weights") as pool:
     _place_params(variables, sources, tensors, dtype, mesh, pool, progress)
   return model
