@@ -53,12 +53,10 @@ TOKENS_PER_READOUT = {"score": 8, "loglik": 2}
 # accelerators, where fused attention makes a longer row cheap and a padded slot is the waste.
 GROUPS_PER_ROW = 4
 # On a CPU, with no fused attention, a token slot of a T-long row costs about
-# 1 + T / CPU_ATTENTION_LENGTH slots of the step's other work (`benchmarks/scoring/cpu_profile.py`, the 35M
-# Llama with attention by blocks of 256 queries: 145, 166 and 230 us a slot in rows of 256, 512 and
-# 1024 tokens; with blocks of 128 the longer rows cost less, and the fit is not redone), so the
-# packer sizes rows for 1, 2 and 4 groups in turn and keeps the cheapest (`Batcher.pack`): one
-# group a row when lengths vary (shorter groups fill the room), more when they are alike (else the
-# room is padding).
+# 1 + T / CPU_ATTENTION_LENGTH slots of the step's other work (a fit to the per-slot times that
+# `benchmarks/scoring/cpu_profile.py` prints for the 35M Llama by row length), so the packer sizes
+# rows for 1, 2 and 4 groups in turn and keeps the cheapest (`Batcher.pack`): one group a row when
+# lengths vary (shorter groups fill the room), more when they are alike (else the room is padding).
 CPU_GROUPS_PER_ROW = (1, 2, 4)
 CPU_ATTENTION_LENGTH = 1024
 
