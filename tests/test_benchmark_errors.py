@@ -52,3 +52,13 @@ def test_a_missing_model_is_one_line():
   assert done.stderr.strip().splitlines() == [
       "benchmarks.training.train_step_profile: error: /missing: --model: no such model file or "
       "folder"]
+
+
+def test_a_missing_model_folder_is_one_line_in_load_time():
+  done = subprocess.run(
+      [sys.executable, "-m", "benchmarks.scoring.load_time", "--model=/missing"],
+      capture_output=True, text=True, cwd=REPO, check=False,
+      env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+  assert done.returncode == 2, done.stderr
+  assert done.stderr.strip().splitlines() == [
+      "benchmarks.scoring.load_time: error: /missing: --model: not a folder of safetensors files"]

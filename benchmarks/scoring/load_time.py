@@ -12,7 +12,12 @@ timed from its start to the first batch's rewards (--batch_rows x --batch_length
 compiles that batch's program from the model's abstract twin while the weights load,
 `load_reward_model(while_loading=...)`, into JAX's persistent compilation cache as the commands
 do: once into an empty one, then again reading what the first left, as every later run of the
-shape does; transformers runs eagerly). Then the medians side by side. A random-weight model of a real shape comes from gpu_throughput's builder:
+shape does; transformers runs eagerly). Then the medians side by side, and what new memory of
+the model's size costs this machine, populated as our loader's buffers are in a process of its
+own: the floor under our load, which writes the model into memory the process did not hold
+(a VM's host may hand such pages over slowly), where transformers keeps bfloat16 weights as
+views of the page cache. A random-weight model of a real shape comes from gpu_throughput's
+builder:
 
   python -c "import pathlib; from benchmarks.gpu.gpu_throughput_inputs import build_model; \
       print(build_model('1b', ['a b c'], pathlib.Path('/tmp/loadbench')))"
@@ -31,6 +36,7 @@ import time
 from absl import flags
 
 from benchmarks.common import child_env, cpu_name, module_command
+from socialrm_jax.base.errors import InputError
 from socialrm_jax.main import command
 
 _MODEL = flags.DEFINE_string("model", None, "A HF reward-model folder.", required=True)
@@ -47,7 +53,8 @@ _FIRST_BATCH = flags.DEFINE_bool(
     "first_batch", True, "Also time each loader to its first batch's rewards, as a process of "
     "its own (ours compiling while the weights load): the load alone is timed in a process that "
     "compiles nothing beside it.")
-_CHILD = flags.DEFINE_enum("child", None, ["ours", "transformers"], "(internal) load and exit.")
+_CHILD = flags.DEFINE_enum("child", None, ["ours", "transformers", "memory"],
+                           "(internal) load and exit; memory: time new memory of the model's size.")
 _CHILD_BATCH = flags.DEFINE_bool("child_batch", False, "(internal) the child scores a batch.")
 _CHILD_CACHE = flags.DEFINE_string("child_cache", "", "(internal) the child's compilation cache.")
 
@@ -106,6 +113,19 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
                     "rewards": rewards.reshape(-1)[:2].tolist()}))
 
 
+def fresh_memory(size: int) -> None:
+  """Prints the seconds to populate `size` bytes of new anonymous memory as our loader's buffers
+  are (`weights._host_buffer`, on as many threads): the floor under a load that writes the model
+  into memory the process did not have, which transformers' bfloat16 views of the page cache skip.
+  On a VM whose host hands the guest its pages lazily this is the load's largest part."""
+  import concurrent.futures
+  from socialrm_jax.models import weights
+  with concurrent.futures.ThreadPoolExecutor(weights._READ_THREADS) as pool:
+    start = time.perf_counter()
+    weights._host_buffer((size,), "uint8", pool)
+    print(json.dumps({"seconds": time.perf_counter() - start}))
+
+
 def _page_cache(mode: str) -> None:
   """The checkpoint's files in the page cache (`warm`) or out of it (`cold`)."""
   if mode == "cold":
@@ -145,10 +165,14 @@ def timed(loader: str, first_batch: bool, cache_dir: str = "") -> dict:
 
 def main(argv):
   del argv
+  if _CHILD.value == "memory":
+    fresh_memory(_checkpoint_bytes())
+    return
   if _CHILD.value:
     child(_CHILD.value, _MODEL.value, _DTYPE.value, _DEVICE.value, _ROWS.value, _LENGTH.value,
           _CHILD_BATCH.value, _CHILD_CACHE.value)
     return
+  checkpoint = _checkpoint_bytes()
   results: dict[str, list[dict]] = {"ours": [], "transformers": []}
   for run in range(_RUNS.value):
     for loader in results:
@@ -166,8 +190,7 @@ def main(argv):
                if _FIRST_BATCH.value else "")
       print(f"run {run + 1} {loader:<12} {first}load {r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, "
             f"load RSS {r['load_rss_mib']:6.0f} MiB", flush=True)
-  checkpoint = sum(os.path.getsize(os.path.join(_MODEL.value, n))
-                   for n in os.listdir(_MODEL.value) if n.endswith(".safetensors"))
+  memory = [_fresh_memory_seconds() for _ in range(_RUNS.value)]
   print(f"\n{_DTYPE.value} on {_DEVICE.value} ({cpu_name()}); {os.path.basename(_MODEL.value)}: "
         f"{checkpoint / 2**20:,.0f} MiB of safetensors, page cache {_PAGE_CACHE.value}; medians "
         f"of {_RUNS.value} whole processes" + (
@@ -187,6 +210,25 @@ def main(argv):
           f"{'-' if read is None else f'{read / 2**20:,.0f}':>9}")
   ours, theirs = (statistics.median(r["load"] for r in results[k]) for k in results)
   print(f"load: ours {ours / theirs:.2f}x transformers'")
+  print(f"new memory of the model's size, populated as our loader's buffers are (a process of its "
+        f"own, medians of {_RUNS.value}): {statistics.median(memory):.2f} s, "
+        f"{checkpoint / statistics.median(memory) / 2**30:.2f} GiB/s")
+
+
+def _checkpoint_bytes() -> int:
+  """The bytes of --model's safetensors files."""
+  names = (sorted(n for n in os.listdir(_MODEL.value) if n.endswith(".safetensors"))
+           if os.path.isdir(_MODEL.value) else [])
+  if not names:
+    raise InputError("--model: not a folder of safetensors files", _MODEL.value)
+  return sum(os.path.getsize(os.path.join(_MODEL.value, n)) for n in names)
+
+
+def _fresh_memory_seconds() -> float:
+  out = subprocess.run([*module_command("benchmarks.scoring.load_time"), "--child=memory",
+                        f"--model={_MODEL.value}"], env=child_env({"JAX_PLATFORMS": "cpu"}),
+                       stdout=subprocess.PIPE, text=True, check=True).stdout
+  return json.loads(out.strip().splitlines()[-1])["seconds"]
 
 
 def _timed_cpu(loader: str, first_batch: bool, cache_dir: str = "") -> dict:
