@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.paths import REPO_ROOT
 
 REPO = REPO_ROOT
@@ -43,22 +45,14 @@ def test_every_benchmark_runs_as_a_command():
   assert not plain, f"benchmarks not run through command.run_command under their name: {plain}"
 
 
-def test_a_missing_model_is_one_line():
-  done = subprocess.run(
-      [sys.executable, "-m", "benchmarks.training.train_step_profile", "--model=/missing",
-       "--pairs=/missing"], capture_output=True, text=True, cwd=REPO, check=False,
-      env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
+@pytest.mark.parametrize("module, args, line", [
+    ("benchmarks.training.train_step_profile", ["--model=/missing", "--pairs=/missing"],
+     "/missing: --model: no such model file or folder"),
+    ("benchmarks.scoring.load_time", ["--model=/missing"],
+     "/missing: --model: not a folder of safetensors files"),
+])
+def test_a_missing_model_is_one_line(module, args, line):
+  done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                        cwd=REPO, check=False, env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
   assert done.returncode == 2, done.stderr
-  assert done.stderr.strip().splitlines() == [
-      "benchmarks.training.train_step_profile: error: /missing: --model: no such model file or "
-      "folder"]
-
-
-def test_a_missing_model_folder_is_one_line_in_load_time():
-  done = subprocess.run(
-      [sys.executable, "-m", "benchmarks.scoring.load_time", "--model=/missing"],
-      capture_output=True, text=True, cwd=REPO, check=False,
-      env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"})
-  assert done.returncode == 2, done.stderr
-  assert done.stderr.strip().splitlines() == [
-      "benchmarks.scoring.load_time: error: /missing: --model: not a folder of safetensors files"]
+  assert done.stderr.strip().splitlines() == [f"{module}: error: {line}"]

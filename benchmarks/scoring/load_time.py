@@ -116,8 +116,7 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
 def fresh_memory(size: int) -> None:
   """Prints the seconds to populate `size` bytes of new anonymous memory as our loader's buffers
   are (`weights._host_buffer`, on as many threads): the floor under a load that writes the model
-  into memory the process did not have, which transformers' bfloat16 views of the page cache skip.
-  On a VM whose host hands the guest its pages lazily this is the load's largest part."""
+  into memory the process did not have, which transformers' bfloat16 views of the page cache skip."""
   import concurrent.futures
   from socialrm_jax.models import weights
   with concurrent.futures.ThreadPoolExecutor(weights._READ_THREADS) as pool:
