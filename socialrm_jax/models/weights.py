@@ -231,9 +231,8 @@ _HOST_ALIGNMENT = 64
 # Reads in flight at once, and the bytes of one (a run of a tensor's rows).
 _READ_THREADS = 16
 _READ_CHUNK_BYTES = 1 << 25
-# Linux's madvise advice that faults a range's pages in, writable (uapi/asm-generic/mman-common.h),
-# and the bytes populated by one task (a multiple of every page size; smaller buffers are malloc's).
-_MADV_POPULATE_WRITE = 23
+# The bytes of a large buffer whose pages one task faults in (a multiple of every page size;
+# smaller buffers are malloc's).
 _POPULATE_PIECE_BYTES = 1 << 25
 
 
@@ -408,9 +407,11 @@ def _layer_reads(path: str, name: str, source: WeightSource, layer_shape: tuple[
 def _host_buffer(shape: tuple[int, ...], dtype, pool: concurrent.futures.Executor) -> np.ndarray:
   """An uninitialised C-contiguous array whose data starts at a multiple of `_HOST_ALIGNMENT`
   bytes, so that JAX's CPU client uses it as the device buffer rather than copy it. A large one
-  is its own memory map with its pages populated on `pool` (`MADV_POPULATE_WRITE`, a page-table
-  pass in the kernel, on several cores) before the reads write it: otherwise each of its pages
-  is a fault trapped as the reads first touch it, one core at a time, which costs most in a VM."""
+  is its own memory map whose pages `pool` faults in, a byte written to each, on several cores,
+  before the reads write it: otherwise each page is a fault trapped as a read first touches it,
+  one core at a time. Not `MADV_POPULATE_WRITE`, which holds the process's memory-map lock
+  through each piece, so the `mmap`s and `munmap`s of a compilation running beside the load
+  (`while_loading`) wait on it; a page fault takes no such lock (Linux 6.4's per-VMA locks)."""
   dtype = np.dtype(dtype)
   size = math.prod(shape) * dtype.itemsize
   if size < _POPULATE_PIECE_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
@@ -418,12 +419,10 @@ def _host_buffer(shape: tuple[int, ...], dtype, pool: concurrent.futures.Executo
     start = -raw.ctypes.data % _HOST_ALIGNMENT
     return raw[start:start + size].view(dtype).reshape(shape)
   pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+  page_bytes = np.frombuffer(pages, np.uint8)
 
-  def populate(start: int) -> None:
-    try:
-      pages.madvise(_MADV_POPULATE_WRITE, start, min(_POPULATE_PIECE_BYTES, size - start))
-    except OSError:  # a kernel before 5.14: the pages fault in as they are written
-      pass
+  def populate(start: int) -> None:  # numpy writes the strided bytes without the GIL
+    page_bytes[start:start + _POPULATE_PIECE_BYTES:mmap.PAGESIZE] = 0
   for done in [pool.submit(populate, start) for start in range(0, size, _POPULATE_PIECE_BYTES)]:
     done.result()
   return np.frombuffer(pages, dtype).reshape(shape)  # page-aligned; the array keeps the map

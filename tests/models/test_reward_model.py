@@ -3,7 +3,9 @@ checkpoint, placement over a device mesh, and the checkpoints we refuse."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -11,14 +13,16 @@ import textwrap
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import jax
 import numpy as np
 import pytest
 import safetensors.numpy
 import safetensors.torch
 import torch
+from flax import nnx
 
 from socialrm_jax.base.errors import InputError
-from socialrm_jax.models import families, load_reward_model
+from socialrm_jax.models import families, load_reward_model, weights
 from tests.helpers import model_fixtures
 from tests.helpers.model_fixtures import hf_rewards
 from tests.helpers.paths import REPO_ROOT
@@ -71,6 +75,22 @@ def test_multi_file_index_checkpoint_equals_single_file(tmp_path):
   ids, mask = batch()
   np.testing.assert_array_equal(np.asarray(load_reward_model(single)(ids, mask)),
                                 np.asarray(load_reward_model(sharded)(ids, mask)))
+
+
+def test_buffers_of_their_own_memory_map_load_the_same_weights(tmp_path, monkeypatch):
+  """A large parameter is read into a memory map of its own, its pages faulted in first; a tiny
+  model's parameters all go that way when a piece is one page, and load as malloc's buffers do."""
+  folder = model_fixtures.save_tiny_hf_model(tmp_path, "LlamaForSequenceClassification")
+  usual = nnx.state(load_reward_model(folder).module)
+  monkeypatch.setattr(weights, "_POPULATE_PIECE_BYTES", mmap.PAGESIZE)
+  mapped = nnx.state(load_reward_model(folder).module)
+  for a, b in zip(jax.tree.leaves(usual), jax.tree.leaves(mapped), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  pool = concurrent.futures.ThreadPoolExecutor(2)
+  buffer = weights._host_buffer((3, mmap.PAGESIZE + 1), "float32", pool)
+  assert buffer.ctypes.data % mmap.PAGESIZE == 0  # a map's, where malloc's are 64-byte aligned
+  buffer[...] = 1.5  # writable, and all of it there
+  assert buffer.sum() == 1.5 * buffer.size
 
 
 def test_bfloat16_weights_load_exactly_and_compute_in_bfloat16(tmp_path):
