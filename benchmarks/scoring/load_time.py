@@ -12,7 +12,8 @@ timed from its start to the first batch's rewards (--batch_rows x --batch_length
 compiles that batch's program from the model's abstract twin while the weights load,
 `load_reward_model(while_loading=...)`, into JAX's persistent compilation cache as the commands
 do: once into an empty one, then again reading what the first left, as every later run of the
-shape does; transformers runs eagerly). Then the medians side by side, and what new memory of
+shape does; transformers runs eagerly; of the first, what ours waited for its program after the
+load, and the seconds of each loader's forward). Then the medians side by side, and what new memory of
 the model's size costs this machine, populated as our loader's buffers are in a process of its
 own: the floor under our load, which writes the model into memory the process did not hold
 (a VM's host may hand such pages over slowly), where transformers keeps bfloat16 weights as
@@ -70,7 +71,7 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
   import numpy as np
   ids = (np.arange(rows * length).reshape(rows, length) % 200 + 3).astype(np.int32)
   mask = np.ones_like(ids)
-  bytes_read = None
+  bytes_read, waited, forward = None, None, None
   if loader == "ours":
     import jax
     from flax import nnx
@@ -87,8 +88,17 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
         model, dtype=dtype,
         while_loading=(lambda twin: twin.precompile(rows, length)) if first_batch else None)
     jax.block_until_ready(jax.tree.leaves(nnx.state(loaded.module)))
-    load = time.perf_counter() - imported
-    rewards = np.asarray(loaded(ids, mask)) if first_batch else np.zeros(2)
+    loaded_at = time.perf_counter()
+    load = loaded_at - imported
+    rewards = np.zeros(2)
+    if first_batch:
+      program = loaded._programs.get((rows, length))  # none for a gated head
+      if program is not None:
+        program.result()  # compiled beside the load
+      ready_at = time.perf_counter()
+      waited = ready_at - loaded_at
+      rewards = np.asarray(loaded(ids, mask))
+      forward = time.perf_counter() - ready_at
     bytes_read = sum(source.bytes_read for source in opened)
   else:
     import torch
@@ -104,11 +114,14 @@ def child(loader: str, model: str, dtype: str, device: str, rows: int, length: i
     load = time.perf_counter() - imported
     rewards = np.zeros(2)
     if first_batch:
+      start = time.perf_counter()
       with torch.no_grad():
         rewards = net(input_ids=torch.tensor(ids, device=target),
                       attention_mask=torch.tensor(mask, device=target)).logits.float().cpu().numpy()
+      forward = time.perf_counter() - start
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-  print(json.dumps({"first_rewards_at": time.time(), "load": load,
+  print(json.dumps({"first_rewards_at": time.time(), "load": load, "waited": waited,
+                    "forward": forward,
                     "load_rss_mib": peak - rss_imported, "bytes_read": bytes_read,
                     "rewards": rewards.reshape(-1)[:2].tolist()}))
 
@@ -180,13 +193,15 @@ def main(argv):
         # Ours twice: compiling into an empty compilation cache (a shape's first run), then
         # reading what that left there (every later run of the shape).
         with tempfile.TemporaryDirectory() as cache:
-          r["first_rewards"] = _timed_cpu(loader, True, cache)["first_rewards"]
+          cold = _timed_cpu(loader, True, cache)
+          r.update({key: cold[key] for key in ("first_rewards", "waited", "forward")})
           if loader == "ours":  # transformers compiles nothing to cache
             r["cached"] = _timed_cpu(loader, True, cache)["first_rewards"]
       results[loader].append(r)
       first = (f"first rewards {r['first_rewards']:6.2f} s"
-               + (f" ({r['cached']:6.2f} s cached), " if "cached" in r else ", ")
-               if _FIRST_BATCH.value else "")
+               + (f" ({r['cached']:6.2f} s cached)" if "cached" in r else "")
+               + (f", compile wait {r['waited']:5.2f} s" if r["waited"] is not None else "")
+               + f", forward {r['forward']:5.2f} s, " if _FIRST_BATCH.value else "")
       print(f"run {run + 1} {loader:<12} {first}load {r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, "
             f"load RSS {r['load_rss_mib']:6.0f} MiB", flush=True)
   memory = [_fresh_memory_seconds() for _ in range(_RUNS.value)]
@@ -195,15 +210,16 @@ def main(argv):
         f"of {_RUNS.value} whole processes" + (
             f"; a first batch of {_ROWS.value} x {_LENGTH.value} tokens" if _FIRST_BATCH.value
             else ""))
-  print(f"{'loader':<32} {'first rewards s':>15} {'cached s':>8} {'load s':>7} {'CPU s':>6} "
-        f"{'load RSS MiB':>12} {'read MiB':>9}")
+  print(f"{'loader':<32} {'first rewards s':>15} {'cached s':>8} {'compile wait s':>14} "
+        f"{'forward s':>9} {'load s':>7} {'CPU s':>6} {'load RSS MiB':>12} {'read MiB':>9}")
   titles = {"ours": "socialrm_jax load_reward_model", "transformers": "transformers from_pretrained"}
   for loader, runs in results.items():
     median = lambda key: statistics.median(r[key] for r in runs)
     read = runs[0]["bytes_read"]
     first = (f"{median('first_rewards'):>15.2f} "
-             + (f"{median('cached'):>8.2f}" if loader == "ours" else f"{'-':>8}")
-             if _FIRST_BATCH.value else f"{'-':>15} {'-':>8}")
+             + (f"{median('cached'):>8.2f} {median('waited'):>14.2f}" if loader == "ours"
+                else f"{'-':>8} {'-':>14}") + f" {median('forward'):>9.2f}"
+             if _FIRST_BATCH.value else f"{'-':>15} {'-':>8} {'-':>14} {'-':>9}")
     print(f"{titles[loader]:<32} {first} {median('load'):>7.2f} {median('cpu'):>6.1f} "
           f"{median('load_rss_mib'):>12,.0f} "
           f"{'-' if read is None else f'{read / 2**20:,.0f}':>9}")
