@@ -22,6 +22,7 @@ from flax import nnx
 
 from socialrm_jax.models import attention
 from socialrm_jax.models import readout as readout_lib
+from socialrm_jax.models import trunk
 from socialrm_jax.runtime import global_arrays
 from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.training import fsdp
@@ -107,11 +108,16 @@ class TrainStep:
     def evaluate(sums, trained, frozen, batch):
       return hold_sums(loss_lib.add_sums(sums, block_sums(trained, frozen, batch)[1]))
 
-    # The jitted programs (benchmarks/training/train_step_profile.py times them).
+    # The jitted programs (benchmarks/training/train_step_profile.py times them); those that run
+    # the layers with the options of the model's parameters (bfloat16 on CPU: widened a layer at
+    # a time, as scoring's).
+    layers = trunk.compiler_options(model.params)
     self.zeros = jax.jit(lambda trained: hold(jax.tree.map(jnp.zeros_like, trained)))
-    self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1))  # grads, sums += a block's
+    self.accumulate = jax.jit(accumulate, donate_argnums=(0, 1),  # grads, sums += a block's
+                              compiler_options=layers)
     self.update = jax.jit(update, donate_argnums=(0, 1))  # the optimizer's step
-    self.add_block_sums = jax.jit(evaluate, donate_argnums=(0,))  # sums += a block's, no grads
+    self.add_block_sums = jax.jit(evaluate, donate_argnums=(0,),  # sums += a block's, no grads
+                                  compiler_options=layers)
     self._init = jax.jit(lambda trained: hold_state(tx.init(trained)))
 
   def _abstract_outputs(self, program, *args):

@@ -8,6 +8,8 @@ with and without TRL's `margin` column and `center_rewards_coefficient`. The tor
 each HF tensor is laid out as ours by the family's own `weight_sources` transform.
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -22,6 +24,7 @@ import transformers
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 from socialrm_jax.runtime import mesh as mesh_lib
 from socialrm_jax.scoring.item_tokens import EncodedItem
+from socialrm_jax.training import loss as loss_lib
 from socialrm_jax.training import pair_batches, trainable
 from socialrm_jax.training import train_step as train_step_lib
 from tests.helpers.model_fixtures import PAD_TOKEN_ID, hf_reference, save_tiny_hf_model, save_tiny_tokenizer
@@ -120,3 +123,37 @@ def test_loss_and_every_gradient_equal_trls_reward_trainer(folders, architecture
       assert np.abs(ours - expected).max() <= 1e-5 * scale, (path, name)
       compared.add(name)
   assert compared == set(want), set(want) - compared
+
+
+def test_bfloat16_lora_on_cpu_widens_the_frozen_layers_one_at_a_time(tmp_path):
+  """The step's programs run the layers under `trunk.compiler_options`, as scoring's do: with a
+  bfloat16 frozen base on CPU the value-and-gradient program holds temporaries under a float32
+  copy of the frozen layer stack, where compiled without the options it holds that copy whole
+  (XLA:CPU widens bfloat16; hoisted out of the layer loop, the widening is the whole stack's).
+  Both give the same gradients."""
+  folder = save_tiny_hf_model(tmp_path, "LlamaForSequenceClassification", seed=3,
+                              num_hidden_layers=8, hidden_size=256, intermediate_size=1024)
+  mesh = mesh_lib.make_mesh(None)
+  model = trainable.load_base(str(folder), dtype="bfloat16", mesh=mesh, seed=0)
+  trained, frozen = trainable.split_trainable(model.params, lora=True)
+  trained.update(trainable.init_lora(model, trainable.lora_targets(model, ["q_proj", "v_proj"]),
+                                     4, 0))
+  step = train_step_lib.TrainStep(model, optax.sgd(0.0), mesh, dtype=jnp.bfloat16)
+  items = [EncodedItem(i, f"p{i}", (np.array(p + c, np.int32), np.array(p + r, np.int32)),
+                       (len(p), len(p)), None, 0) for i, (p, c, r) in enumerate(random_pairs())]
+  block, = pair_batches.pack_pairs(items, [0.0] * len(items), buckets=(16,), row_length=16,
+                                   rows_per_block=len(items))
+  hoisting = jax.jit(step.accumulate.__wrapped__, donate_argnums=(0, 1))  # no options
+  with jax.set_mesh(mesh):
+    arrays = step.put(block.arrays())
+    fresh = lambda: (step.zeros(trained), step.replicated(loss_lib.no_sums()))  # noqa: E731
+    programs = {name: program.lower(*fresh(), trained, frozen, arrays).compile()
+                for name, program in [("ours", step.accumulate), ("hoisting", hoisting)]}
+    grads = {name: program(*fresh(), trained, frozen, arrays)[0]
+             for name, program in programs.items()}
+  temporaries = {name: p.memory_analysis().temp_size_in_bytes for name, p in programs.items()}
+  widened = sum(v.size * 4 for path, v in frozen.items() if path.startswith("layers/"))
+  assert temporaries["ours"] < widened < temporaries["hoisting"], (temporaries, widened)
+  for path in grads["ours"]:
+    np.testing.assert_array_equal(np.asarray(grads["ours"][path]),
+                                  np.asarray(grads["hoisting"][path]), err_msg=path)
