@@ -285,12 +285,17 @@ def _block(rows: Sequence[Sequence[EncodedItem]], margins: Sequence[Sequence[flo
                    packed_tokens=packed, sequence_tokens=sequence_tokens)
 
 
+def packed_row_length(row_length: int, max_length: int) -> int:
+  """The length of a run's rows: `row_length`, at most twice `max_length` (the longest pair: the
+  prompt once, both responses)."""
+  return min(row_length, 2 * max_length)
+
+
 def pair_packing(row_length: int, max_length: int, platform: str, data_size: int,
                  tokens_per_block: int = 0) -> dict:
-  """`pack_pairs`' layout arguments for a run: rows of `row_length` (at most twice `max_length`,
-  the longest pair: the prompt once, both responses), longer buckets up to that, blocks of
-  `rows_per_block` rows."""
-  row_length = min(row_length, 2 * max_length)
+  """`pack_pairs`' layout arguments for a run: rows of `packed_row_length`, longer buckets up to
+  twice `max_length`, blocks of `rows_per_block` rows."""
+  row_length = packed_row_length(row_length, max_length)
   return dict(buckets=packing.length_buckets(2 * max_length, row_length),
               row_length=row_length, row_multiple=data_size,
               rows_per_block=rows_per_block(platform, row_length, data_size, tokens_per_block))

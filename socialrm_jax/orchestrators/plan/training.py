@@ -165,7 +165,7 @@ def target_settings(config: train.TrainConfig, setup: compiler.AbstractScorer
   --tokens_per_block of its blocks' rows of --row_length (the default's where 0)."""
   mesh = setup.mesh
   (rows, _), *_ = block_shapes(config, mesh.devices.flat[0].platform, mesh.shape["data"])
-  row_length = min(config.pairs.row_length, 2 * config.pairs.max_length)
+  row_length = pair_batches.packed_row_length(config.pairs.row_length, config.pairs.max_length)
   return settings_lib.replace(config, mesh=mesh_lib.describe(mesh), attention=setup.attention,
                               tokens_per_block=rows * row_length)
 
@@ -314,7 +314,8 @@ def remedies(config: train.TrainConfig, setup: compiler.AbstractScorer) -> list[
   a device of the data axis (more blocks a step, each smaller)."""
   asked = target_settings(config, setup)
   tokens, policy = asked.pairs.tokens_per_block, asked.remat_policy
-  smallest = min(asked.pairs.row_length, 2 * asked.pairs.max_length) * setup.mesh.shape["data"]
+  smallest = pair_batches.packed_row_length(asked.pairs.row_length,
+                                            asked.pairs.max_length) * setup.mesh.shape["data"]
   tries = []
   if policy != REMEDY_REMAT_POLICY:
     tries.append({"remat_policy": REMEDY_REMAT_POLICY})
