@@ -1,9 +1,11 @@
 """Tiny llama.cpp GGUF files: llama.cpp's tensor names and q/k row permutation, and a GGUF
 written from a tiny HF Llama folder (`scoring_fixtures.make_llama`), tokenizer and chat template in
-its metadata, as llama.cpp's convert_hf_to_gguf.py writes them."""
+its metadata, as llama.cpp's convert_hf_to_gguf.py writes them; and transformers' own load of the
+default model's real GGUF file, the reference the tests of that file compare with."""
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 
@@ -88,3 +90,16 @@ def gguf_from_hf_llama(folder: pathlib.Path, path: pathlib.Path,
   writer.write_tensors_to_file()
   writer.close()
   return path
+
+
+@functools.cache
+def smollm2_transformers():
+  """transformers' own GGUF load of the default model's file (float32, eval mode), once a process
+  for every test that compares with it: gguf-py parses the file's metadata in Python, about 20 s
+  a load on a 2-core machine. Its users only read it (forwards under no_grad, its state_dict)."""
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  from socialrm_jax.models import default_model  # pylint: disable=import-outside-toplevel
+  path = default_model.smollm2_gguf_path()
+  return transformers.AutoModelForCausalLM.from_pretrained(
+      str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()

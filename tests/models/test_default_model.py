@@ -13,6 +13,7 @@ import pytest
 from socialrm_jax.base import tables
 from socialrm_jax.models import default_model
 from socialrm_jax.orchestrators import convert, audit
+from tests.helpers import gguf_fixtures
 
 TOLERANCE = 1e-4
 # A handful of bundled items: item ids by dataset, chosen for their shapes (3-candidate BBQ in
@@ -52,13 +53,11 @@ def torch_logliks(items) -> dict[tuple[str, int], tuple[float, float, int]]:
   tokens of the templated prompt with the generation prompt; each full sequence is run alone.
   """
   import torch  # pylint: disable=import-outside-toplevel
-  import transformers  # pylint: disable=import-outside-toplevel
   from socialrm_jax.models import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
 
   path = default_model.smollm2_gguf_path()
   tokenizer = tokenizer_lib.load_tokenizer(path)
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+  model = gguf_fixtures.smollm2_transformers()
 
   def tokens(messages, add_generation_prompt):
     text = tokenizer.apply_chat_template(

@@ -15,6 +15,7 @@ import pytest
 from socialrm_jax.base.errors import InputError
 from socialrm_jax.models import gguf_import
 from socialrm_jax.models import tokenizer as tokenizer_lib
+from tests.helpers import gguf_fixtures
 from tests.helpers.gguf_fixtures import gguf_name, llama_permute
 from tests.helpers.tolerances import float32_tolerance
 
@@ -361,13 +362,8 @@ def test_folder_without_or_with_several_gguf_files_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2_transformers():
-  """transformers' own GGUF load of the real file: (model, config)."""
-  torch = pytest.importorskip("torch")
-  transformers = pytest.importorskip("transformers")
-  path = smollm2_path()
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      str(path.parent), gguf_file=path.name, dtype=torch.float32)
-  return model.eval()
+  """transformers' own GGUF load of the real file."""
+  return gguf_fixtures.smollm2_transformers()
 
 
 @needs_smollm2
