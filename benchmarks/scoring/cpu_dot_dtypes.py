@@ -69,7 +69,7 @@ def layers_table(x: np.ndarray, rng: np.random.Generator) -> None:
   layers, (tokens, hidden) = _LAYERS.value, x.shape
   stack = jnp.asarray(0.02 * rng.standard_normal((layers, 2 * hidden, hidden), np.float32),
                       jnp.bfloat16)
-  x = jnp.asarray(x[:, :hidden], jnp.bfloat16)
+  x = jnp.asarray(x, jnp.bfloat16)
 
   def layer(x, w):  # [T, D] x [2D, D] (RI,OI->RO) -> [T, D]: the first half of the product
     y = jnp.einsum("RI,OI->RO", x, w, preferred_element_type=jnp.float32).astype(jnp.bfloat16)

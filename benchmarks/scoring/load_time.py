@@ -198,12 +198,16 @@ def main(argv):
           if loader == "ours":  # transformers compiles nothing to cache
             r["cached"] = _timed_cpu(loader, True, cache)["first_rewards"]
       results[loader].append(r)
-      first = (f"first rewards {r['first_rewards']:6.2f} s"
-               + (f" ({r['cached']:6.2f} s cached)" if "cached" in r else "")
-               + (f", compile wait {r['waited']:5.2f} s" if r["waited"] is not None else "")
-               + f", forward {r['forward']:5.2f} s, " if _FIRST_BATCH.value else "")
-      print(f"run {run + 1} {loader:<12} {first}load {r['load']:6.2f} s, CPU {r['cpu']:6.1f} s, "
-            f"load RSS {r['load_rss_mib']:6.0f} MiB", flush=True)
+      parts = []
+      if _FIRST_BATCH.value:
+        parts.append(f"first rewards {r['first_rewards']:6.2f} s"
+                     + (f" ({r['cached']:6.2f} s cached)" if "cached" in r else ""))
+        if r["waited"] is not None:
+          parts.append(f"compile wait {r['waited']:5.2f} s")
+        parts.append(f"forward {r['forward']:5.2f} s")
+      parts += [f"load {r['load']:6.2f} s", f"CPU {r['cpu']:6.1f} s",
+                f"load RSS {r['load_rss_mib']:6.0f} MiB"]
+      print(f"run {run + 1} {loader:<12} " + ", ".join(parts), flush=True)
   memory = [_fresh_memory_seconds() for _ in range(_RUNS.value)]
   print(f"\n{_DTYPE.value} on {_DEVICE.value} ({cpu_name()}); {os.path.basename(_MODEL.value)}: "
         f"{checkpoint / 2**20:,.0f} MiB of safetensors, page cache {_PAGE_CACHE.value}; medians "
@@ -216,10 +220,12 @@ def main(argv):
   for loader, runs in results.items():
     median = lambda key: statistics.median(r[key] for r in runs)
     read = runs[0]["bytes_read"]
-    first = (f"{median('first_rewards'):>15.2f} "
-             + (f"{median('cached'):>8.2f} {median('waited'):>14.2f}" if loader == "ours"
-                else f"{'-':>8} {'-':>14}") + f" {median('forward'):>9.2f}"
-             if _FIRST_BATCH.value else f"{'-':>15} {'-':>8} {'-':>14} {'-':>9}")
+    cells = [f"{'-':>15}", f"{'-':>8}", f"{'-':>14}", f"{'-':>9}"]
+    if _FIRST_BATCH.value:
+      cells[0], cells[3] = f"{median('first_rewards'):>15.2f}", f"{median('forward'):>9.2f}"
+      if loader == "ours":  # transformers compiles nothing
+        cells[1], cells[2] = f"{median('cached'):>8.2f}", f"{median('waited'):>14.2f}"
+    first = " ".join(cells)
     print(f"{titles[loader]:<32} {first} {median('load'):>7.2f} {median('cpu'):>6.1f} "
           f"{median('load_rss_mib'):>12,.0f} "
           f"{'-' if read is None else f'{read / 2**20:,.0f}':>9}")
